@@ -1,0 +1,255 @@
+/*
+ * tela.h: the public C API of tela, an inference engine for decoder-only
+ * language models (GGUF files and Hugging Face safetensors checkpoints).
+ *
+ * Conventions
+ *  - Every call that can fail returns a tela_status. TELA_OK is 0. On failure
+ *    tela_last_error() returns a message for a person, naming the file,
+ *    tensor, key or byte offset at fault. The message is per thread and stays
+ *    valid until the next failing call on the same thread.
+ *  - Handles are opaque. A tela_model is read-only after loading and may be
+ *    shared by many sessions (and threads); a tela_session is used by one
+ *    thread at a time.
+ *  - Tokens are int32_t ids. Logits are float32, n_vocab per position.
+ */
+#ifndef TELA_TELA_H
+#define TELA_TELA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TELA_API __attribute__((visibility("default")))
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum tela_status {
+    TELA_OK = 0,
+    TELA_ERR_ARG = 1,          /* a bad argument from the caller */
+    TELA_ERR_IO = 2,           /* open/read/write/mmap failed */
+    TELA_ERR_FORMAT = 3,       /* malformed, truncated or corrupt input */
+    TELA_ERR_UNSUPPORTED = 4,  /* valid input tela cannot handle (yet) */
+    TELA_ERR_NOMEM = 5,        /* allocation failed */
+    TELA_ERR_CONTEXT = 6,      /* tokens would not fit in the session's context */
+    TELA_ERR_NOT_FOUND = 7,    /* a key, tensor or file that must exist does not */
+    TELA_ERR_INTERNAL = 8      /* a bug in tela */
+} tela_status;
+
+TELA_API const char *tela_last_error(void);
+TELA_API const char *tela_status_name(tela_status status);
+TELA_API const char *tela_version(void);
+
+/* ---------------------------------------------------------- tensor types */
+
+/* Numbering follows ggml, so a GGUF tensor's type field maps directly. */
+typedef enum tela_type {
+    TELA_TYPE_F32 = 0,
+    TELA_TYPE_F16 = 1,
+    TELA_TYPE_Q4_0 = 2,
+    TELA_TYPE_Q4_1 = 3,
+    TELA_TYPE_Q5_0 = 6,
+    TELA_TYPE_Q5_1 = 7,
+    TELA_TYPE_Q8_0 = 8,
+    TELA_TYPE_Q8_1 = 9,
+    TELA_TYPE_Q2_K = 10,
+    TELA_TYPE_Q3_K = 11,
+    TELA_TYPE_Q4_K = 12,
+    TELA_TYPE_Q5_K = 13,
+    TELA_TYPE_Q6_K = 14,
+    TELA_TYPE_Q8_K = 15,
+    TELA_TYPE_IQ4_NL = 20,
+    TELA_TYPE_I8 = 24,
+    TELA_TYPE_I16 = 25,
+    TELA_TYPE_I32 = 26,
+    TELA_TYPE_I64 = 27,
+    TELA_TYPE_F64 = 28,
+    TELA_TYPE_IQ4_XS = 23,
+    TELA_TYPE_BF16 = 30,
+    TELA_TYPE_COUNT = 40
+} tela_type;
+
+/* Name as llama.cpp prints it ("q4_K", "f16"), or NULL for an unknown id. */
+TELA_API const char *tela_type_name(tela_type type);
+
+/* ----------------------------------------------------------------- model */
+
+typedef struct tela_model tela_model;
+
+typedef struct tela_model_params {
+    int n_threads;   /* threads for computation; 0 = all cores */
+    int load_mtp;    /* also load multi-token-prediction (nextn) tensors */
+    int verbose;     /* progress and load summary on stderr */
+} tela_model_params;
+
+TELA_API tela_model_params tela_model_default_params(void);
+
+/* Loads a GGUF file, a .safetensors file or a Hugging Face checkpoint
+ * directory (config.json + *.safetensors [+ tokenizer.json]). Weights are
+ * memory-mapped and used in their stored type. */
+TELA_API tela_status tela_model_load(const char *path, const tela_model_params *params,
+                                     tela_model **out);
+TELA_API void tela_model_free(tela_model *model);
+
+typedef struct tela_model_info {
+    const char *arch;        /* "llama", "qwen35" */
+    const char *name;        /* general.name, or "" */
+    int32_t n_vocab;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_ctx_train;
+    int64_t n_params;
+    uint64_t n_bytes;        /* bytes of weight data */
+    const char *file_type;   /* dominant weight type, e.g. "q4_K", "f16" */
+    int32_t bos_token;       /* -1 if none */
+    int32_t eos_token;       /* -1 if none */
+    int has_tokenizer;
+    int has_chat_template;
+} tela_model_info;
+
+TELA_API const tela_model_info *tela_model_get_info(const tela_model *model);
+
+/* ------------------------------------------------------------- tokenizer */
+
+/* Text to tokens. add_special: add BOS/EOS as the model's metadata says.
+ * parse_special: recognize special/added tokens written in the text.
+ * Writes at most cap ids to out and the full count to *n_out; if the count
+ * exceeds cap, returns TELA_ERR_ARG after filling *n_out, so callers can
+ * retry with a larger buffer. */
+TELA_API tela_status tela_tokenize(const tela_model *model, const char *text, size_t len,
+                                   int add_special, int parse_special,
+                                   int32_t *out, size_t cap, size_t *n_out);
+
+/* Tokens to text (bytes, UTF-8 as the model wrote it). Writes a NUL-terminated
+ * string into a malloc'd buffer at *out (caller frees). */
+TELA_API tela_status tela_detokenize(const tela_model *model, const int32_t *tokens, size_t n,
+                                     int skip_special, char **out);
+
+/* 1 if the token ends generation (EOS, EOT, or any end-of-generation id in
+ * the metadata). */
+TELA_API int tela_token_is_eog(const tela_model *model, int32_t token);
+
+/* Renders a conversation with the model's own chat template. roles[i] and
+ * contents[i] are NUL-terminated; *out is malloc'd (caller frees). */
+TELA_API tela_status tela_chat_render(const tela_model *model, const char *const *roles,
+                                      const char *const *contents, size_t n_messages,
+                                      int add_generation_prompt, char **out);
+
+/* --------------------------------------------------------------- session */
+
+typedef struct tela_session tela_session;
+
+typedef struct tela_session_params {
+    int32_t n_ctx;       /* context length in tokens; 0 = min(train ctx, 4096) */
+    int n_threads;       /* 0 = the model's */
+} tela_session_params;
+
+TELA_API tela_session_params tela_session_default_params(void);
+TELA_API tela_status tela_session_create(tela_model *model, const tela_session_params *params,
+                                         tela_session **out);
+TELA_API void tela_session_free(tela_session *session);
+TELA_API int32_t tela_session_n_ctx(const tela_session *session);
+/* Tokens processed so far (the position of the next token). */
+TELA_API int32_t tela_session_n_past(const tela_session *session);
+/* Forget everything: the next token is at position 0. */
+TELA_API void tela_session_reset(tela_session *session);
+
+/* Runs the model over n tokens appended to the session (prefill when n > 1,
+ * a decode step when n == 1). If logits is not NULL it receives the last
+ * position's logits (n_vocab floats), or every position's (n * n_vocab) when
+ * all_logits is set. Fails with TELA_ERR_CONTEXT, changing nothing, when the
+ * tokens would not fit in the context. */
+TELA_API tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int32_t n,
+                                       float *logits, int all_logits);
+
+/* Snapshots of a session's whole state (KV cache, recurrent and conv state,
+ * position) at a token boundary. Restoring into the session it was taken from
+ * (or another session of the same model and n_ctx) makes it continue exactly
+ * as it would have from that point. */
+typedef struct tela_snapshot tela_snapshot;
+TELA_API tela_status tela_session_snapshot(const tela_session *session, tela_snapshot **out);
+TELA_API tela_status tela_session_restore(tela_session *session, const tela_snapshot *snapshot);
+TELA_API void tela_snapshot_free(tela_snapshot *snapshot);
+
+/* -------------------------------------------------------------- sampling */
+
+typedef struct tela_logit_bias {
+    int32_t token;
+    float bias;      /* added to the logit; -INFINITY bans the token */
+} tela_logit_bias;
+
+typedef struct tela_sampler_params {
+    float temperature;        /* <= 0: greedy */
+    int32_t top_k;            /* <= 0: off */
+    float top_p;              /* >= 1: off */
+    float min_p;              /* <= 0: off */
+    float repeat_penalty;     /* 1: off (llama.cpp semantics) */
+    int32_t repeat_last_n;    /* tokens considered by the penalties; -1 = whole context */
+    float frequency_penalty;  /* 0: off (OpenAI semantics) */
+    float presence_penalty;   /* 0: off */
+    uint64_t seed;
+    const tela_logit_bias *logit_bias;
+    size_t n_logit_bias;
+} tela_sampler_params;
+
+TELA_API tela_sampler_params tela_sampler_default_params(void);
+
+/* Picks the next token from one position's logits (modified in place), given
+ * the tokens so far (for the penalties) and the step index (the random draw is
+ * a pure function of seed and step, so any batching of steps gives the same
+ * tokens). */
+TELA_API tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_t n_vocab,
+                                 const int32_t *history, size_t n_history, uint64_t step,
+                                 int32_t *out_token);
+
+/* ------------------------------------------------------------ generation */
+
+/* Called for each generated token with its text piece (complete UTF-8 only;
+ * may be empty while bytes are held back). Return non-zero to stop. */
+typedef int (*tela_token_callback)(void *user, int32_t token, const char *piece, size_t len);
+
+/* Called with the logits of each step before sampling; may edit them. */
+typedef void (*tela_logits_hook)(void *user, float *logits, int32_t n_vocab, uint64_t step);
+
+typedef struct tela_generate_params {
+    int32_t max_tokens;              /* <= 0: until EOS or the context is full */
+    tela_sampler_params sampler;
+    const char *const *stop_strings; /* NULL-terminated list, or NULL */
+    int ignore_eos;
+    tela_token_callback on_token;
+    void *user;
+    tela_logits_hook logits_hook;
+    void *hook_user;
+} tela_generate_params;
+
+typedef enum tela_stop_reason {
+    TELA_STOP_MAX_TOKENS = 0,
+    TELA_STOP_EOS = 1,
+    TELA_STOP_STRING = 2,
+    TELA_STOP_CALLBACK = 3,
+    TELA_STOP_CONTEXT = 4
+} tela_stop_reason;
+
+typedef struct tela_generate_result {
+    int32_t n_prompt;        /* prompt tokens evaluated in this call */
+    int32_t n_generated;
+    double prompt_seconds;
+    double generate_seconds;
+    tela_stop_reason stop_reason;
+} tela_generate_result;
+
+TELA_API tela_generate_params tela_generate_default_params(void);
+
+/* Evaluates the prompt tokens (appended to what the session holds), then
+ * samples and evaluates up to max_tokens new tokens. Generated ids are
+ * written to out_tokens (up to cap) when it is not NULL. */
+TELA_API tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t n_prompt,
+                                   const tela_generate_params *params, int32_t *out_tokens,
+                                   size_t cap, tela_generate_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TELA_TELA_H */

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# test.sh: builds tela twice (Release, and Debug with ASan+UBSan) and runs the
+# whole test suite under both. Tests that need ../shared or a GPU skip
+# themselves when those are absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+
+[ -x build/bin/tela ] || ./scripts/setup.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C build
+(cd build && ctest --output-on-failure -j "$JOBS")
+
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTELA_SANITIZE=ON >/dev/null
+ninja -C build-asan
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd build-asan && ctest --output-on-failure -j "$JOBS" -E "${TELA_ASAN_EXCLUDE:-^$}")

@@ -1,0 +1,90 @@
+/* cli_util.c: option-value parsing shared by the subcommands. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+int cli_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out) {
+    if (!s) {
+        fprintf(stderr, "tela: %s needs a value\n", opt);
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "tela: %s: '%s' is not an integer in [%lld, %lld]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *opt, const char *s, double *out) {
+    if (!s) {
+        fprintf(stderr, "tela: %s needs a value\n", opt);
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "tela: %s: '%s' is not a number\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_token_list(const char *s, int32_t **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    if (!s) {
+        fprintf(stderr, "tela: --tokens needs a value such as 1,2,3\n");
+        return -1;
+    }
+    size_t cap = 16, cnt = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return -1;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '[' || *p == '\n') p++;
+        if (*p == '\0' || *p == ']') break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "tela: --tokens: cannot read a token id at '%.20s'\n", p);
+            free(ids);
+            return -1;
+        }
+        if (cnt == cap) {
+            cap *= 2;
+            int32_t *nb = realloc(ids, cap * sizeof *ids);
+            if (!nb) {
+                free(ids);
+                return -1;
+            }
+            ids = nb;
+        }
+        ids[cnt++] = (int32_t)v;
+        p = end;
+        while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+        if (*p == ',') p++;
+        else if (*p != '\0' && *p != ']') {
+            fprintf(stderr, "tela: --tokens: expected ',' at '%.20s'\n", p);
+            free(ids);
+            return -1;
+        }
+    }
+    if (cnt == 0) {
+        fprintf(stderr, "tela: --tokens: no token ids given\n");
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    *n = cnt;
+    return 0;
+}

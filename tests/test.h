@@ -1,0 +1,58 @@
+/* test.h: a minimal test harness. Each test file is one program; CHECK
+ * macros count failures; test_finish() prints "N passed, N failed" and sets
+ * the exit code. test_skip() exits 77, which ctest reports as skipped. */
+#ifndef TELA_TESTS_TEST_H
+#define TELA_TESTS_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_passed_, test_failed_;
+
+#define CHECK(cond) do { \
+    if (cond) test_passed_++; \
+    else { test_failed_++; fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } \
+} while (0)
+
+#define CHECK_MSG(cond, ...) do { \
+    if (cond) test_passed_++; \
+    else { test_failed_++; fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+           fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } \
+} while (0)
+
+#define CHECK_EQ_INT(a, b) do { long long a_ = (long long)(a), b_ = (long long)(b); \
+    if (a_ == b_) test_passed_++; \
+    else { test_failed_++; fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, a_, b_); } \
+} while (0)
+
+#define CHECK_NEAR(a, b, tol) do { double a_ = (double)(a), b_ = (double)(b); \
+    if (fabs(a_ - b_) <= (tol)) test_passed_++; \
+    else { test_failed_++; fprintf(stderr, "%s:%d: |%s - %s| <= %g failed: %.9g vs %.9g\n", __FILE__, __LINE__, #a, #b, (double)(tol), a_, b_); } \
+} while (0)
+
+#define CHECK_OK(expr) do { tela_status s_ = (expr); \
+    if (s_ == TELA_OK) test_passed_++; \
+    else { test_failed_++; fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, tela_last_error()); } \
+} while (0)
+
+static inline int test_finish(void) {
+    printf("%d passed, %d failed\n", test_passed_, test_failed_);
+    return test_failed_ ? 1 : 0;
+}
+
+static inline void test_skip(const char *why) {
+    printf("SKIP: %s\n", why);
+    exit(77);
+}
+
+/* Path of a file under the source tree / ../shared (NULL if unset). */
+static inline const char *test_path(char *buf, size_t cap, const char *env, const char *rel) {
+    const char *root = getenv(env);
+    if (!root) return NULL;
+    snprintf(buf, cap, "%s/%s", root, rel);
+    return buf;
+}
+
+#endif
