@@ -1,11 +1,285 @@
-/* cmd_run.c: 'tela run' (placeholder until its issue lands). */
+/* cmd_run.c: 'tela run': generates text from a prompt (text or token ids),
+ * streaming it to stdout, then prints a timing line to stderr. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "tela/tela.h"
+
+#define RUN_DEFAULT_N 128
+#define RUN_MAX_STOPS 16
+
+static void usage(FILE *f) {
+    tela_sampler_params d = tela_sampler_default_params();
+    fprintf(f,
+            "usage: tela run -m MODEL (-p TEXT | --tokens 1,2,3) [options]\n\n"
+            "Generates a continuation of the prompt and streams it to stdout (the prompt\n"
+            "itself is not echoed), then prints timings to stderr.\n\n"
+            "options:\n"
+            "  -m, --model PATH         GGUF file, .safetensors file or Hugging Face checkpoint directory\n"
+            "  -p, --prompt TEXT        the prompt, tokenized with the model's tokenizer (special\n"
+            "                           tokens written in the text are recognized)\n"
+            "      --tokens LIST        the prompt as token ids, comma-separated (no BOS is added)\n"
+            "      --no-bos             do not add the BOS token to a text prompt\n"
+            "  -n, --n-predict N        tokens to generate (default %d; 0 = only evaluate the prompt;\n"
+            "                           -1 = until end of generation or a full context)\n"
+            "      --temp T             temperature (default %.2f; 0 = greedy)\n"
+            "      --top-k K            keep the K most likely tokens (default %d; 0 = off)\n"
+            "      --top-p P            nucleus sampling threshold (default %.2f; 1 = off)\n"
+            "      --min-p P            drop tokens below P x the top probability (default %.2f; 0 = off)\n"
+            "      --repeat-penalty X   penalize repeated tokens, llama.cpp style (default %.2f = off)\n"
+            "      --repeat-last-n N    tokens the penalties look back over (default %d; -1 = all)\n"
+            "      --frequency-penalty X, --presence-penalty X\n"
+            "                           OpenAI-style penalties (default 0 = off)\n"
+            "      --seed S             random seed (default: random, printed to stderr)\n"
+            "      --stop TEXT          stop when TEXT is generated (not printed; may repeat, up to %d)\n"
+            "      --ignore-eos         keep generating after end-of-generation tokens\n"
+            "      --print-ids          print the generated token ids as one JSON array line instead of text\n"
+            "  -t, --threads N          computation threads (default: all cores)\n"
+            "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
+            "  -h, --help               this help\n\n"
+            "Sampling stages, in order: logit bias, penalties, top-k, top-p, min-p, temperature, draw.\n",
+            RUN_DEFAULT_N, (double)d.temperature, d.top_k, (double)d.top_p, (double)d.min_p,
+            (double)d.repeat_penalty, d.repeat_last_n, RUN_MAX_STOPS);
+}
+
+static int print_piece(void *user, int32_t token, const char *piece, size_t len) {
+    (void)user;
+    (void)token;
+    if (len) {
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static uint64_t random_seed(void) {
+    uint64_t seed = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&seed, sizeof seed, 1, f) != 1) seed = 0;
+        fclose(f);
+    }
+    if (!seed) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    }
+    return seed & 0xFFFFFFFFULL; /* short enough to retype */
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *stop_name(tela_stop_reason r) {
+    switch (r) {
+    case TELA_STOP_MAX_TOKENS: return "token limit";
+    case TELA_STOP_EOS: return "end-of-generation token";
+    case TELA_STOP_STRING: return "stop string";
+    case TELA_STOP_CALLBACK: return "callback";
+    case TELA_STOP_CONTEXT: return "context full";
+    }
+    return "?";
+}
 
 int tela_cmd_run(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "tela run: not implemented yet\n");
-    return 1;
+    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL;
+    const char *stops[RUN_MAX_STOPS + 1] = {0};
+    int n_stops = 0, no_bos = 0, print_ids = 0, ignore_eos = 0, have_seed = 0;
+    long long n_predict = RUN_DEFAULT_N, n_threads = 0, n_ctx = 0, top_k, repeat_last_n, seed = 0;
+    double temp, top_p, min_p, repeat_penalty, freq_pen, pres_pen;
+    tela_sampler_params sp = tela_sampler_default_params();
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define IS(s) (!strcmp(a, s))
+        if (IS("-h") || IS("--help")) {
+            usage(stdout);
+            return 0;
+        } else if (IS("--no-bos")) {
+            no_bos = 1;
+            continue;
+        } else if (IS("--print-ids")) {
+            print_ids = 1;
+            continue;
+        } else if (IS("--ignore-eos")) {
+            ignore_eos = 1;
+            continue;
+        }
+        /* everything below takes a value */
+        if (!val) {
+            fprintf(stderr, "tela run: %s needs a value (see tela run --help)\n", a);
+            return 2;
+        }
+        i++;
+        if (IS("-m") || IS("--model")) model_path = val;
+        else if (IS("-p") || IS("--prompt")) prompt = val;
+        else if (IS("--tokens")) tokens_arg = val;
+        else if (IS("--stop")) {
+            if (n_stops == RUN_MAX_STOPS || !val[0]) {
+                fprintf(stderr, "tela run: --stop: at most %d non-empty stop strings\n", RUN_MAX_STOPS);
+                return 2;
+            }
+            stops[n_stops++] = val;
+        } else if (IS("-n") || IS("--n-predict")) {
+            if (cli_parse_int(a, val, -1, INT32_MAX, &n_predict)) return 2;
+        } else if (IS("-t") || IS("--threads")) {
+            if (cli_parse_int(a, val, 1, 1024, &n_threads)) return 2;
+        } else if (IS("-c") || IS("--ctx-size")) {
+            if (cli_parse_int(a, val, 0, INT32_MAX, &n_ctx)) return 2;
+        } else if (IS("--top-k")) {
+            if (cli_parse_int(a, val, 0, INT32_MAX, &top_k)) return 2;
+            sp.top_k = (int32_t)top_k;
+        } else if (IS("--repeat-last-n")) {
+            if (cli_parse_int(a, val, -1, INT32_MAX, &repeat_last_n)) return 2;
+            sp.repeat_last_n = (int32_t)repeat_last_n;
+        } else if (IS("--seed")) {
+            if (cli_parse_int(a, val, 0, INT64_MAX, &seed)) return 2;
+            have_seed = 1;
+        } else if (IS("--temp")) {
+            if (cli_parse_float(a, val, &temp)) return 2;
+            sp.temperature = (float)temp;
+        } else if (IS("--top-p")) {
+            if (cli_parse_float(a, val, &top_p)) return 2;
+            sp.top_p = (float)top_p;
+        } else if (IS("--min-p")) {
+            if (cli_parse_float(a, val, &min_p)) return 2;
+            sp.min_p = (float)min_p;
+        } else if (IS("--repeat-penalty")) {
+            if (cli_parse_float(a, val, &repeat_penalty)) return 2;
+            if (!(repeat_penalty > 0.0)) {
+                fprintf(stderr, "tela run: --repeat-penalty must be positive\n");
+                return 2;
+            }
+            sp.repeat_penalty = (float)repeat_penalty;
+        } else if (IS("--frequency-penalty")) {
+            if (cli_parse_float(a, val, &freq_pen)) return 2;
+            sp.frequency_penalty = (float)freq_pen;
+        } else if (IS("--presence-penalty")) {
+            if (cli_parse_float(a, val, &pres_pen)) return 2;
+            sp.presence_penalty = (float)pres_pen;
+        } else {
+            fprintf(stderr, "tela run: unknown option '%s' (see tela run --help)\n", a);
+            return 2;
+        }
+#undef IS
+    }
+    if (!model_path) {
+        fprintf(stderr, "tela run: -m MODEL is required (see tela run --help)\n");
+        return 2;
+    }
+    if (!prompt == !tokens_arg) {
+        fprintf(stderr, "tela run: give the prompt as either -p TEXT or --tokens LIST\n");
+        return 2;
+    }
+    int32_t *prompt_ids = NULL;
+    size_t n_prompt = 0;
+    if (tokens_arg && cli_parse_token_list(tokens_arg, &prompt_ids, &n_prompt)) return 2;
+
+    int rc = 1;
+    tela_model *model = NULL;
+    tela_session *session = NULL;
+    int32_t *out_ids = NULL;
+    tela_model_params mp = tela_model_default_params();
+    mp.n_threads = (int)n_threads;
+    mp.verbose = 1;
+    if (tela_model_load(model_path, &mp, &model) != TELA_OK) {
+        fprintf(stderr, "tela run: %s\n", tela_last_error());
+        goto done;
+    }
+    const tela_model_info *info = tela_model_get_info(model);
+    if (prompt) {
+        if (!info->has_tokenizer) {
+            fprintf(stderr, "tela run: this model has no tokenizer, so -p cannot be used; give token ids with --tokens\n");
+            goto done;
+        }
+        size_t len = strlen(prompt), cap = len + 16;
+        prompt_ids = malloc(cap * sizeof *prompt_ids);
+        if (!prompt_ids) {
+            fprintf(stderr, "tela run: out of memory\n");
+            goto done;
+        }
+        if (tela_tokenize(model, prompt, len, !no_bos, 1, prompt_ids, cap, &n_prompt) != TELA_OK) {
+            fprintf(stderr, "tela run: tokenizing the prompt: %s\n", tela_last_error());
+            goto done;
+        }
+        if (n_prompt == 0) {
+            fprintf(stderr, "tela run: the prompt is empty\n");
+            goto done;
+        }
+    }
+    if (n_prompt > (size_t)INT32_MAX) {
+        fprintf(stderr, "tela run: the prompt is too long\n");
+        goto done;
+    }
+    tela_session_params ssp = tela_session_default_params();
+    ssp.n_ctx = (int32_t)n_ctx;
+    if (tela_session_create(model, &ssp, &session) != TELA_OK) {
+        fprintf(stderr, "tela run: %s\n", tela_last_error());
+        goto done;
+    }
+    int32_t ctx = tela_session_n_ctx(session);
+    if ((long long)n_prompt > ctx) {
+        fprintf(stderr, "tela run: the prompt has %zu tokens but the context holds %d (use -c to enlarge it)\n",
+                n_prompt, ctx);
+        goto done;
+    }
+    if (!have_seed) seed = (long long)random_seed();
+    sp.seed = (uint64_t)seed;
+    if (sp.temperature > 0.0f) fprintf(stderr, "tela run: seed %lld\n", seed);
+
+    tela_generate_params gp = tela_generate_default_params();
+    gp.max_tokens = n_predict < 0 ? 0 : (int32_t)n_predict;
+    gp.sampler = sp;
+    gp.stop_strings = n_stops ? stops : NULL;
+    gp.ignore_eos = ignore_eos;
+    if (!print_ids) gp.on_token = print_piece;
+    size_t cap = (size_t)ctx + 1;
+    out_ids = malloc(cap * sizeof *out_ids);
+    if (!out_ids) {
+        fprintf(stderr, "tela run: out of memory\n");
+        goto done;
+    }
+    tela_generate_result res;
+    if (gp.max_tokens == 0 && n_predict != -1) {
+        /* -n 0: evaluate the prompt only */
+        double t0 = now_seconds();
+        if (tela_session_eval(session, prompt_ids, (int32_t)n_prompt, NULL, 0) != TELA_OK) {
+            fprintf(stderr, "tela run: %s\n", tela_last_error());
+            goto done;
+        }
+        memset(&res, 0, sizeof res);
+        res.n_prompt = (int32_t)n_prompt;
+        res.prompt_seconds = now_seconds() - t0;
+    } else if (tela_generate(session, prompt_ids, (int32_t)n_prompt, &gp, out_ids, cap, &res) != TELA_OK) {
+        fflush(stdout);
+        fprintf(stderr, "\ntela run: %s\n", tela_last_error());
+        goto done;
+    }
+    if (print_ids) {
+        printf("[");
+        for (int32_t i = 0; i < res.n_generated && (size_t)i < cap; i++) printf("%s%d", i ? ", " : "", out_ids[i]);
+        printf("]\n");
+    } else {
+        printf("\n");
+    }
+    fflush(stdout);
+    fprintf(stderr, "prompt: %d tokens in %.2f s (%.1f tok/s) | generation: %d tokens in %.2f s (%.1f tok/s) | stop: %s\n",
+            res.n_prompt, res.prompt_seconds, res.prompt_seconds > 0 ? res.n_prompt / res.prompt_seconds : 0.0,
+            res.n_generated, res.generate_seconds,
+            res.generate_seconds > 0 ? res.n_generated / res.generate_seconds : 0.0, stop_name(res.stop_reason));
+    rc = 0;
+done:
+    free(prompt_ids);
+    free(out_ids);
+    tela_session_free(session);
+    tela_model_free(model);
+    return rc;
 }

@@ -64,4 +64,12 @@ tela_status tela_dequantize_row(tela_type type, const void *src, float *dst, int
  * imatrix-free. */
 tela_status tela_quantize_row(tela_type type, const float *src, void *dst, int64_t n);
 
+/* Added by the quant layer for the backends' kernels: */
+
+/* The 16 levels of the IQ4_NL / IQ4_XS non-linear grid. */
+extern const int8_t tela_iq4nl_values[16];
+
+/* Scale and min j (0..7) of a Q4_K/Q5_K block from its 12 packed bytes. */
+void tela_k4_unpack_scale_min(const uint8_t packed[12], int j, uint8_t *scale, uint8_t *min);
+
 #endif

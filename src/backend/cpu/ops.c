@@ -1,0 +1,229 @@
+/* ops.c: scalar reference implementations of the CPU backend's operations
+ * (matrix products over stored weight types, RMSNorm, RoPE, softmax, SwiGLU,
+ * causal grouped-query attention). Plain C, written for clarity; faster
+ * kernels can replace the bodies later behind the same signatures. */
+#include "backend/cpu/ops.h"
+#include "quant/quant.h"
+#include "util/error.h"
+#include "util/fp16.h"
+
+#include <math.h>
+#include <string.h>
+
+bool tela_op_type_supported(tela_type type) {
+    if (type == TELA_TYPE_F32 || type == TELA_TYPE_F16 || type == TELA_TYPE_BF16) return true;
+    const tela_type_traits *tr = tela_type_get_traits(type);
+    return tr && tr->can_dequantize;
+}
+
+/* Row bytes for the plain float types without the quant layer (which also
+ * handles them; this keeps those paths independent of it). */
+static size_t row_bytes(tela_type type, int64_t n) {
+    switch (type) {
+    case TELA_TYPE_F32: return (size_t)n * 4;
+    case TELA_TYPE_F16:
+    case TELA_TYPE_BF16: return (size_t)n * 2;
+    default: return tela_type_row_bytes(type, n);
+    }
+}
+
+tela_status tela_mat_from_tensor(const tela_tensor *t, tela_mat *out) {
+    memset(out, 0, sizeof *out);
+    if (!tela_op_type_supported(t->type)) {
+        const tela_type_traits *tr = tela_type_get_traits(t->type);
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "tensor '%s': type %s (%d) cannot be computed on", t->name,
+                           tr ? tr->name : "unknown", (int)t->type);
+    }
+    if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] <= 0 || t->ne[1] <= 0)
+        return tela_errorf(TELA_ERR_FORMAT, "tensor '%s': expected a 2-D matrix, found shape [%lld, %lld, %lld, %lld]",
+                           t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                           (long long)t->ne[3]);
+    size_t rb = row_bytes(t->type, t->ne[0]);
+    if (rb == 0)
+        return tela_errorf(TELA_ERR_FORMAT, "tensor '%s': a row of %lld elements is not a whole number of blocks",
+                           t->name, (long long)t->ne[0]);
+    if ((uint64_t)t->ne[1] > SIZE_MAX / rb || rb * (size_t)t->ne[1] != t->nbytes || !t->data)
+        return tela_errorf(TELA_ERR_FORMAT, "tensor '%s': %zu bytes of data for %lld rows of %zu bytes", t->name,
+                           t->nbytes, (long long)t->ne[1], rb);
+    out->type = t->type;
+    out->data = t->data;
+    out->n_rows = t->ne[1];
+    out->n_cols = t->ne[0];
+    out->row_bytes = rb;
+    return TELA_OK;
+}
+
+size_t tela_op_matmul_scratch(int64_t n_cols) { return (size_t)n_cols; }
+
+/* Row r of W as f32: a pointer into the weight for F32, else converted into
+ * buf (n_cols floats). */
+static const float *mat_row_f32(const tela_mat *w, int64_t r, float *buf) {
+    const unsigned char *src = (const unsigned char *)w->data + (size_t)r * w->row_bytes;
+    int64_t n = w->n_cols;
+    switch (w->type) {
+    case TELA_TYPE_F32: return (const float *)src;
+    case TELA_TYPE_F16: {
+        const uint16_t *h = (const uint16_t *)src;
+        for (int64_t i = 0; i < n; i++) buf[i] = tela_f16_to_f32(h[i]);
+        return buf;
+    }
+    case TELA_TYPE_BF16: {
+        const uint16_t *h = (const uint16_t *)src;
+        for (int64_t i = 0; i < n; i++) buf[i] = tela_bf16_to_f32(h[i]);
+        return buf;
+    }
+    default:
+        /* The type was checked when the view was made, so this cannot fail. */
+        (void)tela_dequantize_row(w->type, src, buf, n);
+        return buf;
+    }
+}
+
+float tela_dot_f32(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+typedef struct {
+    const tela_mat *w;
+    const float *x;
+    int64_t x_stride;
+    float *y;
+    int64_t y_stride;
+    int n_tok;
+    tela_threadpool *pool;
+} matmul_job;
+
+static void matmul_task(void *arg, int ith, int nth) {
+    const matmul_job *job = arg;
+    long long r0, r1;
+    tela_split_range(job->w->n_rows, ith, nth, &r0, &r1);
+    float *buf = tela_threadpool_scratch(job->pool, ith);
+    for (long long r = r0; r < r1; r++) {
+        const float *row = mat_row_f32(job->w, r, buf);
+        for (int t = 0; t < job->n_tok; t++)
+            job->y[t * job->y_stride + r] = tela_dot_f32(row, job->x + t * job->x_stride, job->w->n_cols);
+    }
+}
+
+void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, int64_t x_stride, float *y,
+                    int64_t y_stride, int n_tok) {
+    matmul_job job = {w, x, x_stride, y, y_stride, n_tok, pool};
+    tela_threadpool_run(pool, matmul_task, &job);
+}
+
+void tela_op_get_rows(const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
+    for (int t = 0; t < n; t++) {
+        float *dst = out + t * out_stride;
+        const float *row = mat_row_f32(w, ids[t], dst);
+        if (row != dst) memcpy(dst, row, (size_t)w->n_cols * sizeof(float));
+    }
+}
+
+void tela_op_rmsnorm(float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w, int64_t n,
+                     int n_tok, float eps) {
+    for (int t = 0; t < n_tok; t++) {
+        const float *xr = x + t * x_stride;
+        float *o = out + t * out_stride;
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        for (int64_t i = 0; i < n; i++) o[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+    }
+}
+
+void tela_rope_table(float *cs, const int32_t *pos, int n_tok, const double *inv_freq, int n_rot) {
+    int half = n_rot / 2;
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < half; i++) {
+            double theta = (double)pos[t] * inv_freq[i];
+            cs[((size_t)t * half + i) * 2] = (float)cos(theta);
+            cs[((size_t)t * half + i) * 2 + 1] = (float)sin(theta);
+        }
+    }
+}
+
+void tela_op_rope(float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot, const float *cs,
+                  tela_rope_mode mode) {
+    int half = n_rot / 2;
+    for (int t = 0; t < n_tok; t++) {
+        const float *c = cs + (size_t)t * half * 2;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + t * x_stride + (int64_t)h * head_dim;
+            for (int i = 0; i < half; i++) {
+                int i0 = mode == TELA_ROPE_ADJACENT ? 2 * i : i;
+                int i1 = mode == TELA_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+                float co = c[2 * i], si = c[2 * i + 1];
+                float x0 = v[i0], x1 = v[i1];
+                v[i0] = x0 * co - x1 * si;
+                v[i1] = x0 * si + x1 * co;
+            }
+        }
+    }
+}
+
+void tela_op_softmax(float *x, int64_t n) {
+    if (n <= 0) return;
+    float mx = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void tela_op_swiglu(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void tela_op_add(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+typedef struct {
+    const tela_attn_args *a;
+    tela_threadpool *pool;
+} attn_job;
+
+static void attention_task(void *arg, int ith, int nth) {
+    const attn_job *job = arg;
+    const tela_attn_args *a = job->a;
+    long long n_items = (long long)a->n_tok * a->n_head;
+    long long i0, i1;
+    tela_split_range(n_items, ith, nth, &i0, &i1);
+    float *scores = tela_threadpool_scratch(job->pool, ith);
+    int group = a->n_head / a->n_kv_head;
+    for (long long item = i0; item < i1; item++) {
+        int t = (int)(item / a->n_head);
+        int h = (int)(item % a->n_head);
+        int kvh = h / group;
+        const float *q = a->q + t * a->q_stride + (int64_t)h * a->k_dim;
+        int64_t n_keys = (int64_t)a->pos0 + t + 1;
+        for (int64_t p = 0; p < n_keys; p++)
+            scores[p] = tela_dot_f32(q, a->k + p * a->k_stride + (int64_t)kvh * a->k_dim, a->k_dim) * a->scale;
+        tela_op_softmax(scores, n_keys);
+        float *o = a->out + t * a->out_stride + (int64_t)h * a->v_dim;
+        memset(o, 0, (size_t)a->v_dim * sizeof(float));
+        for (int64_t p = 0; p < n_keys; p++) {
+            const float *v = a->v + p * a->v_stride + (int64_t)kvh * a->v_dim;
+            float s = scores[p];
+            for (int d = 0; d < a->v_dim; d++) o[d] += s * v[d];
+        }
+    }
+}
+
+void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args) {
+    attn_job job = {args, pool};
+    tela_threadpool_run(pool, attention_task, &job);
+}

@@ -1,0 +1,111 @@
+/* ops.h: the CPU backend's operations, the building blocks of a model's
+ * forward pass. Activations are f32, rows of a batch of tokens laid out with
+ * a stride (in floats) between consecutive tokens. Weights stay in their
+ * stored type (any type tela_dequantize_row handles) and are described by a
+ * tela_mat view.
+ *
+ * Determinism: each output element is computed by one thread with a fixed
+ * order of arithmetic that does not depend on the number of threads, so the
+ * results are bit-identical for any thread count. */
+#ifndef TELA_BACKEND_CPU_OPS_H
+#define TELA_BACKEND_CPU_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "backend/cpu/threadpool.h"
+#include "format/tensor.h"
+
+/* A weight matrix as stored: n_rows rows of n_cols elements of `type`, row r
+ * at data + r * row_bytes. y = W x computes one output per row. */
+typedef struct tela_mat {
+    tela_type type;
+    const void *data;
+    int64_t n_rows;
+    int64_t n_cols;
+    size_t row_bytes;
+} tela_mat;
+
+/* Views a stored 2-D tensor (ne[0] = columns, ne[1] = rows) as a matrix.
+ * Fails (naming the tensor) if the type cannot be computed on or the byte
+ * size does not match the shape. */
+tela_status tela_mat_from_tensor(const tela_tensor *t, tela_mat *out);
+
+/* Whether matmul/get_rows can use a weight of this type. */
+bool tela_op_type_supported(tela_type type);
+
+/* Per-thread scratch (in floats) that tela_op_matmul needs for a matrix with
+ * n_cols columns; reserve it on the pool first. */
+size_t tela_op_matmul_scratch(int64_t n_cols);
+
+/* y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tok, o < W.n_rows.
+ * x rows are x_stride floats apart, y rows y_stride floats apart. Parallel
+ * over output rows; each row is dequantized once and applied to all tokens. */
+void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, int64_t x_stride, float *y,
+                    int64_t y_stride, int n_tok);
+
+/* out[t] = row ids[t] of W (dequantized), e.g. the token embedding lookup.
+ * The ids must be in [0, W.n_rows). */
+void tela_op_get_rows(const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
+
+/* f32 dot product with a fixed summation order (8 interleaved partial sums). */
+float tela_dot_f32(const float *a, const float *b, int64_t n);
+
+/* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, for n_tok rows of n floats.
+ * w may be NULL (no scale). out may equal x. */
+void tela_op_rmsnorm(float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w, int64_t n,
+                     int n_tok, float eps);
+
+/* RoPE angle table for n_tok positions pos[t]: cs[t][i] = (cos, sin) of
+ * pos[t] * inv_freq[i] for i < n_rot/2, computed in double. */
+void tela_rope_table(float *cs, const int32_t *pos, int n_tok, const double *inv_freq, int n_rot);
+
+typedef enum tela_rope_mode {
+    TELA_ROPE_ADJACENT = 0,  /* rotates pairs (x[2i], x[2i+1]): ggml's normal mode, GGUF llama */
+    TELA_ROPE_HALVES = 1     /* rotates pairs (x[i], x[i + n_rot/2]): HF rotate_half, ggml's neox */
+} tela_rope_mode;
+
+/* Rotates the first n_rot dims of each of n_heads heads (head_dim floats
+ * each, contiguous) of each token row, using the table from tela_rope_table. */
+void tela_op_rope(float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot, const float *cs,
+                  tela_rope_mode mode);
+
+/* In-place softmax of n floats. */
+void tela_op_softmax(float *x, int64_t n);
+
+/* gate[i] = silu(gate[i]) * up[i] (SwiGLU), for n floats. */
+void tela_op_swiglu(float *gate, const float *up, int64_t n);
+
+/* y[i] += x[i] for n floats. */
+void tela_op_add(float *y, const float *x, int64_t n);
+
+/* Causal multi-head attention with grouped KV heads over a cache.
+ * q: n_tok rows (q_stride apart) of n_head * k_dim floats, token t at
+ *   position pos0 + t.
+ * k, v: cache rows for positions 0..pos0+n_tok-1, k_stride / v_stride
+ *   floats apart; row p holds n_kv_head * k_dim keys / n_kv_head * v_dim
+ *   values.
+ * out: n_tok rows (out_stride apart) of n_head * v_dim floats.
+ * Query head h reads KV head h / (n_head / n_kv_head). Scores are scaled by
+ * `scale`. Needs pos0 + n_tok floats of per-thread scratch. */
+typedef struct tela_attn_args {
+    const float *q;
+    int64_t q_stride;
+    const float *k;
+    int64_t k_stride;
+    const float *v;
+    int64_t v_stride;
+    float *out;
+    int64_t out_stride;
+    int n_tok;
+    int32_t pos0;
+    int n_head;
+    int n_kv_head;
+    int k_dim;
+    int v_dim;
+    float scale;
+} tela_attn_args;
+
+void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args);
+
+#endif

@@ -1,0 +1,648 @@
+/* llama.c: the Llama architecture (Llama 2/3.x and look-alikes): loading
+ * from GGUF ("llama") or a Hugging Face LlamaForCausalLM checkpoint, the
+ * session state (an f32 KV cache), and the forward pass.
+ *
+ * The computation, per token x (n_embd floats), for each layer:
+ *     h = rmsnorm(x) * attn_norm
+ *     q, k, v = Wq h, Wk h, Wv h          (n_head / n_kv_head heads of head_dim)
+ *     q, k = rope(q, pos), rope(k, pos)
+ *     a = softmax(q k^T / sqrt(head_dim), causal) v   (query head j reads KV
+ *                                          head j / (n_head / n_kv_head))
+ *     x = x + Wo a
+ *     h = rmsnorm(x) * ffn_norm
+ *     x = x + Wdown (silu(Wgate h) * Wup h)
+ * then logits = Woutput (rmsnorm(x) * output_norm), Woutput = the token
+ * embedding when tied.
+ *
+ * RoPE and the two sources: Hugging Face rotates the pairs (x[i], x[i+d/2])
+ * of each head ("rotate_half"). llama.cpp's converter permutes the rows of Wq
+ * and Wk so that the same rotation acts on adjacent pairs (x[2i], x[2i+1]).
+ * The attention scores q.k are unchanged by a permutation applied to both q
+ * and k, so we keep the weights as stored and rotate adjacent pairs for GGUF
+ * and halves for HF checkpoints.
+ *
+ * The rotation angle of pair i at position p is p * base^(-2i/n_rot) /
+ * factor[i]; the factors come from the GGUF tensor rope_freqs.weight, or
+ * from config.json's Llama-3 rope scaling (computed as transformers does),
+ * or are all 1. */
+#include "model/model.h"
+#include "util/error.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tokens processed per step of a long prefill: bounds the activation
+ * buffers of a session. */
+#define LLAMA_MAX_BATCH 256
+
+typedef struct llama_layer {
+    float *attn_norm, *ffn_norm;
+    tela_mat wq, wk, wv, wo;
+    tela_mat w_gate, w_up, w_down;
+} llama_layer;
+
+typedef struct llama_model {
+    int n_vocab, n_embd, n_layer, n_ff;
+    int n_head, n_kv_head, head_dim, v_dim, n_rot;
+    float eps;
+    double *inv_freq;        /* [n_rot/2] */
+    tela_rope_mode rope_mode;
+    tela_mat tok_embd, output;
+    float *output_norm;
+    llama_layer *layers;
+} llama_model;
+
+typedef struct llama_state {
+    int32_t n_ctx;
+    int n_batch;
+    size_t kv_floats;        /* floats of K (or V) per layer: n_ctx * n_kv_head * dim */
+    float *k_cache, *v_cache;  /* [n_layer][n_ctx][n_kv_head * head_dim / v_dim] */
+    /* activations of one step of up to n_batch tokens */
+    float *x, *xb, *q, *att, *gate, *up, *cs;
+    int32_t *pos;
+} llama_state;
+
+static const char *const llama_hf_types[] = {"llama", NULL};
+
+/* --------------------------------------------------------------- load */
+
+static tela_status check_hparams(const tela_model *m, const llama_model *L) {
+    const int big = 1 << 20;
+    if (L->n_embd <= 0 || L->n_embd > big || L->n_layer <= 0 || L->n_layer > 4096 || L->n_ff <= 0 ||
+        L->n_ff > big || L->n_head <= 0 || L->n_head > 4096 || L->n_kv_head <= 0 || L->head_dim <= 0 ||
+        L->head_dim > 65536 || L->v_dim <= 0 || L->v_dim > 65536 || L->n_vocab <= 0 || L->n_vocab > (1 << 28))
+        return tela_errorf(TELA_ERR_FORMAT,
+                           "%s: implausible hyperparameters (n_embd %d, n_layer %d, n_ff %d, n_head %d, n_kv_head %d, "
+                           "head_dim %d, v_dim %d, n_vocab %d)",
+                           m->path, L->n_embd, L->n_layer, L->n_ff, L->n_head, L->n_kv_head, L->head_dim, L->v_dim,
+                           L->n_vocab);
+    if (L->n_head % L->n_kv_head != 0)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %d attention heads is not a multiple of %d KV heads", m->path,
+                           L->n_head, L->n_kv_head);
+    if (L->n_rot <= 0 || L->n_rot > L->head_dim || L->n_rot % 2)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: rotary dimension %d must be even and at most head_dim %d", m->path,
+                           L->n_rot, L->head_dim);
+    if (!(L->eps > 0.0f) || !(L->eps < 1.0f))
+        return tela_errorf(TELA_ERR_FORMAT, "%s: RMSNorm epsilon %g is out of range", m->path, (double)L->eps);
+    return TELA_OK;
+}
+
+/* Layer tensor names of the two sources. */
+typedef struct llama_names {
+    const char *tok_embd, *output_norm, *output;
+    const char *attn_norm, *ffn_norm, *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down; /* printf patterns (%d) */
+} llama_names;
+
+static const llama_names gguf_names = {
+    "token_embd.weight", "output_norm.weight", "output.weight",
+    "blk.%d.attn_norm.weight", "blk.%d.ffn_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_k.weight",
+    "blk.%d.attn_v.weight", "blk.%d.attn_output.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight",
+    "blk.%d.ffn_down.weight",
+};
+
+static const llama_names hf_names = {
+    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+    "model.layers.%d.input_layernorm.weight", "model.layers.%d.post_attention_layernorm.weight",
+    "model.layers.%d.self_attn.q_proj.weight", "model.layers.%d.self_attn.k_proj.weight",
+    "model.layers.%d.self_attn.v_proj.weight", "model.layers.%d.self_attn.o_proj.weight",
+    "model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight",
+    "model.layers.%d.mlp.down_proj.weight",
+};
+
+static tela_status load_layer_mat(const tela_model *m, const char *pattern, int l, int64_t rows, int64_t cols,
+                                  tela_mat *out) {
+    char name[128];
+    snprintf(name, sizeof name, pattern, l);
+    return tela_model_get_mat(m, name, rows, cols, false, out);
+}
+
+static tela_status load_layer_vec(tela_model *m, const char *pattern, int l, int64_t n, float **out) {
+    char name[128];
+    snprintf(name, sizeof name, pattern, l);
+    return tela_model_get_vec(m, name, n, false, out);
+}
+
+static tela_status load_weights(tela_model *m, llama_model *L, const llama_names *nm, bool tied) {
+    TELA_TRY(tela_model_get_mat(m, nm->tok_embd, L->n_vocab, L->n_embd, false, &L->tok_embd));
+    TELA_TRY(tela_model_get_vec(m, nm->output_norm, L->n_embd, false, &L->output_norm));
+    if (tied) {
+        L->output = L->tok_embd;
+    } else {
+        TELA_TRY(tela_model_get_mat(m, nm->output, L->n_vocab, L->n_embd, false, &L->output));
+    }
+    L->layers = tela_model_alloc(m, (size_t)L->n_layer * sizeof *L->layers);
+    if (!L->layers) return TELA_ERR_NOMEM;
+    int64_t q_dim = (int64_t)L->n_head * L->head_dim, k_dim = (int64_t)L->n_kv_head * L->head_dim;
+    int64_t v_dim = (int64_t)L->n_kv_head * L->v_dim, o_in = (int64_t)L->n_head * L->v_dim;
+    for (int l = 0; l < L->n_layer; l++) {
+        llama_layer *ly = &L->layers[l];
+        TELA_TRY(load_layer_vec(m, nm->attn_norm, l, L->n_embd, &ly->attn_norm));
+        TELA_TRY(load_layer_vec(m, nm->ffn_norm, l, L->n_embd, &ly->ffn_norm));
+        TELA_TRY(load_layer_mat(m, nm->wq, l, q_dim, L->n_embd, &ly->wq));
+        TELA_TRY(load_layer_mat(m, nm->wk, l, k_dim, L->n_embd, &ly->wk));
+        TELA_TRY(load_layer_mat(m, nm->wv, l, v_dim, L->n_embd, &ly->wv));
+        TELA_TRY(load_layer_mat(m, nm->wo, l, L->n_embd, o_in, &ly->wo));
+        TELA_TRY(load_layer_mat(m, nm->w_gate, l, L->n_ff, L->n_embd, &ly->w_gate));
+        TELA_TRY(load_layer_mat(m, nm->w_up, l, L->n_ff, L->n_embd, &ly->w_up));
+        TELA_TRY(load_layer_mat(m, nm->w_down, l, L->n_embd, L->n_ff, &ly->w_down));
+    }
+    return TELA_OK;
+}
+
+static tela_status u32_to_int(const tela_model *m, const char *key, uint32_t v, int *out) {
+    if (v > (uint32_t)INT32_MAX) return tela_errorf(TELA_ERR_FORMAT, "%s: %s.%s = %u is too large", m->path,
+                                                    m->arch_name, key, v);
+    *out = (int)v;
+    return TELA_OK;
+}
+
+static tela_status load_gguf(tela_model *m, llama_model *L) {
+    uint32_t n_embd = 0, n_layer = 0, n_ff = 0, n_head = 0, n_kv_head = 0, head_dim = 0, v_dim = 0;
+    uint32_t n_rot = 0, n_ctx_train = 0, n_vocab = 0;
+    float base = 10000.0f, eps = 1e-5f;
+    TELA_TRY(tela_model_gguf_u32(m, "embedding_length", false, &n_embd));
+    TELA_TRY(tela_model_gguf_u32(m, "block_count", false, &n_layer));
+    TELA_TRY(tela_model_gguf_u32(m, "feed_forward_length", false, &n_ff));
+    TELA_TRY(tela_model_gguf_u32(m, "attention.head_count", false, &n_head));
+    n_kv_head = n_head;
+    TELA_TRY(tela_model_gguf_u32(m, "attention.head_count_kv", true, &n_kv_head));
+    head_dim = n_head ? n_embd / n_head : 0;
+    TELA_TRY(tela_model_gguf_u32(m, "attention.key_length", true, &head_dim));
+    v_dim = head_dim;
+    TELA_TRY(tela_model_gguf_u32(m, "attention.value_length", true, &v_dim));
+    n_rot = head_dim;
+    TELA_TRY(tela_model_gguf_u32(m, "rope.dimension_count", true, &n_rot));
+    TELA_TRY(tela_model_gguf_u32(m, "context_length", true, &n_ctx_train));
+    TELA_TRY(tela_model_gguf_f32(m, "rope.freq_base", true, &base));
+    TELA_TRY(tela_model_gguf_f32(m, "attention.layer_norm_rms_epsilon", true, &eps));
+    const tela_tensor *te = tela_model_find_tensor(m, gguf_names.tok_embd);
+    if (!te) return tela_errorf(TELA_ERR_NOT_FOUND, "%s: tensor '%s' is missing", m->path, gguf_names.tok_embd);
+    n_vocab = te->ne[1] > 0 && te->ne[1] <= INT32_MAX ? (uint32_t)te->ne[1] : 0;
+    TELA_TRY(tela_model_gguf_u32(m, "vocab_size", true, &n_vocab));
+
+    TELA_TRY(u32_to_int(m, "embedding_length", n_embd, &L->n_embd));
+    TELA_TRY(u32_to_int(m, "block_count", n_layer, &L->n_layer));
+    TELA_TRY(u32_to_int(m, "feed_forward_length", n_ff, &L->n_ff));
+    TELA_TRY(u32_to_int(m, "attention.head_count", n_head, &L->n_head));
+    TELA_TRY(u32_to_int(m, "attention.head_count_kv", n_kv_head, &L->n_kv_head));
+    TELA_TRY(u32_to_int(m, "attention.key_length", head_dim, &L->head_dim));
+    TELA_TRY(u32_to_int(m, "attention.value_length", v_dim, &L->v_dim));
+    TELA_TRY(u32_to_int(m, "rope.dimension_count", n_rot, &L->n_rot));
+    TELA_TRY(u32_to_int(m, "vocab_size", n_vocab, &L->n_vocab));
+    L->eps = eps;
+    m->info.n_ctx_train = n_ctx_train <= INT32_MAX ? (int32_t)n_ctx_train : INT32_MAX;
+    TELA_TRY(check_hparams(m, L));
+    if (!(base > 0.0f) || !isfinite(base))
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %s.rope.freq_base = %g is not a positive number", m->path,
+                           m->arch_name, (double)base);
+
+    /* Rope scaling: per-frequency factors (Llama 3), or a linear factor. */
+    float *factors = NULL;
+    TELA_TRY(tela_model_get_vec(m, "rope_freqs.weight", L->n_rot / 2, true, &factors));
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
+    if (tela_gguf_find(m->gguf, key)) {
+        tela_gguf_str type;
+        TELA_TRY(tela_gguf_get_str(m->gguf, key, &type));
+        bool is_none = type.len == 4 && !memcmp(type.ptr, "none", 4);
+        bool is_linear = type.len == 6 && !memcmp(type.ptr, "linear", 6);
+        if (!is_none && !is_linear)
+            return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' is not supported", m->path,
+                               (int)(type.len > 64 ? 64 : type.len), type.ptr);
+        float factor = 1.0f;
+        TELA_TRY(tela_model_gguf_f32(m, "rope.scaling.factor", true, &factor));
+        if (is_linear && factor != 1.0f) {
+            if (!(factor > 0.0f)) return tela_errorf(TELA_ERR_FORMAT, "%s: rope scaling factor %g", m->path,
+                                                     (double)factor);
+            if (!factors) {
+                factors = tela_model_alloc(m, (size_t)(L->n_rot / 2) * sizeof(float));
+                if (!factors) return TELA_ERR_NOMEM;
+                for (int i = 0; i < L->n_rot / 2; i++) factors[i] = 1.0f;
+            }
+            for (int i = 0; i < L->n_rot / 2; i++) factors[i] *= factor;
+        }
+    }
+    if (factors)
+        for (int i = 0; i < L->n_rot / 2; i++)
+            if (!(factors[i] > 0.0f) || !isfinite(factors[i]))
+                return tela_errorf(TELA_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g is not a positive number",
+                                   m->path, i, (double)factors[i]);
+    L->inv_freq = tela_model_alloc(m, (size_t)(L->n_rot / 2) * sizeof(double));
+    if (!L->inv_freq) return TELA_ERR_NOMEM;
+    tela_rope_inv_freq(L->inv_freq, L->n_rot, base, factors);
+    L->rope_mode = TELA_ROPE_ADJACENT;
+
+    bool tied = tela_model_find_tensor(m, gguf_names.output) == NULL;
+    return load_weights(m, L, &gguf_names, tied);
+}
+
+static tela_status hf_int(const tela_model *m, const char *key, bool optional, int *out) {
+    int64_t v = *out;
+    TELA_TRY(tela_model_json_int(m, m->hf_config, key, optional, &v));
+    if (v < INT32_MIN || v > INT32_MAX)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: config.json '%s' = %lld is out of range", m->path, key,
+                           (long long)v);
+    *out = (int)v;
+    return TELA_OK;
+}
+
+static tela_status load_hf(tela_model *m, llama_model *L) {
+    const void *cfg = m->hf_config;
+    bool flag = false;
+    TELA_TRY(tela_model_json_bool(m, cfg, "attention_bias", true, &flag));
+    if (flag) return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: attention_bias = true is not supported", m->path);
+    TELA_TRY(tela_model_json_bool(m, cfg, "mlp_bias", true, &flag));
+    if (flag) return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: mlp_bias = true is not supported", m->path);
+
+    TELA_TRY(hf_int(m, "hidden_size", false, &L->n_embd));
+    TELA_TRY(hf_int(m, "num_hidden_layers", false, &L->n_layer));
+    TELA_TRY(hf_int(m, "intermediate_size", false, &L->n_ff));
+    TELA_TRY(hf_int(m, "num_attention_heads", false, &L->n_head));
+    TELA_TRY(hf_int(m, "vocab_size", false, &L->n_vocab));
+    L->n_kv_head = L->n_head;
+    TELA_TRY(hf_int(m, "num_key_value_heads", true, &L->n_kv_head));
+    L->head_dim = L->n_head > 0 ? L->n_embd / L->n_head : 0;
+    TELA_TRY(hf_int(m, "head_dim", true, &L->head_dim));
+    L->v_dim = L->head_dim;
+    L->n_rot = L->head_dim;
+    int n_ctx_train = 2048;
+    TELA_TRY(hf_int(m, "max_position_embeddings", true, &n_ctx_train));
+    m->info.n_ctx_train = n_ctx_train;
+    double eps = 1e-6;
+    TELA_TRY(tela_model_json_float(m, cfg, "rms_norm_eps", true, &eps));
+    L->eps = (float)eps;
+    TELA_TRY(check_hparams(m, L));
+
+    /* Rope: transformers 4 keeps rope_theta at the top and the scaling in
+     * rope_scaling; transformers 5 puts both in rope_parameters. */
+    double base = 10000.0;
+    TELA_TRY(tela_model_json_float(m, cfg, "rope_theta", true, &base));
+    const void *rope = tela_model_json_object(cfg, "rope_parameters");
+    if (!rope) rope = tela_model_json_object(cfg, "rope_scaling");
+    float *factors = NULL;
+    if (rope) {
+        TELA_TRY(tela_model_json_float(m, rope, "rope_theta", true, &base));
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive((const cJSON *)rope, "rope_type");
+        if (!type) type = cJSON_GetObjectItemCaseSensitive((const cJSON *)rope, "type");
+        const char *ts = type && cJSON_IsString(type) ? type->valuestring : "default";
+        if (!strcmp(ts, "llama3") || !strcmp(ts, "linear")) {
+            double factor = 1.0, low = 1.0, high = 4.0, orig = 8192.0;
+            TELA_TRY(tela_model_json_float(m, rope, "factor", false, &factor));
+            if (!(factor > 0.0)) return tela_errorf(TELA_ERR_FORMAT, "%s: rope factor %g", m->path, factor);
+            factors = tela_model_alloc(m, (size_t)(L->n_rot / 2) * sizeof(float));
+            if (!factors) return TELA_ERR_NOMEM;
+            if (!strcmp(ts, "llama3")) {
+                TELA_TRY(tela_model_json_float(m, rope, "low_freq_factor", false, &low));
+                TELA_TRY(tela_model_json_float(m, rope, "high_freq_factor", false, &high));
+                TELA_TRY(tela_model_json_float(m, rope, "original_max_position_embeddings", false, &orig));
+                if (!(high > low) || !(low > 0.0) || !(orig > 0.0))
+                    return tela_errorf(TELA_ERR_FORMAT, "%s: llama3 rope scaling needs high_freq_factor > "
+                                       "low_freq_factor > 0 and original_max_position_embeddings > 0", m->path);
+                tela_rope_llama3_factors(factors, L->n_rot, base, factor, low, high, orig);
+            } else {
+                for (int i = 0; i < L->n_rot / 2; i++) factors[i] = (float)factor;
+            }
+        } else if (strcmp(ts, "default") != 0) {
+            return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: rope type '%s' is not supported", m->path, ts);
+        }
+    }
+    if (!(base > 0.0)) return tela_errorf(TELA_ERR_FORMAT, "%s: rope_theta %g is not positive", m->path, base);
+    L->inv_freq = tela_model_alloc(m, (size_t)(L->n_rot / 2) * sizeof(double));
+    if (!L->inv_freq) return TELA_ERR_NOMEM;
+    tela_rope_inv_freq(L->inv_freq, L->n_rot, base, factors);
+    L->rope_mode = TELA_ROPE_HALVES;
+
+    bool tied = false;
+    TELA_TRY(tela_model_json_bool(m, cfg, "tie_word_embeddings", true, &tied));
+    return load_weights(m, L, &hf_names, tied);
+}
+
+static tela_status llama_load(tela_model *m) {
+    llama_model *L = tela_model_alloc(m, sizeof *L);
+    if (!L) return TELA_ERR_NOMEM;
+    m->impl = L;
+    TELA_TRY(m->gguf ? load_gguf(m, L) : load_hf(m, L));
+    m->info.n_vocab = L->n_vocab;
+    m->info.n_embd = L->n_embd;
+    m->info.n_layer = L->n_layer;
+    return TELA_OK;
+}
+
+/* Everything lives in the model's allocations. */
+static void llama_free(tela_model *m) { m->impl = NULL; }
+
+/* -------------------------------------------------------------- state */
+
+static void llama_state_free(void *p) {
+    llama_state *s = p;
+    if (!s) return;
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s->x);
+    free(s->xb);
+    free(s->q);
+    free(s->att);
+    free(s->gate);
+    free(s->up);
+    free(s->cs);
+    free(s->pos);
+    free(s);
+}
+
+static float *alloc_floats(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+static tela_status llama_state_create(const tela_model *m, int32_t n_ctx, tela_threadpool *pool, void **out) {
+    const llama_model *L = m->impl;
+    *out = NULL;
+    llama_state *s = calloc(1, sizeof *s);
+    if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    s->n_ctx = n_ctx;
+    s->n_batch = n_ctx < LLAMA_MAX_BATCH ? n_ctx : LLAMA_MAX_BATCH;
+    size_t kv_dim = (size_t)L->n_kv_head * (size_t)(L->head_dim > L->v_dim ? L->head_dim : L->v_dim);
+    s->kv_floats = (size_t)n_ctx * kv_dim;
+    double cache_bytes = 2.0 * L->n_layer * (double)s->kv_floats * sizeof(float);
+    if (cache_bytes > (double)SIZE_MAX / 2) {
+        llama_state_free(s);
+        return tela_errorf(TELA_ERR_NOMEM, "session: a KV cache of %.0f bytes is too large", cache_bytes);
+    }
+    size_t nb = (size_t)s->n_batch;
+    s->k_cache = alloc_floats((size_t)L->n_layer * s->kv_floats);
+    s->v_cache = alloc_floats((size_t)L->n_layer * s->kv_floats);
+    s->x = alloc_floats(nb * L->n_embd);
+    s->xb = alloc_floats(nb * L->n_embd);
+    s->q = alloc_floats(nb * L->n_head * L->head_dim);
+    s->att = alloc_floats(nb * L->n_head * L->v_dim);
+    s->gate = alloc_floats(nb * L->n_ff);
+    s->up = alloc_floats(nb * L->n_ff);
+    s->cs = alloc_floats(nb * L->n_rot);
+    s->pos = calloc(nb, sizeof *s->pos);
+    if (!s->k_cache || !s->v_cache || !s->x || !s->xb || !s->q || !s->att || !s->gate || !s->up || !s->cs ||
+        !s->pos) {
+        llama_state_free(s);
+        return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
+                           cache_bytes / (1024.0 * 1024.0));
+    }
+    size_t scratch = (size_t)n_ctx;
+    int64_t widest = L->n_embd;
+    if (L->n_ff > widest) widest = L->n_ff;
+    if ((int64_t)L->n_head * L->v_dim > widest) widest = (int64_t)L->n_head * L->v_dim;
+    if (tela_op_matmul_scratch(widest) > scratch) scratch = tela_op_matmul_scratch(widest);
+    tela_status st = tela_threadpool_reserve(pool, scratch);
+    if (st != TELA_OK) {
+        llama_state_free(s);
+        return st;
+    }
+    *out = s;
+    return TELA_OK;
+}
+
+/* Cache rows past n_past are never read before they are written, so
+ * there is nothing to clear. */
+static void llama_state_reset(const tela_model *m, void *state) {
+    (void)m;
+    (void)state;
+}
+
+static size_t kv_row_floats(const llama_model *L, int v) {
+    return (size_t)L->n_kv_head * (size_t)(v ? L->v_dim : L->head_dim);
+}
+
+static size_t llama_state_size(const tela_model *m, const void *state, int32_t n_past) {
+    const llama_model *L = m->impl;
+    (void)state;
+    return (size_t)L->n_layer * (size_t)n_past * (kv_row_floats(L, 0) + kv_row_floats(L, 1)) * sizeof(float);
+}
+
+/* The image: for each layer, K rows [0, n_past), then V rows. */
+static void llama_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
+    const llama_model *L = m->impl;
+    const llama_state *s = state;
+    unsigned char *p = dst;
+    for (int l = 0; l < L->n_layer; l++) {
+        size_t kb = (size_t)n_past * kv_row_floats(L, 0) * sizeof(float);
+        size_t vb = (size_t)n_past * kv_row_floats(L, 1) * sizeof(float);
+        memcpy(p, s->k_cache + (size_t)l * s->kv_floats, kb);
+        p += kb;
+        memcpy(p, s->v_cache + (size_t)l * s->kv_floats, vb);
+        p += vb;
+    }
+}
+
+static void llama_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
+    const llama_model *L = m->impl;
+    llama_state *s = state;
+    const unsigned char *p = src;
+    for (int l = 0; l < L->n_layer; l++) {
+        size_t kb = (size_t)n_past * kv_row_floats(L, 0) * sizeof(float);
+        size_t vb = (size_t)n_past * kv_row_floats(L, 1) * sizeof(float);
+        memcpy(s->k_cache + (size_t)l * s->kv_floats, p, kb);
+        p += kb;
+        memcpy(s->v_cache + (size_t)l * s->kv_floats, p, vb);
+        p += vb;
+    }
+}
+
+/* ------------------------------------------------------------ forward */
+
+/* One step over nt <= n_batch tokens at positions pos0.. (the cache already
+ * holds positions before pos0). Leaves the final hidden states in s->x. */
+static void forward_step(const llama_model *L, llama_state *s, tela_threadpool *pool, const int32_t *tokens, int nt,
+                         int32_t pos0) {
+    const int n_embd = L->n_embd;
+    const int64_t q_dim = (int64_t)L->n_head * L->head_dim;
+    const int64_t k_dim = (int64_t)kv_row_floats(L, 0), v_dim = (int64_t)kv_row_floats(L, 1);
+    const int64_t att_dim = (int64_t)L->n_head * L->v_dim;
+
+    for (int t = 0; t < nt; t++) s->pos[t] = pos0 + t;
+    tela_rope_table(s->cs, s->pos, nt, L->inv_freq, L->n_rot);
+    tela_op_get_rows(&L->tok_embd, tokens, nt, s->x, n_embd);
+
+    for (int l = 0; l < L->n_layer; l++) {
+        const llama_layer *ly = &L->layers[l];
+        float *kc = s->k_cache + (size_t)l * s->kv_floats;
+        float *vc = s->v_cache + (size_t)l * s->kv_floats;
+
+        /* attention */
+        tela_op_rmsnorm(s->xb, n_embd, s->x, n_embd, ly->attn_norm, n_embd, nt, L->eps);
+        tela_op_matmul(pool, &ly->wq, s->xb, n_embd, s->q, q_dim, nt);
+        tela_op_matmul(pool, &ly->wk, s->xb, n_embd, kc + (size_t)pos0 * k_dim, k_dim, nt);
+        tela_op_matmul(pool, &ly->wv, s->xb, n_embd, vc + (size_t)pos0 * v_dim, v_dim, nt);
+        tela_op_rope(s->q, q_dim, nt, L->n_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
+        tela_op_rope(kc + (size_t)pos0 * k_dim, k_dim, nt, L->n_kv_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
+        tela_attn_args a = {
+            .q = s->q, .q_stride = q_dim, .k = kc, .k_stride = k_dim, .v = vc, .v_stride = v_dim,
+            .out = s->att, .out_stride = att_dim, .n_tok = nt, .pos0 = pos0, .n_head = L->n_head,
+            .n_kv_head = L->n_kv_head, .k_dim = L->head_dim, .v_dim = L->v_dim,
+            .scale = (float)(1.0 / sqrt((double)L->head_dim)),
+        };
+        tela_op_attention(pool, &a);
+        tela_op_matmul(pool, &ly->wo, s->att, att_dim, s->xb, n_embd, nt);
+        tela_op_add(s->x, s->xb, (int64_t)nt * n_embd);
+
+        /* feed-forward */
+        tela_op_rmsnorm(s->xb, n_embd, s->x, n_embd, ly->ffn_norm, n_embd, nt, L->eps);
+        tela_op_matmul(pool, &ly->w_gate, s->xb, n_embd, s->gate, L->n_ff, nt);
+        tela_op_matmul(pool, &ly->w_up, s->xb, n_embd, s->up, L->n_ff, nt);
+        tela_op_swiglu(s->gate, s->up, (int64_t)nt * L->n_ff);
+        tela_op_matmul(pool, &ly->w_down, s->gate, L->n_ff, s->xb, n_embd, nt);
+        tela_op_add(s->x, s->xb, (int64_t)nt * n_embd);
+    }
+}
+
+static tela_status llama_forward(const tela_model *m, void *state, tela_threadpool *pool, const int32_t *tokens,
+                                 int32_t n, int32_t n_past, float *logits, int all_logits) {
+    const llama_model *L = m->impl;
+    llama_state *s = state;
+    if (n <= 0 || n_past < 0 || n_past > s->n_ctx - n)
+        return tela_errorf(TELA_ERR_INTERNAL, "llama forward: %d tokens at position %d do not fit %d", n, n_past,
+                           s->n_ctx);
+    const int n_embd = L->n_embd;
+    for (int32_t done = 0; done < n;) {
+        int nt = n - done < s->n_batch ? n - done : s->n_batch;
+        forward_step(L, s, pool, tokens + done, nt, n_past + done);
+        if (logits && all_logits) {
+            tela_op_rmsnorm(s->xb, n_embd, s->x, n_embd, L->output_norm, n_embd, nt, L->eps);
+            tela_op_matmul(pool, &L->output, s->xb, n_embd, logits + (size_t)done * L->n_vocab, L->n_vocab, nt);
+        } else if (logits && done + nt == n) {
+            const float *last = s->x + (size_t)(nt - 1) * n_embd;
+            tela_op_rmsnorm(s->xb, n_embd, last, n_embd, L->output_norm, n_embd, 1, L->eps);
+            tela_op_matmul(pool, &L->output, s->xb, n_embd, logits, L->n_vocab, 1);
+        }
+        done += nt;
+    }
+    return TELA_OK;
+}
+
+/* ------------------------------------------------------- naive oracle */
+
+/* Y[t] = W X[t] for n vectors, accumulating in double; each row of W is
+ * dequantized once into `row`. */
+static void naive_matmul(const tela_mat *w, const float *x, float *y, int32_t n, float *row) {
+    for (int64_t r = 0; r < w->n_rows; r++) {
+        int32_t id = (int32_t)r;
+        tela_op_get_rows(w, &id, 1, row, w->n_cols);
+        for (int32_t t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * w->n_cols;
+            double acc = 0.0;
+            for (int64_t i = 0; i < w->n_cols; i++) acc += (double)row[i] * xt[i];
+            y[(size_t)t * w->n_rows + r] = (float)acc;
+        }
+    }
+}
+
+static void naive_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double scale = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = (float)(x[i] * scale * w[i]);
+}
+
+static void naive_rope(float *v, int n_heads, int head_dim, const llama_model *L, int32_t pos) {
+    for (int h = 0; h < n_heads; h++) {
+        float *x = v + (size_t)h * head_dim;
+        for (int i = 0; i < L->n_rot / 2; i++) {
+            double th = pos * L->inv_freq[i];
+            int i0 = L->rope_mode == TELA_ROPE_ADJACENT ? 2 * i : i;
+            int i1 = L->rope_mode == TELA_ROPE_ADJACENT ? 2 * i + 1 : i + L->n_rot / 2;
+            double x0 = x[i0], x1 = x[i1];
+            x[i0] = (float)(x0 * cos(th) - x1 * sin(th));
+            x[i1] = (float)(x0 * sin(th) + x1 * cos(th));
+        }
+    }
+}
+
+/* Recomputes the whole sequence layer by layer, keeping every position's
+ * K and V in plain arrays: no cache, no batching, no threads, double
+ * accumulation. */
+static tela_status llama_forward_naive(const tela_model *m, const int32_t *tokens, int32_t n, float *logits) {
+    const llama_model *L = m->impl;
+    const int E = L->n_embd, F = L->n_ff;
+    const int QD = L->n_head * L->head_dim, KD = L->n_kv_head * L->head_dim, VD = L->n_kv_head * L->v_dim;
+    const int AD = L->n_head * L->v_dim;
+    int64_t widest = E;
+    if (F > widest) widest = F;
+    if (AD > widest) widest = AD;
+    size_t N = (size_t)n;
+    float *x = alloc_floats(N * E), *h = alloc_floats(N * E), *q = alloc_floats(N * QD), *k = alloc_floats(N * KD);
+    float *v = alloc_floats(N * VD), *att = alloc_floats(N * AD), *g = alloc_floats(N * F), *u = alloc_floats(N * F);
+    float *row = alloc_floats((size_t)widest);
+    double *sc = calloc(N, sizeof(double));
+    tela_status st = TELA_OK;
+    if (!x || !h || !q || !k || !v || !att || !g || !u || !row || !sc) {
+        st = tela_errorf(TELA_ERR_NOMEM, "llama naive forward: out of memory");
+        goto done;
+    }
+    for (int32_t t = 0; t < n; t++) tela_op_get_rows(&L->tok_embd, &tokens[t], 1, x + (size_t)t * E, E);
+    for (int l = 0; l < L->n_layer; l++) {
+        const llama_layer *ly = &L->layers[l];
+        for (int32_t t = 0; t < n; t++) naive_rmsnorm(h + (size_t)t * E, x + (size_t)t * E, ly->attn_norm, E, L->eps);
+        naive_matmul(&ly->wq, h, q, n, row);
+        naive_matmul(&ly->wk, h, k, n, row);
+        naive_matmul(&ly->wv, h, v, n, row);
+        for (int32_t t = 0; t < n; t++) {
+            naive_rope(q + (size_t)t * QD, L->n_head, L->head_dim, L, t);
+            naive_rope(k + (size_t)t * KD, L->n_kv_head, L->head_dim, L, t);
+        }
+        for (int32_t t = 0; t < n; t++) {
+            for (int hd = 0; hd < L->n_head; hd++) {
+                int kvh = hd / (L->n_head / L->n_kv_head);
+                const float *qh = q + (size_t)t * QD + (size_t)hd * L->head_dim;
+                double mx = -INFINITY, sum = 0.0;
+                for (int32_t p = 0; p <= t; p++) {
+                    const float *kp = k + (size_t)p * KD + (size_t)kvh * L->head_dim;
+                    double d = 0.0;
+                    for (int i = 0; i < L->head_dim; i++) d += (double)qh[i] * kp[i];
+                    sc[p] = d / sqrt((double)L->head_dim);
+                    if (sc[p] > mx) mx = sc[p];
+                }
+                for (int32_t p = 0; p <= t; p++) sum += (sc[p] = exp(sc[p] - mx));
+                for (int i = 0; i < L->v_dim; i++) {
+                    double acc = 0.0;
+                    for (int32_t p = 0; p <= t; p++)
+                        acc += sc[p] / sum * v[(size_t)p * VD + (size_t)kvh * L->v_dim + i];
+                    att[(size_t)t * AD + (size_t)hd * L->v_dim + i] = (float)acc;
+                }
+            }
+        }
+        naive_matmul(&ly->wo, att, h, n, row);
+        for (size_t i = 0; i < N * E; i++) x[i] += h[i];
+        for (int32_t t = 0; t < n; t++) naive_rmsnorm(h + (size_t)t * E, x + (size_t)t * E, ly->ffn_norm, E, L->eps);
+        naive_matmul(&ly->w_gate, h, g, n, row);
+        naive_matmul(&ly->w_up, h, u, n, row);
+        for (size_t i = 0; i < N * F; i++) g[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+        naive_matmul(&ly->w_down, g, h, n, row);
+        for (size_t i = 0; i < N * E; i++) x[i] += h[i];
+    }
+    for (int32_t t = 0; t < n; t++) naive_rmsnorm(h + (size_t)t * E, x + (size_t)t * E, L->output_norm, E, L->eps);
+    naive_matmul(&L->output, h, logits, n, row);
+done:
+    free(x);
+    free(h);
+    free(q);
+    free(k);
+    free(v);
+    free(att);
+    free(g);
+    free(u);
+    free(row);
+    free(sc);
+    return st;
+}
+
+const tela_arch tela_arch_llama = {
+    .name = "llama",
+    .hf_model_types = llama_hf_types,
+    .load = llama_load,
+    .free = llama_free,
+    .state_create = llama_state_create,
+    .state_free = llama_state_free,
+    .state_reset = llama_state_reset,
+    .state_size = llama_state_size,
+    .state_save = llama_state_save,
+    .state_load = llama_state_load,
+    .forward = llama_forward,
+    .forward_naive = llama_forward_naive,
+};

@@ -1,0 +1,940 @@
+/* qwen35.c: the Qwen3.5 hybrid architecture (dense text models; GGUF
+ * "qwen35", Hugging Face Qwen3_5ForCausalLM and the text part of
+ * Qwen3_5ForConditionalGeneration): loading, the session state (a KV cache
+ * for the attention layers, a conv state and a recurrent state for the Gated
+ * DeltaNet layers) and the forward pass.
+ *
+ * What is computed (transformers' modeling_qwen3_5.py, checked against
+ * llama.cpp's converter output), per token x (n_embd floats):
+ *
+ *   layers follow layer_types (HF) or full_attention_interval (GGUF,
+ *   default 4): layer l is full attention when (l + 1) % interval == 0,
+ *   else Gated DeltaNet ("linear attention"). Each layer is
+ *       x = x + mixer(rmsnorm(x) * attn_norm)
+ *       x = x + Wdown (silu(Wgate h) * Wup h),   h = rmsnorm(x) * post_attention_norm
+ *   and logits = Woutput (rmsnorm(x) * output_norm), Woutput = the token
+ *   embedding when tied (the small models).
+ *
+ *   RMSNorm: x / sqrt(mean(x^2) + eps) * w. HF stores the norm weights as
+ *   (w - 1) and multiplies by (1 + w): we add 1 when loading HF tensors;
+ *   llama.cpp's converter has already added it. This holds for the layer
+ *   norms, the final norm and the attention q/k norms, NOT for the GDN output
+ *   norm (linear_attn.norm / ssm_norm), a plain weight in both sources.
+ *
+ * Gated DeltaNet layer (nk key heads and nv value heads, dims dk and dv,
+ * conv kernel K = 4), for a run of tokens:
+ *   1. qkv = W_qkv h  (rows: q (nk*dk) | k (nk*dk) | v (nv*dv));
+ *      z = W_z h (nv*dv); b = W_beta h (nv); a = W_alpha h (nv).
+ *   2. qkv = silu(causal depthwise conv1d(qkv)) per channel, kernel K, using
+ *      the K-1 previous inputs of the channel (the conv state; zeros at the
+ *      start of the sequence).
+ *   3. q and k heads L2-normalized: x / sqrt(sum(x^2) + 1e-6).
+ *   4. beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias) per value
+ *      head (GGUF stores ssm_a = -exp(A_log) and ssm_dt.bias = dt_bias).
+ *   5. per value head v_h with its key head (q_kh, k_kh), state S (dk x dv):
+ *          S = exp(g) S;  delta = beta (v - S^T k);  S = S + k delta^T;
+ *          o = S^T q / sqrt(dk)
+ *      computed in chunks of 64 tokens for a prefill and step by step for a
+ *      decode (backend/cpu/gdn.c; both forms give the same result).
+ *   6. o = rmsnorm(o) * ssm_norm * silu(z) per value head (eps = rms eps);
+ *      out = W_out o.
+ *   Key heads fewer than value heads: in HF each key head serves nv/nk
+ *   consecutive value heads (value head j uses key head j / (nv/nk)).
+ *   llama.cpp's converter reorders the value heads (rows of the v part of
+ *   W_qkv, of W_z, W_beta, W_alpha, A, dt_bias, the v channels of the conv,
+ *   columns of W_out) into a tiled order, so in a GGUF value head j uses key
+ *   head j % nk. Both orders compute the same function; we keep the weights
+ *   as stored and pick the mapping per source.
+ *
+ * Gated full-attention layer (n_head query heads, n_kv_head KV heads,
+ * head_dim hd, GQA: query head j reads KV head j / (n_head / n_kv_head)):
+ *   1. W_q h gives, per head, hd query values then hd gate values
+ *      ([q_0 | g_0 | q_1 | g_1 ...]); k = W_k h, v = W_v h.
+ *   2. q and k: RMSNorm per head (q_norm, k_norm weights, +1 convention).
+ *   3. RoPE on the first n_rot = partial_rotary_factor * hd dims (0.25) in
+ *      rotate-half ("neox") pairs (x[i], x[i + n_rot/2]), angle
+ *      p * base^(-2i/n_rot). The model's multi-section RoPE (mrope_section,
+ *      interleaved) gives each section its own position (temporal, height,
+ *      width); for text all three are the token's position, so it reduces to
+ *      this plain RoPE. The remaining hd - n_rot dims pass unrotated.
+ *   4. a = softmax(q k^T / sqrt(hd), causal) v; a = a * sigmoid(gate);
+ *      out = W_o a.
+ *
+ * Multi-token prediction ("nextn", "mtp.*" in HF): an extra full-attention
+ * block for speculative decoding. Recognized and loaded (shapes checked)
+ * when params.load_mtp is set, otherwise ignored; GGUF counts it in
+ * block_count and says how many in nextn_predict_layers.
+ *
+ * Session state: per attention layer f32 K and V rows for every position;
+ * per GDN layer the conv state ((K-1) x conv_dim floats) and the recurrent
+ * state (nv x dk x dv floats). A snapshot is the K/V rows [0, n_past) plus
+ * all conv and recurrent states: its size does not grow with the GDN layers'
+ * history, which is what makes hybrid models cheap to snapshot. */
+#include "backend/cpu/gdn.h"
+#include "model/model.h"
+#include "util/error.h"
+#include "util/fp16.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tokens processed per step of a long prefill: bounds the activation
+ * buffers of a session. A multiple of TELA_GDN_CHUNK. */
+#define QWEN35_MAX_BATCH 256
+#define QWEN35_L2_EPS 1e-6f
+
+typedef struct qwen35_attn {
+    tela_mat wq, wk, wv, wo;     /* wq: n_head * 2 * head_dim rows (query and gate per head) */
+    float *q_norm, *k_norm;      /* [head_dim] */
+} qwen35_attn;
+
+typedef struct qwen35_gdn {
+    tela_mat w_qkv, w_z, w_beta, w_alpha, w_out;
+    float *conv_w;               /* [conv_dim][conv_k] */
+    float *ssm_a;                /* [nv]: -exp(A_log) */
+    float *dt_bias;              /* [nv] */
+    float *norm;                 /* [dv] */
+} qwen35_gdn;
+
+typedef struct qwen35_layer {
+    bool is_attn;
+    int slot;                    /* index among the attention (or among the GDN) layers */
+    float *attn_norm, *post_norm;
+    tela_mat w_gate, w_up, w_down;
+    qwen35_attn attn;
+    qwen35_gdn gdn;
+} qwen35_layer;
+
+/* A multi-token-prediction block: a full-attention layer fed with
+ * eh_proj [rmsnorm(embedding) * enorm ; rmsnorm(hidden) * hnorm]. */
+typedef struct qwen35_mtp {
+    qwen35_layer layer;
+    tela_mat eh_proj;            /* n_embd rows of 2 * n_embd */
+    float *enorm, *hnorm, *out_norm;
+} qwen35_mtp;
+
+typedef struct qwen35_model {
+    int n_vocab, n_embd, n_layer, n_ff;
+    int n_head, n_kv_head, head_dim, n_rot;
+    float eps;
+    double *inv_freq;            /* [n_rot / 2] */
+    int conv_k, nk, nv, dk, dv;  /* Gated DeltaNet shapes */
+    bool v_tiled;                /* value head j uses key head j % nk (GGUF) instead of j / (nv / nk) */
+    int n_attn, n_gdn;           /* layers of each kind */
+    tela_mat tok_embd, output;
+    float *output_norm;
+    qwen35_layer *layers;
+    int n_mtp;                   /* MTP blocks in the source */
+    qwen35_mtp *mtp;             /* loaded ones (NULL unless load_mtp) */
+} qwen35_model;
+
+static const char *const qwen35_hf_types[] = {"qwen3_5_text", "qwen3_5", NULL};
+
+static int64_t conv_dim(const qwen35_model *Q) { return 2 * (int64_t)Q->nk * Q->dk + (int64_t)Q->nv * Q->dv; }
+static int64_t value_dim(const qwen35_model *Q) { return (int64_t)Q->nv * Q->dv; }
+static int64_t kv_dim(const qwen35_model *Q) { return (int64_t)Q->n_kv_head * Q->head_dim; }
+
+/* --------------------------------------------------------------- names */
+
+/* Tensor naming of the two sources. Layer tensors are "<layer prefix><suffix>"
+ * where the prefix is "blk.N." (GGUF) or "<model prefix>layers.N." (HF). */
+typedef struct qwen35_names {
+    bool hf;
+    const char *prefix;          /* HF: "model." or "model.language_model." */
+    const char *tok_embd, *output_norm, *output;
+    const char *attn_norm, *post_norm, *w_gate, *w_up, *w_down;
+    const char *wq, *wk, *wv, *wo, *q_norm, *k_norm;
+    const char *w_qkv, *w_z, *w_beta, *w_alpha, *w_out, *conv, *ssm_a, *dt_bias, *ssm_norm;
+} qwen35_names;
+
+static const qwen35_names gguf_names = {
+    false, "",
+    "token_embd.weight", "output_norm.weight", "output.weight",
+    "attn_norm.weight", "post_attention_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+    "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_q_norm.weight",
+    "attn_k_norm.weight",
+    "attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight", "ssm_out.weight",
+    "ssm_conv1d.weight", "ssm_a", "ssm_dt.bias", "ssm_norm.weight",
+};
+
+static const qwen35_names hf_names = {
+    true, "model.",
+    "embed_tokens.weight", "norm.weight", "lm_head.weight",
+    "input_layernorm.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+    "linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight", "linear_attn.in_proj_b.weight",
+    "linear_attn.in_proj_a.weight", "linear_attn.out_proj.weight", "linear_attn.conv1d.weight",
+    "linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.norm.weight",
+};
+
+/* Where a layer's tensors live: "blk.N." or "model.layers.N." or, for the HF
+ * MTP block, "mtp.layers.N.". */
+typedef struct layer_loc {
+    const qwen35_names *nm;
+    char prefix[96];
+} layer_loc;
+
+static void loc_layer(layer_loc *loc, const qwen35_names *nm, int l) {
+    loc->nm = nm;
+    if (nm->hf)
+        snprintf(loc->prefix, sizeof loc->prefix, "%slayers.%d.", nm->prefix, l);
+    else
+        snprintf(loc->prefix, sizeof loc->prefix, "blk.%d.", l);
+}
+
+static const char *loc_name(const layer_loc *loc, const char *suffix, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s%s", loc->prefix, suffix);
+    return buf;
+}
+
+/* ---------------------------------------------------------------- load */
+
+static tela_status get_mat(const tela_model *m, const layer_loc *loc, const char *suffix, int64_t rows, int64_t cols,
+                           tela_mat *out) {
+    char name[160];
+    return tela_model_get_mat(m, loc_name(loc, suffix, name, sizeof name), rows, cols, false, out);
+}
+
+/* A norm weight as f32; HF's are stored as (w - 1). */
+static tela_status get_norm(tela_model *m, const layer_loc *loc, const char *suffix, int64_t n, bool plus_one,
+                            float **out) {
+    char name[160];
+    TELA_TRY(tela_model_get_vec(m, loc_name(loc, suffix, name, sizeof name), n, false, out));
+    if (plus_one)
+        for (int64_t i = 0; i < n; i++) (*out)[i] += 1.0f;
+    return TELA_OK;
+}
+
+/* The conv1d weight as f32 [channels][kernel]: GGUF ssm_conv1d has
+ * ne = {K, C}; HF conv1d.weight [C, 1, K] reads as ne = {K, 1, C}. */
+static tela_status get_conv(tela_model *m, const layer_loc *loc, const qwen35_model *Q, float **out) {
+    char name[160];
+    loc_name(loc, loc->nm->conv, name, sizeof name);
+    const tela_tensor *t = tela_model_find_tensor(m, name);
+    const int64_t C = conv_dim(Q), K = Q->conv_k;
+    if (!t) return tela_errorf(TELA_ERR_NOT_FOUND, "%s: tensor '%s' (shape [%lld, %lld]) is missing", m->path, name,
+                               (long long)K, (long long)C);
+    bool ok = t->ne[0] == K && tela_tensor_nelements(t) == C * K &&
+              ((t->n_dims == 2 && t->ne[1] == C) || (t->n_dims == 3 && t->ne[1] == 1 && t->ne[2] == C));
+    if (!ok)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld]",
+                           m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                           (long long)K, (long long)C);
+    size_t esz = t->type == TELA_TYPE_F32 ? 4 : (t->type == TELA_TYPE_F16 || t->type == TELA_TYPE_BF16) ? 2 : 0;
+    if (!esz)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, expected f32, f16 or bf16", m->path,
+                           name, tela_type_name(t->type) ? tela_type_name(t->type) : "unknown");
+    if (!t->data || t->nbytes != (size_t)(C * K) * esz)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s': %zu bytes of data for %lld elements", m->path, name,
+                           t->nbytes, (long long)(C * K));
+    float *w = tela_model_alloc(m, (size_t)(C * K) * sizeof(float));
+    if (!w) return TELA_ERR_NOMEM;
+    const unsigned char *src = t->data;
+    for (int64_t i = 0; i < C * K; i++) {
+        if (t->type == TELA_TYPE_F32) {
+            memcpy(&w[i], src + i * 4, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, src + i * 2, 2);
+            w[i] = t->type == TELA_TYPE_F16 ? tela_f16_to_f32(h) : tela_bf16_to_f32(h);
+        }
+    }
+    *out = w;
+    return TELA_OK;
+}
+
+static tela_status load_attn(tela_model *m, const qwen35_model *Q, const layer_loc *loc, qwen35_attn *a) {
+    const qwen35_names *nm = loc->nm;
+    const int64_t E = Q->n_embd, hd = Q->head_dim;
+    TELA_TRY(get_mat(m, loc, nm->wq, (int64_t)Q->n_head * hd * 2, E, &a->wq));
+    TELA_TRY(get_mat(m, loc, nm->wk, kv_dim(Q), E, &a->wk));
+    TELA_TRY(get_mat(m, loc, nm->wv, kv_dim(Q), E, &a->wv));
+    TELA_TRY(get_mat(m, loc, nm->wo, E, (int64_t)Q->n_head * hd, &a->wo));
+    TELA_TRY(get_norm(m, loc, nm->q_norm, hd, nm->hf, &a->q_norm));
+    TELA_TRY(get_norm(m, loc, nm->k_norm, hd, nm->hf, &a->k_norm));
+    return TELA_OK;
+}
+
+static tela_status load_gdn(tela_model *m, const qwen35_model *Q, const layer_loc *loc, qwen35_gdn *g) {
+    const qwen35_names *nm = loc->nm;
+    const int64_t E = Q->n_embd;
+    TELA_TRY(get_mat(m, loc, nm->w_qkv, conv_dim(Q), E, &g->w_qkv));
+    TELA_TRY(get_mat(m, loc, nm->w_z, value_dim(Q), E, &g->w_z));
+    TELA_TRY(get_mat(m, loc, nm->w_beta, Q->nv, E, &g->w_beta));
+    TELA_TRY(get_mat(m, loc, nm->w_alpha, Q->nv, E, &g->w_alpha));
+    TELA_TRY(get_mat(m, loc, nm->w_out, E, value_dim(Q), &g->w_out));
+    TELA_TRY(get_conv(m, loc, Q, &g->conv_w));
+    TELA_TRY(get_norm(m, loc, nm->ssm_a, Q->nv, false, &g->ssm_a));
+    TELA_TRY(get_norm(m, loc, nm->dt_bias, Q->nv, false, &g->dt_bias));
+    TELA_TRY(get_norm(m, loc, nm->ssm_norm, Q->dv, false, &g->norm));
+    char name[160];
+    for (int h = 0; h < Q->nv; h++) {
+        if (nm->hf) g->ssm_a[h] = -expf(g->ssm_a[h]); /* A_log -> A */
+        if (!isfinite(g->ssm_a[h]) || g->ssm_a[h] > 0.0f)
+            return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s': decay rate %g of value head %d is not <= 0",
+                               m->path, loc_name(loc, nm->ssm_a, name, sizeof name), (double)g->ssm_a[h], h);
+    }
+    return TELA_OK;
+}
+
+/* The layer norms, the mixer and the MLP of a decoder layer. */
+static tela_status load_layer(tela_model *m, const qwen35_model *Q, const layer_loc *loc, qwen35_layer *ly) {
+    const qwen35_names *nm = loc->nm;
+    TELA_TRY(get_norm(m, loc, nm->attn_norm, Q->n_embd, nm->hf, &ly->attn_norm));
+    TELA_TRY(get_norm(m, loc, nm->post_norm, Q->n_embd, nm->hf, &ly->post_norm));
+    TELA_TRY(get_mat(m, loc, nm->w_gate, Q->n_ff, Q->n_embd, &ly->w_gate));
+    TELA_TRY(get_mat(m, loc, nm->w_up, Q->n_ff, Q->n_embd, &ly->w_up));
+    TELA_TRY(get_mat(m, loc, nm->w_down, Q->n_embd, Q->n_ff, &ly->w_down));
+    if (ly->is_attn) return load_attn(m, Q, loc, &ly->attn);
+    return load_gdn(m, Q, loc, &ly->gdn);
+}
+
+static tela_status check_hparams(const tela_model *m, const qwen35_model *Q) {
+    const int big = 1 << 20;
+    if (Q->n_embd <= 0 || Q->n_embd > big || Q->n_layer <= 0 || Q->n_layer > 4096 || Q->n_ff <= 0 ||
+        Q->n_ff > big || Q->n_head <= 0 || Q->n_head > 4096 || Q->n_kv_head <= 0 || Q->head_dim <= 0 ||
+        Q->head_dim > 65536 || Q->n_vocab <= 0 || Q->n_vocab > (1 << 28))
+        return tela_errorf(TELA_ERR_FORMAT,
+                           "%s: implausible hyperparameters (n_embd %d, n_layer %d, n_ff %d, n_head %d, n_kv_head %d, "
+                           "head_dim %d, n_vocab %d)",
+                           m->path, Q->n_embd, Q->n_layer, Q->n_ff, Q->n_head, Q->n_kv_head, Q->head_dim,
+                           Q->n_vocab);
+    if (Q->n_head % Q->n_kv_head != 0)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %d attention heads is not a multiple of %d KV heads", m->path,
+                           Q->n_head, Q->n_kv_head);
+    if (Q->n_rot <= 0 || Q->n_rot > Q->head_dim || Q->n_rot % 2)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: rotary dimension %d must be even and at most head_dim %d", m->path,
+                           Q->n_rot, Q->head_dim);
+    if (!(Q->eps > 0.0f) || !(Q->eps < 1.0f))
+        return tela_errorf(TELA_ERR_FORMAT, "%s: RMSNorm epsilon %g is out of range", m->path, (double)Q->eps);
+    if (Q->n_gdn > 0) {
+        if (Q->conv_k < 1 || Q->conv_k > 64 || Q->nk <= 0 || Q->nk > 4096 || Q->nv <= 0 || Q->nv > 4096 ||
+            Q->dk <= 0 || Q->dk > 4096 || Q->dv <= 0 || Q->dv > 4096)
+            return tela_errorf(TELA_ERR_FORMAT,
+                               "%s: implausible Gated DeltaNet shapes (conv kernel %d, %d key heads of %d, %d value "
+                               "heads of %d)",
+                               m->path, Q->conv_k, Q->nk, Q->dk, Q->nv, Q->dv);
+        if (Q->nv % Q->nk != 0)
+            return tela_errorf(TELA_ERR_FORMAT, "%s: %d value heads is not a multiple of %d key heads", m->path, Q->nv,
+                               Q->nk);
+    }
+    return TELA_OK;
+}
+
+/* Loads every decoder layer (types already set) and the MTP blocks. */
+static tela_status load_weights(tela_model *m, qwen35_model *Q, const qwen35_names *nm, bool tied) {
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", nm->hf ? nm->prefix : "", nm->tok_embd);
+    TELA_TRY(tela_model_get_mat(m, name, Q->n_vocab, Q->n_embd, false, &Q->tok_embd));
+    snprintf(name, sizeof name, "%s%s", nm->hf ? nm->prefix : "", nm->output_norm);
+    TELA_TRY(tela_model_get_vec(m, name, Q->n_embd, false, &Q->output_norm));
+    if (nm->hf)
+        for (int i = 0; i < Q->n_embd; i++) Q->output_norm[i] += 1.0f;
+    if (tied) {
+        Q->output = Q->tok_embd;
+    } else {
+        TELA_TRY(tela_model_get_mat(m, nm->output, Q->n_vocab, Q->n_embd, false, &Q->output));
+    }
+    for (int l = 0; l < Q->n_layer; l++) {
+        layer_loc loc;
+        loc_layer(&loc, nm, l);
+        TELA_TRY(load_layer(m, Q, &loc, &Q->layers[l]));
+    }
+    if (!m->load_mtp || Q->n_mtp == 0) return TELA_OK;
+
+    Q->mtp = tela_model_alloc(m, (size_t)Q->n_mtp * sizeof *Q->mtp);
+    if (!Q->mtp) return TELA_ERR_NOMEM;
+    for (int i = 0; i < Q->n_mtp; i++) {
+        qwen35_mtp *b = &Q->mtp[i];
+        layer_loc loc;
+        b->layer.is_attn = true;
+        if (nm->hf) {
+            /* mtp.layers.i.* plus mtp.fc / mtp.pre_fc_norm_* / mtp.norm */
+            static const qwen35_names mtp_hf = {
+                true, "mtp.",
+                NULL, NULL, NULL,
+                "input_layernorm.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight",
+                "mlp.up_proj.weight", "mlp.down_proj.weight",
+                "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+            };
+            loc_layer(&loc, &mtp_hf, i);
+            TELA_TRY(load_layer(m, Q, &loc, &b->layer));
+            layer_loc top = {&mtp_hf, "mtp."};
+            TELA_TRY(get_mat(m, &top, "fc.weight", Q->n_embd, 2 * (int64_t)Q->n_embd, &b->eh_proj));
+            TELA_TRY(get_norm(m, &top, "pre_fc_norm_embedding.weight", Q->n_embd, true, &b->enorm));
+            TELA_TRY(get_norm(m, &top, "pre_fc_norm_hidden.weight", Q->n_embd, true, &b->hnorm));
+            TELA_TRY(get_norm(m, &top, "norm.weight", Q->n_embd, true, &b->out_norm));
+        } else {
+            loc_layer(&loc, nm, Q->n_layer + i);
+            TELA_TRY(load_layer(m, Q, &loc, &b->layer));
+            TELA_TRY(get_mat(m, &loc, "nextn.eh_proj.weight", Q->n_embd, 2 * (int64_t)Q->n_embd, &b->eh_proj));
+            TELA_TRY(get_norm(m, &loc, "nextn.enorm.weight", Q->n_embd, false, &b->enorm));
+            TELA_TRY(get_norm(m, &loc, "nextn.hnorm.weight", Q->n_embd, false, &b->hnorm));
+            TELA_TRY(tela_model_get_vec(m, loc_name(&loc, "nextn.shared_head_norm.weight", name, sizeof name),
+                                        Q->n_embd, true, &b->out_norm));
+            if (!b->out_norm) b->out_norm = Q->output_norm;
+        }
+    }
+    return TELA_OK;
+}
+
+/* Sets layer types from the full-attention interval and counts them. */
+static void set_layer_types_interval(qwen35_model *Q, int interval) {
+    for (int l = 0; l < Q->n_layer; l++) Q->layers[l].is_attn = (l + 1) % interval == 0;
+}
+
+static void number_layers(qwen35_model *Q) {
+    Q->n_attn = Q->n_gdn = 0;
+    for (int l = 0; l < Q->n_layer; l++) Q->layers[l].slot = Q->layers[l].is_attn ? Q->n_attn++ : Q->n_gdn++;
+}
+
+static tela_status u32_to_int(const tela_model *m, const char *key, uint32_t v, int *out) {
+    if (v > (uint32_t)INT32_MAX)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %s.%s = %u is too large", m->path, m->arch_name, key, v);
+    *out = (int)v;
+    return TELA_OK;
+}
+
+static tela_status alloc_layers(tela_model *m, qwen35_model *Q) {
+    if (Q->n_layer <= 0 || Q->n_layer > 4096)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %d layers is implausible", m->path, Q->n_layer);
+    Q->layers = tela_model_alloc(m, (size_t)Q->n_layer * sizeof *Q->layers);
+    return Q->layers ? TELA_OK : TELA_ERR_NOMEM;
+}
+
+static tela_status load_gguf(tela_model *m, qwen35_model *Q) {
+    uint32_t n_embd = 0, n_block = 0, n_ff = 0, n_head = 0, n_kv_head = 0, head_dim = 0, v_len = 0;
+    uint32_t n_rot = 0, n_ctx_train = 0, n_vocab = 0, n_mtp = 0, interval = 4;
+    uint32_t conv_k = 0, d_state = 0, n_group = 0, dt_rank = 0, d_inner = 0;
+    float base = 10000000.0f, eps = 1e-6f;
+    TELA_TRY(tela_model_gguf_u32(m, "embedding_length", false, &n_embd));
+    TELA_TRY(tela_model_gguf_u32(m, "block_count", false, &n_block));
+    TELA_TRY(tela_model_gguf_u32(m, "feed_forward_length", false, &n_ff));
+    TELA_TRY(tela_model_gguf_u32(m, "attention.head_count", false, &n_head));
+    n_kv_head = n_head;
+    TELA_TRY(tela_model_gguf_u32(m, "attention.head_count_kv", true, &n_kv_head));
+    head_dim = n_head ? n_embd / n_head : 0;
+    TELA_TRY(tela_model_gguf_u32(m, "attention.key_length", true, &head_dim));
+    v_len = head_dim;
+    TELA_TRY(tela_model_gguf_u32(m, "attention.value_length", true, &v_len));
+    n_rot = head_dim / 4;
+    TELA_TRY(tela_model_gguf_u32(m, "rope.dimension_count", true, &n_rot));
+    TELA_TRY(tela_model_gguf_u32(m, "context_length", true, &n_ctx_train));
+    TELA_TRY(tela_model_gguf_f32(m, "rope.freq_base", true, &base));
+    TELA_TRY(tela_model_gguf_f32(m, "attention.layer_norm_rms_epsilon", true, &eps));
+    TELA_TRY(tela_model_gguf_u32(m, "full_attention_interval", true, &interval));
+    TELA_TRY(tela_model_gguf_u32(m, "nextn_predict_layers", true, &n_mtp));
+    TELA_TRY(tela_model_gguf_u32(m, "ssm.conv_kernel", false, &conv_k));
+    TELA_TRY(tela_model_gguf_u32(m, "ssm.state_size", false, &d_state));
+    TELA_TRY(tela_model_gguf_u32(m, "ssm.group_count", false, &n_group));
+    TELA_TRY(tela_model_gguf_u32(m, "ssm.time_step_rank", false, &dt_rank));
+    TELA_TRY(tela_model_gguf_u32(m, "ssm.inner_size", false, &d_inner));
+    const tela_tensor *te = tela_model_find_tensor(m, gguf_names.tok_embd);
+    if (!te) return tela_errorf(TELA_ERR_NOT_FOUND, "%s: tensor '%s' is missing", m->path, gguf_names.tok_embd);
+    n_vocab = te->ne[1] > 0 && te->ne[1] <= INT32_MAX ? (uint32_t)te->ne[1] : 0;
+
+    TELA_TRY(u32_to_int(m, "embedding_length", n_embd, &Q->n_embd));
+    TELA_TRY(u32_to_int(m, "feed_forward_length", n_ff, &Q->n_ff));
+    TELA_TRY(u32_to_int(m, "attention.head_count", n_head, &Q->n_head));
+    TELA_TRY(u32_to_int(m, "attention.head_count_kv", n_kv_head, &Q->n_kv_head));
+    TELA_TRY(u32_to_int(m, "attention.key_length", head_dim, &Q->head_dim));
+    TELA_TRY(u32_to_int(m, "rope.dimension_count", n_rot, &Q->n_rot));
+    TELA_TRY(u32_to_int(m, "ssm.conv_kernel", conv_k, &Q->conv_k));
+    TELA_TRY(u32_to_int(m, "ssm.state_size", d_state, &Q->dk));
+    TELA_TRY(u32_to_int(m, "ssm.group_count", n_group, &Q->nk));
+    TELA_TRY(u32_to_int(m, "ssm.time_step_rank", dt_rank, &Q->nv));
+    Q->n_vocab = (int)n_vocab;
+    Q->eps = eps;
+    if (v_len != head_dim)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: attention value_length %u differs from key_length %u", m->path,
+                           v_len, head_dim);
+    if (n_mtp >= n_block)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %s.nextn_predict_layers = %u leaves no layers of block_count %u",
+                           m->path, m->arch_name, n_mtp, n_block);
+    Q->n_layer = (int)(n_block - n_mtp);
+    Q->n_mtp = (int)n_mtp;
+    if (Q->nv <= 0 || d_inner % (uint32_t)Q->nv != 0 || d_inner / (uint32_t)Q->nv > 65536)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %s.ssm.inner_size = %u is not a multiple of %d value heads", m->path,
+                           m->arch_name, d_inner, Q->nv);
+    Q->dv = (int)(d_inner / (uint32_t)Q->nv);
+    if (interval == 0 || interval > 4096)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %s.full_attention_interval = %u", m->path, m->arch_name, interval);
+    m->info.n_ctx_train = n_ctx_train <= INT32_MAX ? (int32_t)n_ctx_train : INT32_MAX;
+    if (!(base > 0.0f) || !isfinite(base))
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %s.rope.freq_base = %g is not a positive number", m->path,
+                           m->arch_name, (double)base);
+    TELA_TRY(alloc_layers(m, Q));
+    set_layer_types_interval(Q, (int)interval);
+    number_layers(Q);
+    TELA_TRY(check_hparams(m, Q));
+    Q->v_tiled = true;
+    Q->inv_freq = tela_model_alloc(m, (size_t)(Q->n_rot / 2) * sizeof(double));
+    if (!Q->inv_freq) return TELA_ERR_NOMEM;
+    tela_rope_inv_freq(Q->inv_freq, Q->n_rot, base, NULL);
+    bool tied = tela_model_find_tensor(m, gguf_names.output) == NULL;
+    return load_weights(m, Q, &gguf_names, tied);
+}
+
+/* An integer of the text config; default kept when absent. */
+static tela_status cfg_int(const tela_model *m, const void *cfg, const char *key, bool optional, int *out) {
+    int64_t v = *out;
+    TELA_TRY(tela_model_json_int(m, cfg, key, optional, &v));
+    if (v < INT32_MIN || v > INT32_MAX)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: config.json '%s' = %lld is out of range", m->path, key,
+                           (long long)v);
+    *out = (int)v;
+    return TELA_OK;
+}
+
+static tela_status load_hf(tela_model *m, qwen35_model *Q) {
+    /* Qwen3_5ForConditionalGeneration nests the language model's settings in
+     * text_config and its tensors under model.language_model. */
+    const void *top = m->hf_config;
+    const void *cfg = tela_model_json_object(top, "text_config");
+    qwen35_names nm = hf_names;
+    if (cfg) {
+        nm.prefix = "model.language_model.";
+    } else {
+        cfg = top;
+    }
+    bool flag = false;
+    TELA_TRY(tela_model_json_bool(m, cfg, "attention_bias", true, &flag));
+    if (flag) return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: attention_bias = true is not supported", m->path);
+
+    /* Defaults are those of transformers' Qwen3_5TextConfig. */
+    Q->n_vocab = 248320;
+    Q->n_embd = 4096;
+    Q->n_ff = 12288;
+    Q->n_layer = 32;
+    Q->n_head = 16;
+    Q->n_kv_head = 4;
+    Q->head_dim = 256;
+    Q->conv_k = 4;
+    Q->dk = 128;
+    Q->dv = 128;
+    Q->nk = 16;
+    Q->nv = 32;
+    TELA_TRY(cfg_int(m, cfg, "vocab_size", true, &Q->n_vocab));
+    TELA_TRY(cfg_int(m, cfg, "hidden_size", true, &Q->n_embd));
+    TELA_TRY(cfg_int(m, cfg, "intermediate_size", true, &Q->n_ff));
+    TELA_TRY(cfg_int(m, cfg, "num_hidden_layers", true, &Q->n_layer));
+    TELA_TRY(cfg_int(m, cfg, "num_attention_heads", true, &Q->n_head));
+    TELA_TRY(cfg_int(m, cfg, "num_key_value_heads", true, &Q->n_kv_head));
+    TELA_TRY(cfg_int(m, cfg, "head_dim", true, &Q->head_dim));
+    TELA_TRY(cfg_int(m, cfg, "linear_conv_kernel_dim", true, &Q->conv_k));
+    TELA_TRY(cfg_int(m, cfg, "linear_key_head_dim", true, &Q->dk));
+    TELA_TRY(cfg_int(m, cfg, "linear_value_head_dim", true, &Q->dv));
+    TELA_TRY(cfg_int(m, cfg, "linear_num_key_heads", true, &Q->nk));
+    TELA_TRY(cfg_int(m, cfg, "linear_num_value_heads", true, &Q->nv));
+    TELA_TRY(cfg_int(m, cfg, "mtp_num_hidden_layers", true, &Q->n_mtp));
+    int n_ctx_train = 32768;
+    TELA_TRY(cfg_int(m, cfg, "max_position_embeddings", true, &n_ctx_train));
+    m->info.n_ctx_train = n_ctx_train;
+    double eps = 1e-6;
+    TELA_TRY(tela_model_json_float(m, cfg, "rms_norm_eps", true, &eps));
+    Q->eps = (float)eps;
+    if (Q->n_mtp < 0 || Q->n_mtp > 64)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: mtp_num_hidden_layers = %d", m->path, Q->n_mtp);
+
+    /* Rope: transformers 5 keeps rope_theta and partial_rotary_factor in
+     * rope_parameters; older configs have them at the top. */
+    double base = 10000.0, partial = 0.25;
+    TELA_TRY(tela_model_json_float(m, cfg, "rope_theta", true, &base));
+    TELA_TRY(tela_model_json_float(m, cfg, "partial_rotary_factor", true, &partial));
+    const void *rope = tela_model_json_object(cfg, "rope_parameters");
+    if (!rope) rope = tela_model_json_object(cfg, "rope_scaling");
+    if (rope) {
+        TELA_TRY(tela_model_json_float(m, rope, "rope_theta", true, &base));
+        TELA_TRY(tela_model_json_float(m, rope, "partial_rotary_factor", true, &partial));
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive((const cJSON *)rope, "rope_type");
+        if (!type) type = cJSON_GetObjectItemCaseSensitive((const cJSON *)rope, "type");
+        if (type && cJSON_IsString(type) && strcmp(type->valuestring, "default") != 0)
+            return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default')", m->path,
+                               type->valuestring);
+    }
+    if (!(base > 0.0)) return tela_errorf(TELA_ERR_FORMAT, "%s: rope_theta %g is not positive", m->path, base);
+    if (!(partial > 0.0 && partial <= 1.0))
+        return tela_errorf(TELA_ERR_FORMAT, "%s: partial_rotary_factor %g is out of range", m->path, partial);
+    Q->n_rot = (int)(Q->head_dim * partial);
+
+    TELA_TRY(alloc_layers(m, Q));
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive((const cJSON *)cfg, "layer_types");
+    if (types && !cJSON_IsNull(types)) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) < Q->n_layer)
+            return tela_errorf(TELA_ERR_FORMAT, "%s: config.json 'layer_types' is not a list of %d layer types",
+                               m->path, Q->n_layer);
+        for (int l = 0; l < Q->n_layer; l++) {
+            const cJSON *t = cJSON_GetArrayItem(types, l);
+            const char *s = t && cJSON_IsString(t) ? t->valuestring : "";
+            if (!strcmp(s, "full_attention") || !strcmp(s, "attention")) {
+                Q->layers[l].is_attn = true;
+            } else if (!strcmp(s, "linear_attention")) {
+                Q->layers[l].is_attn = false;
+            } else {
+                return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: config.json layer_types[%d] = '%s' is not supported",
+                                   m->path, l, s);
+            }
+        }
+    } else {
+        int interval = 4;
+        TELA_TRY(cfg_int(m, cfg, "full_attention_interval", true, &interval));
+        if (interval <= 0)
+            return tela_errorf(TELA_ERR_FORMAT, "%s: full_attention_interval = %d", m->path, interval);
+        set_layer_types_interval(Q, interval);
+    }
+    number_layers(Q);
+    TELA_TRY(check_hparams(m, Q));
+    Q->v_tiled = false;
+    Q->inv_freq = tela_model_alloc(m, (size_t)(Q->n_rot / 2) * sizeof(double));
+    if (!Q->inv_freq) return TELA_ERR_NOMEM;
+    tela_rope_inv_freq(Q->inv_freq, Q->n_rot, base, NULL);
+
+    /* Tied embeddings: the flag sits in text_config and/or at the top. */
+    bool tied = false;
+    TELA_TRY(tela_model_json_bool(m, top, "tie_word_embeddings", true, &tied));
+    if (cfg != top) TELA_TRY(tela_model_json_bool(m, cfg, "tie_word_embeddings", true, &tied));
+    return load_weights(m, Q, &nm, tied);
+}
+
+static tela_status qwen35_load(tela_model *m) {
+    qwen35_model *Q = tela_model_alloc(m, sizeof *Q);
+    if (!Q) return TELA_ERR_NOMEM;
+    m->impl = Q;
+    TELA_TRY(m->gguf ? load_gguf(m, Q) : load_hf(m, Q));
+    m->info.n_vocab = Q->n_vocab;
+    m->info.n_embd = Q->n_embd;
+    m->info.n_layer = Q->n_layer;
+    return TELA_OK;
+}
+
+/* Everything lives in the model's allocations. */
+static void qwen35_free(tela_model *m) { m->impl = NULL; }
+
+/* --------------------------------------------------------------- state */
+
+typedef struct qwen35_state {
+    int32_t n_ctx;
+    int n_batch;
+    size_t kv_floats;            /* per attention layer: n_ctx * kv_dim */
+    size_t conv_floats;          /* per GDN layer: (conv_k - 1) * conv_dim */
+    size_t rec_floats;           /* per GDN layer: nv * dk * dv */
+    float *k_cache, *v_cache;    /* [n_attn][n_ctx][kv_dim] */
+    float *conv, *rec;           /* [n_gdn][...] */
+    /* activations of one step of up to n_batch tokens */
+    float *x, *xb, *q, *qg, *att, *gate, *up, *cs;
+    float *qkv_in, *qkv, *z, *beta, *g, *core;
+    int32_t *pos;
+} qwen35_state;
+
+static void qwen35_state_free(void *p) {
+    qwen35_state *s = p;
+    if (!s) return;
+    float *bufs[] = {s->k_cache, s->v_cache, s->conv, s->rec, s->x, s->xb, s->q, s->qg, s->att, s->gate, s->up,
+                     s->cs, s->qkv_in, s->qkv, s->z, s->beta, s->g, s->core};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(s->pos);
+    free(s);
+}
+
+static float *alloc_floats(size_t n, bool *failed) {
+    float *p = calloc(n ? n : 1, sizeof(float));
+    if (!p) *failed = true;
+    return p;
+}
+
+static tela_status qwen35_state_create(const tela_model *m, int32_t n_ctx, tela_threadpool *pool, void **out) {
+    const qwen35_model *Q = m->impl;
+    *out = NULL;
+    qwen35_state *s = calloc(1, sizeof *s);
+    if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    s->n_ctx = n_ctx;
+    s->n_batch = n_ctx < QWEN35_MAX_BATCH ? n_ctx : QWEN35_MAX_BATCH;
+    s->kv_floats = (size_t)n_ctx * (size_t)kv_dim(Q);
+    s->conv_floats = (size_t)(Q->conv_k - 1) * (size_t)conv_dim(Q);
+    s->rec_floats = (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv;
+    double bytes = (2.0 * Q->n_attn * (double)s->kv_floats +
+                    (double)Q->n_gdn * ((double)s->conv_floats + (double)s->rec_floats)) * sizeof(float);
+    if (bytes > (double)SIZE_MAX / 2) {
+        qwen35_state_free(s);
+        return tela_errorf(TELA_ERR_NOMEM, "session: a state of %.0f bytes is too large", bytes);
+    }
+    const size_t nb = (size_t)s->n_batch;
+    bool failed = false;
+    s->k_cache = alloc_floats((size_t)Q->n_attn * s->kv_floats, &failed);
+    s->v_cache = alloc_floats((size_t)Q->n_attn * s->kv_floats, &failed);
+    s->conv = alloc_floats((size_t)Q->n_gdn * s->conv_floats, &failed);
+    s->rec = alloc_floats((size_t)Q->n_gdn * s->rec_floats, &failed);
+    s->x = alloc_floats(nb * Q->n_embd, &failed);
+    s->xb = alloc_floats(nb * Q->n_embd, &failed);
+    s->q = alloc_floats(nb * Q->n_head * Q->head_dim, &failed);
+    s->qg = alloc_floats(nb * Q->n_head * Q->head_dim * 2, &failed);
+    s->att = alloc_floats(nb * Q->n_head * Q->head_dim, &failed);
+    s->gate = alloc_floats(nb * Q->n_ff, &failed);
+    s->up = alloc_floats(nb * Q->n_ff, &failed);
+    s->cs = alloc_floats(nb * Q->n_rot, &failed);
+    if (Q->n_gdn > 0) {
+        s->qkv_in = alloc_floats(nb * conv_dim(Q), &failed);
+        s->qkv = alloc_floats(nb * conv_dim(Q), &failed);
+        s->z = alloc_floats(nb * value_dim(Q), &failed);
+        s->core = alloc_floats(nb * value_dim(Q), &failed);
+        s->beta = alloc_floats(nb * Q->nv, &failed);
+        s->g = alloc_floats(nb * Q->nv, &failed);
+    }
+    s->pos = calloc(nb, sizeof *s->pos);
+    if (failed || !s->pos) {
+        qwen35_state_free(s);
+        return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a state of %d tokens (%.1f MiB)", n_ctx,
+                           bytes / (1024.0 * 1024.0));
+    }
+    /* Per-thread scratch: attention scores, a dequantized weight row, or the
+     * chunked GDN work area. */
+    size_t scratch = (size_t)n_ctx;
+    int64_t widest = Q->n_embd;
+    if (Q->n_ff > widest) widest = Q->n_ff;
+    if ((int64_t)Q->n_head * Q->head_dim > widest) widest = (int64_t)Q->n_head * Q->head_dim;
+    if (Q->n_gdn > 0 && value_dim(Q) > widest) widest = value_dim(Q);
+    if (tela_op_matmul_scratch(widest) > scratch) scratch = tela_op_matmul_scratch(widest);
+    if (Q->n_gdn > 0 && tela_gdn_chunked_work_floats(Q->dk, Q->dv) > scratch)
+        scratch = tela_gdn_chunked_work_floats(Q->dk, Q->dv);
+    tela_status st = tela_threadpool_reserve(pool, scratch);
+    if (st != TELA_OK) {
+        qwen35_state_free(s);
+        return st;
+    }
+    *out = s;
+    return TELA_OK;
+}
+
+/* The KV rows past n_past are never read before they are written, but the
+ * conv and recurrent states are read at once: they start at zero. */
+static void qwen35_state_reset(const tela_model *m, void *state) {
+    const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    memset(s->conv, 0, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
+    memset(s->rec, 0, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+}
+
+static size_t qwen35_state_size(const tela_model *m, const void *state, int32_t n_past) {
+    const qwen35_model *Q = m->impl;
+    const qwen35_state *s = state;
+    return ((size_t)Q->n_attn * (size_t)n_past * 2 * (size_t)kv_dim(Q) +
+            (size_t)Q->n_gdn * (s->conv_floats + s->rec_floats)) * sizeof(float);
+}
+
+/* The image: for each attention layer its K rows [0, n_past) then its V
+ * rows; then every GDN layer's conv state, then every recurrent state. */
+static void qwen35_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
+    const qwen35_model *Q = m->impl;
+    const qwen35_state *s = state;
+    unsigned char *p = dst;
+    const size_t kvb = (size_t)n_past * (size_t)kv_dim(Q) * sizeof(float);
+    for (int a = 0; a < Q->n_attn; a++) {
+        memcpy(p, s->k_cache + (size_t)a * s->kv_floats, kvb);
+        p += kvb;
+        memcpy(p, s->v_cache + (size_t)a * s->kv_floats, kvb);
+        p += kvb;
+    }
+    memcpy(p, s->conv, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
+    p += (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    memcpy(p, s->rec, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+}
+
+static void qwen35_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
+    const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    const unsigned char *p = src;
+    const size_t kvb = (size_t)n_past * (size_t)kv_dim(Q) * sizeof(float);
+    for (int a = 0; a < Q->n_attn; a++) {
+        memcpy(s->k_cache + (size_t)a * s->kv_floats, p, kvb);
+        p += kvb;
+        memcpy(s->v_cache + (size_t)a * s->kv_floats, p, kvb);
+        p += kvb;
+    }
+    memcpy(s->conv, p, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
+    p += (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    memcpy(s->rec, p, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+}
+
+/* ------------------------------------------------------------- forward */
+
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* torch.nn.functional.softplus (beta 1, threshold 20). */
+static inline float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* Gated full attention over nt tokens of s->xb; the result goes to s->xb. */
+static void attn_layer(const qwen35_model *Q, qwen35_state *s, tela_threadpool *pool, const qwen35_layer *ly,
+                       int nt, int32_t pos0) {
+    const qwen35_attn *A = &ly->attn;
+    const int E = Q->n_embd, hd = Q->head_dim, H = Q->n_head;
+    const int64_t q_dim = (int64_t)H * hd, k_dim = kv_dim(Q);
+    float *kc = s->k_cache + (size_t)ly->slot * s->kv_floats;
+    float *vc = s->v_cache + (size_t)ly->slot * s->kv_floats;
+    float *krows = kc + (size_t)pos0 * k_dim, *vrows = vc + (size_t)pos0 * k_dim;
+
+    tela_op_matmul(pool, &A->wq, s->xb, E, s->qg, 2 * q_dim, nt);
+    tela_op_matmul(pool, &A->wk, s->xb, E, krows, k_dim, nt);
+    tela_op_matmul(pool, &A->wv, s->xb, E, vrows, k_dim, nt);
+    /* q: the first half of each head's 2*hd block, normalized per head (the
+     * rows (t, h) of qg are 2*hd apart); k: normalized in place */
+    tela_op_rmsnorm(s->q, hd, s->qg, 2 * hd, A->q_norm, hd, nt * H, Q->eps);
+    tela_op_rmsnorm(krows, hd, krows, hd, A->k_norm, hd, nt * Q->n_kv_head, Q->eps);
+    tela_op_rope(s->q, q_dim, nt, H, hd, Q->n_rot, s->cs, TELA_ROPE_HALVES);
+    tela_op_rope(krows, k_dim, nt, Q->n_kv_head, hd, Q->n_rot, s->cs, TELA_ROPE_HALVES);
+    tela_attn_args a = {
+        .q = s->q, .q_stride = q_dim, .k = kc, .k_stride = k_dim, .v = vc, .v_stride = k_dim,
+        .out = s->att, .out_stride = q_dim, .n_tok = nt, .pos0 = pos0, .n_head = H,
+        .n_kv_head = Q->n_kv_head, .k_dim = hd, .v_dim = hd,
+        .scale = (float)(1.0 / sqrt((double)hd)),
+    };
+    tela_op_attention(pool, &a);
+    /* output gate: the second half of each head's block */
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < H; h++) {
+            const float *gt = s->qg + ((size_t)t * H + h) * 2 * hd + hd;
+            float *o = s->att + (size_t)t * q_dim + (size_t)h * hd;
+            for (int i = 0; i < hd; i++) o[i] *= sigmoidf_(gt[i]);
+        }
+    tela_op_matmul(pool, &A->wo, s->att, q_dim, s->xb, E, nt);
+}
+
+/* The delta rule over the value heads of one GDN layer, split across the
+ * pool's threads by head. */
+typedef struct gdn_job {
+    const qwen35_model *Q;
+    qwen35_state *s;
+    float *rec;                  /* the layer's recurrent states */
+    const float *norm;           /* the layer's gated RMSNorm weight */
+    tela_threadpool *pool;
+    int nt;
+} gdn_job;
+
+static void gdn_heads_task(void *arg, int ith, int nth) {
+    const gdn_job *job = arg;
+    const qwen35_model *Q = job->Q;
+    const qwen35_state *s = job->s;
+    const int64_t cd = conv_dim(Q), vd = value_dim(Q);
+    const int group = Q->nv / Q->nk;
+    long long h0, h1;
+    tela_split_range(Q->nv, ith, nth, &h0, &h1);
+    for (long long h = h0; h < h1; h++) {
+        const int kh = Q->v_tiled ? (int)(h % Q->nk) : (int)(h / group);
+        tela_gdn_io io = {
+            .dk = Q->dk, .dv = Q->dv, .q_scale = (float)(1.0 / sqrt((double)Q->dk)),
+            .q = s->qkv + (size_t)kh * Q->dk,
+            .k = s->qkv + (size_t)(Q->nk + kh) * Q->dk,
+            .qk_stride = cd,
+            .v = s->qkv + (size_t)2 * Q->nk * Q->dk + (size_t)h * Q->dv,
+            .v_stride = cd,
+            .g = s->g + h, .beta = s->beta + h, .gb_stride = Q->nv,
+            .out = s->core + (size_t)h * Q->dv, .out_stride = vd,
+        };
+        float *S = job->rec + (size_t)h * Q->dk * Q->dv;
+        if (job->nt == 1)
+            tela_gdn_recurrent(&io, 1, S);
+        else
+            tela_gdn_chunked(&io, job->nt, S, tela_threadpool_scratch(job->pool, ith));
+        /* gated RMSNorm of this head's outputs */
+        for (int t = 0; t < job->nt; t++)
+            tela_gdn_gated_rms_norm(s->core + (size_t)t * vd + (size_t)h * Q->dv,
+                                    s->z + (size_t)t * vd + (size_t)h * Q->dv, job->norm, Q->dv, Q->eps);
+    }
+}
+
+/* Gated DeltaNet over nt tokens of s->xb; the result goes to s->xb. */
+static void gdn_layer(const qwen35_model *Q, qwen35_state *s, tela_threadpool *pool, const qwen35_layer *ly, int nt) {
+    const qwen35_gdn *G = &ly->gdn;
+    const int E = Q->n_embd, nv = Q->nv;
+    const int64_t cd = conv_dim(Q), vd = value_dim(Q);
+    float *conv_state = s->conv + (size_t)ly->slot * s->conv_floats;
+    float *rec = s->rec + (size_t)ly->slot * s->rec_floats;
+
+    tela_op_matmul(pool, &G->w_qkv, s->xb, E, s->qkv_in, cd, nt);
+    tela_op_matmul(pool, &G->w_z, s->xb, E, s->z, vd, nt);
+    tela_op_matmul(pool, &G->w_beta, s->xb, E, s->beta, nv, nt);
+    tela_op_matmul(pool, &G->w_alpha, s->xb, E, s->g, nv, nt);
+    tela_gdn_conv1d_silu(s->qkv_in, cd, nt, (int)cd, Q->conv_k, G->conv_w, conv_state, s->qkv, cd);
+    for (int t = 0; t < nt; t++) {
+        float *row = s->qkv + (size_t)t * cd;
+        for (int h = 0; h < 2 * Q->nk; h++) tela_gdn_l2_norm(row + (size_t)h * Q->dk, Q->dk, QWEN35_L2_EPS);
+        float *b = s->beta + (size_t)t * nv, *g = s->g + (size_t)t * nv;
+        for (int h = 0; h < nv; h++) {
+            b[h] = sigmoidf_(b[h]);
+            g[h] = G->ssm_a[h] * softplusf_(g[h] + G->dt_bias[h]);
+        }
+    }
+    gdn_job job = {Q, s, rec, G->norm, pool, nt};
+    tela_threadpool_run(pool, gdn_heads_task, &job);
+    tela_op_matmul(pool, &G->w_out, s->core, vd, s->xb, E, nt);
+}
+
+/* One step over nt <= n_batch tokens at positions pos0..; leaves the final
+ * hidden states (before the output norm) in s->x. */
+static void forward_step(const qwen35_model *Q, qwen35_state *s, tela_threadpool *pool, const int32_t *tokens,
+                         int nt, int32_t pos0) {
+    const int E = Q->n_embd;
+    for (int t = 0; t < nt; t++) s->pos[t] = pos0 + t;
+    tela_rope_table(s->cs, s->pos, nt, Q->inv_freq, Q->n_rot);
+    tela_op_get_rows(&Q->tok_embd, tokens, nt, s->x, E);
+    for (int l = 0; l < Q->n_layer; l++) {
+        const qwen35_layer *ly = &Q->layers[l];
+        tela_op_rmsnorm(s->xb, E, s->x, E, ly->attn_norm, E, nt, Q->eps);
+        if (ly->is_attn)
+            attn_layer(Q, s, pool, ly, nt, pos0);
+        else
+            gdn_layer(Q, s, pool, ly, nt);
+        tela_op_add(s->x, s->xb, (int64_t)nt * E);
+
+        tela_op_rmsnorm(s->xb, E, s->x, E, ly->post_norm, E, nt, Q->eps);
+        tela_op_matmul(pool, &ly->w_gate, s->xb, E, s->gate, Q->n_ff, nt);
+        tela_op_matmul(pool, &ly->w_up, s->xb, E, s->up, Q->n_ff, nt);
+        tela_op_swiglu(s->gate, s->up, (int64_t)nt * Q->n_ff);
+        tela_op_matmul(pool, &ly->w_down, s->gate, Q->n_ff, s->xb, E, nt);
+        tela_op_add(s->x, s->xb, (int64_t)nt * E);
+    }
+}
+
+static tela_status qwen35_forward(const tela_model *m, void *state, tela_threadpool *pool, const int32_t *tokens,
+                                  int32_t n, int32_t n_past, float *logits, int all_logits) {
+    const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    if (n <= 0 || n_past < 0 || n_past > s->n_ctx - n)
+        return tela_errorf(TELA_ERR_INTERNAL, "qwen35 forward: %d tokens at position %d do not fit %d", n, n_past,
+                           s->n_ctx);
+    const int E = Q->n_embd;
+    for (int32_t done = 0; done < n;) {
+        int nt = n - done < s->n_batch ? n - done : s->n_batch;
+        forward_step(Q, s, pool, tokens + done, nt, n_past + done);
+        if (logits && all_logits) {
+            tela_op_rmsnorm(s->xb, E, s->x, E, Q->output_norm, E, nt, Q->eps);
+            tela_op_matmul(pool, &Q->output, s->xb, E, logits + (size_t)done * Q->n_vocab, Q->n_vocab, nt);
+        } else if (logits && done + nt == n) {
+            tela_op_rmsnorm(s->xb, E, s->x + (size_t)(nt - 1) * E, E, Q->output_norm, E, 1, Q->eps);
+            tela_op_matmul(pool, &Q->output, s->xb, E, logits, Q->n_vocab, 1);
+        }
+        done += nt;
+    }
+    return TELA_OK;
+}
+
+const tela_arch tela_arch_qwen35 = {
+    .name = "qwen35",
+    .hf_model_types = qwen35_hf_types,
+    .load = qwen35_load,
+    .free = qwen35_free,
+    .state_create = qwen35_state_create,
+    .state_free = qwen35_state_free,
+    .state_reset = qwen35_state_reset,
+    .state_size = qwen35_state_size,
+    .state_save = qwen35_state_save,
+    .state_load = qwen35_state_load,
+    .forward = qwen35_forward,
+    .forward_naive = NULL,
+};

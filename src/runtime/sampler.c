@@ -1,0 +1,225 @@
+/* sampler.c: picking the next token from one position's logits.
+ *
+ * The stages, in order (llama.cpp's order, so its users get what they
+ * expect from the same settings):
+ *   1. logit bias      logit[t] += bias (-INFINITY bans t)
+ *   2. penalties       over the last repeat_last_n tokens of the history,
+ *                      for each distinct token t seen c times:
+ *                        repeat (llama.cpp): logit /= penalty if > 0,
+ *                                            logit *= penalty otherwise;
+ *                        frequency/presence (OpenAI):
+ *                                            logit -= c * freq + presence
+ *   3. greedy          when temperature <= 0: the highest logit (lowest id
+ *                      on ties), done
+ *   4. top-k           keep the k highest logits
+ *   5. top-p           keep the smallest prefix, by descending probability
+ *                      (softmax at temperature 1), whose total reaches p
+ *   6. min-p           keep tokens with probability >= min_p * the highest
+ *   7. temperature     logit /= temperature
+ *   8. draw            softmax and a draw with u = rng(seed, step), a pure
+ *                      function of the seed and the step index
+ * Ties in the sort by logit are broken by the lower token id, so the result
+ * is fully deterministic. */
+#include "util/error.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+tela_sampler_params tela_sampler_default_params(void) {
+    tela_sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 64;
+    p.frequency_penalty = 0.0f;
+    p.presence_penalty = 0.0f;
+    p.seed = 0;
+    return p;
+}
+
+typedef struct {
+    int32_t id;
+    float logit;
+} candidate;
+
+/* splitmix64's finalizer: a bijective 64-bit mix. */
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* The uniform draw in [0, 1) for (seed, step): independent of how the
+ * steps are batched, since it holds no state. */
+static double rng_uniform(uint64_t seed, uint64_t step) {
+    uint64_t z = mix64(mix64(seed ^ 0x5DEECE66DULL) + (step + 1) * 0x9E3779B97F4A7C15ULL);
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Descending logit, then ascending id. */
+static int cand_cmp(const void *pa, const void *pb) {
+    const candidate *a = pa, *b = pb;
+    if (a->logit != b->logit) return a->logit > b->logit ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* "a ranks below b" in the order above. */
+static int ranks_below(const candidate *a, const candidate *b) { return cand_cmp(a, b) > 0; }
+
+/* Keeps the k best of c[0..n) in c[0..k), sorted: a min-heap of the k best
+ * seen so far (root = worst), then a sort. */
+static void select_top_k(candidate *c, size_t n, size_t k) {
+    for (size_t i = k / 2; i-- > 0;) { /* heapify c[0..k) */
+        size_t j = i;
+        for (;;) {
+            size_t l = 2 * j + 1, r = l + 1, w = j;
+            if (l < k && ranks_below(&c[l], &c[w])) w = l;
+            if (r < k && ranks_below(&c[r], &c[w])) w = r;
+            if (w == j) break;
+            candidate t = c[j]; c[j] = c[w]; c[w] = t;
+            j = w;
+        }
+    }
+    for (size_t i = k; i < n; i++) {
+        if (!ranks_below(&c[0], &c[i])) continue;
+        c[0] = c[i];
+        size_t j = 0;
+        for (;;) {
+            size_t l = 2 * j + 1, r = l + 1, w = j;
+            if (l < k && ranks_below(&c[l], &c[w])) w = l;
+            if (r < k && ranks_below(&c[r], &c[w])) w = r;
+            if (w == j) break;
+            candidate t = c[j]; c[j] = c[w]; c[w] = t;
+            j = w;
+        }
+    }
+    qsort(c, k, sizeof *c, cand_cmp);
+}
+
+static int int32_cmp(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    return (a > b) - (a < b);
+}
+
+static tela_status apply_penalties(const tela_sampler_params *p, float *logits, int32_t n_vocab,
+                                   const int32_t *history, size_t n_history) {
+    bool rep = p->repeat_penalty != 1.0f, freq = p->frequency_penalty != 0.0f, pres = p->presence_penalty != 0.0f;
+    if (!(rep || freq || pres) || n_history == 0 || p->repeat_last_n == 0) return TELA_OK;
+    if (rep && !(p->repeat_penalty > 0.0f))
+        return tela_errorf(TELA_ERR_ARG, "sampler: repeat penalty %g must be positive", (double)p->repeat_penalty);
+    size_t n = n_history;
+    if (p->repeat_last_n > 0 && (size_t)p->repeat_last_n < n) n = (size_t)p->repeat_last_n;
+    int32_t *w = malloc(n * sizeof *w);
+    if (!w) return tela_errorf(TELA_ERR_NOMEM, "sampler: out of memory");
+    memcpy(w, history + (n_history - n), n * sizeof *w);
+    qsort(w, n, sizeof *w, int32_cmp);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && w[j] == w[i]) j++;
+        int32_t t = w[i];
+        double count = (double)(j - i);
+        i = j;
+        if (t < 0 || t >= n_vocab) continue;
+        float l = logits[t];
+        if (rep) l = l > 0.0f ? l / p->repeat_penalty : l * p->repeat_penalty;
+        l -= (float)(count * p->frequency_penalty + p->presence_penalty);
+        logits[t] = l;
+    }
+    free(w);
+    return TELA_OK;
+}
+
+tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_t n_vocab, const int32_t *history,
+                        size_t n_history, uint64_t step, int32_t *out_token) {
+    if (!params || !logits || !out_token || n_vocab <= 0 || (n_history && !history))
+        return tela_errorf(TELA_ERR_ARG, "tela_sample: bad arguments");
+    const tela_sampler_params *p = params;
+    if (isnan(p->temperature) || isnan(p->top_p) || isnan(p->min_p))
+        return tela_errorf(TELA_ERR_ARG, "sampler: temperature, top_p and min_p must be numbers");
+
+    for (size_t i = 0; i < p->n_logit_bias; i++) {
+        int32_t t = p->logit_bias[i].token;
+        if (t < 0 || t >= n_vocab)
+            return tela_errorf(TELA_ERR_ARG, "sampler: logit bias for token %d, outside the vocabulary of %d", t,
+                               n_vocab);
+        logits[t] += p->logit_bias[i].bias;
+    }
+    TELA_TRY(apply_penalties(p, logits, n_vocab, history, n_history));
+
+    if (p->temperature <= 0.0f) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < n_vocab; i++)
+            if (!isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+        if (best < 0 || logits[best] == -INFINITY)
+            return tela_errorf(TELA_ERR_ARG, "sampler: every token is banned (all logits are -inf or NaN)");
+        *out_token = best;
+        return TELA_OK;
+    }
+
+    candidate *c = malloc((size_t)n_vocab * sizeof *c);
+    if (!c) return tela_errorf(TELA_ERR_NOMEM, "sampler: out of memory");
+    size_t n = 0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (!isnan(logits[i]) && logits[i] > -INFINITY) c[n++] = (candidate){i, logits[i]};
+    if (n == 0) {
+        free(c);
+        return tela_errorf(TELA_ERR_ARG, "sampler: every token is banned (all logits are -inf or NaN)");
+    }
+
+    bool sorted = false;
+    if (p->top_k > 0 && (size_t)p->top_k < n) {
+        select_top_k(c, n, (size_t)p->top_k);
+        n = (size_t)p->top_k;
+        sorted = true;
+    }
+    if (p->top_p < 1.0f) {
+        if (!sorted) qsort(c, n, sizeof *c, cand_cmp);
+        sorted = true;
+        double mx = c[0].logit, sum = 0.0;
+        for (size_t i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
+        double cum = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            cum += exp((double)c[i].logit - mx) / sum;
+            if (cum >= p->top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0.0f) {
+        float mx = c[0].logit;
+        for (size_t i = 1; i < n; i++)
+            if (c[i].logit > mx) mx = c[i].logit;
+        double min_logit = (double)mx + log((double)p->min_p);
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++)
+            if ((double)c[i].logit >= min_logit) c[kept++] = c[i];
+        n = kept;  /* the maximum always survives, so n >= 1 */
+    }
+
+    /* Temperature and the draw, in the candidates' current order (sorted,
+     * or by id), which is deterministic either way. */
+    double inv_t = 1.0 / (double)p->temperature;
+    double mx = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if ((double)c[i].logit * inv_t > mx) mx = (double)c[i].logit * inv_t;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += exp((double)c[i].logit * inv_t - mx);
+    double target = rng_uniform(p->seed, step) * sum, cum = 0.0;
+    int32_t pick = c[n - 1].id;
+    for (size_t i = 0; i < n; i++) {
+        cum += exp((double)c[i].logit * inv_t - mx);
+        if (cum > target) {
+            pick = c[i].id;
+            break;
+        }
+    }
+    free(c);
+    *out_token = pick;
+    return TELA_OK;
+}

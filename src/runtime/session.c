@@ -1,0 +1,163 @@
+/* session.c: sessions (one sequence's state on a shared model: the
+ * architecture's KV/recurrent state, the tokens so far, a thread pool),
+ * evaluation with the context check, and snapshots. */
+#include "runtime/session.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TELA_DEFAULT_CTX 4096
+#define TELA_MAX_CTX (1 << 24)
+
+tela_session_params tela_session_default_params(void) {
+    tela_session_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+tela_status tela_session_create(tela_model *model, const tela_session_params *params, tela_session **out) {
+    if (!out) return tela_errorf(TELA_ERR_ARG, "tela_session_create: out is NULL");
+    *out = NULL;
+    if (!model) return tela_errorf(TELA_ERR_ARG, "tela_session_create: model is NULL");
+    tela_session_params p = params ? *params : tela_session_default_params();
+    int32_t n_ctx = p.n_ctx;
+    if (n_ctx < 0 || n_ctx > TELA_MAX_CTX)
+        return tela_errorf(TELA_ERR_ARG, "session: context length %d is out of range (1..%d, or 0 for the default)",
+                           n_ctx, TELA_MAX_CTX);
+    if (n_ctx == 0) {
+        n_ctx = model->info.n_ctx_train;
+        if (n_ctx <= 0 || n_ctx > TELA_DEFAULT_CTX) n_ctx = TELA_DEFAULT_CTX;
+    }
+    int n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads;
+    tela_session *s = calloc(1, sizeof *s);
+    if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    s->model = model;
+    s->n_ctx = n_ctx;
+    s->tokens = calloc((size_t)n_ctx, sizeof *s->tokens);
+    s->logits = calloc((size_t)model->info.n_vocab, sizeof *s->logits);
+    if (!s->tokens || !s->logits) {
+        tela_session_free(s);
+        return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    }
+    tela_status st = tela_threadpool_create(n_threads, &s->pool);
+    if (st == TELA_OK) st = model->arch->state_create(model, n_ctx, s->pool, &s->state);
+    if (st != TELA_OK) {
+        tela_session_free(s);
+        return st;
+    }
+    *out = s;
+    return TELA_OK;
+}
+
+void tela_session_free(tela_session *session) {
+    if (!session) return;
+    if (session->state) session->model->arch->state_free(session->state);
+    tela_threadpool_free(session->pool);
+    free(session->tokens);
+    free(session->logits);
+    free(session);
+}
+
+int32_t tela_session_n_ctx(const tela_session *session) { return session ? session->n_ctx : 0; }
+
+int32_t tela_session_n_past(const tela_session *session) { return session ? session->n_past : 0; }
+
+void tela_session_reset(tela_session *session) {
+    if (!session) return;
+    session->model->arch->state_reset(session->model, session->state);
+    session->n_past = 0;
+    session->has_logits = false;
+}
+
+tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, int32_t n, float *logits,
+                                       int all_logits, bool store_last) {
+    if (!s) return tela_errorf(TELA_ERR_ARG, "tela_session_eval: session is NULL");
+    if (n < 0 || (n > 0 && !tokens)) return tela_errorf(TELA_ERR_ARG, "tela_session_eval: bad token array (n = %d)", n);
+    if (n == 0) return TELA_OK;
+    const int32_t n_vocab = s->model->info.n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return tela_errorf(TELA_ERR_ARG, "token %d (at index %d) is not in the vocabulary of %d tokens", tokens[i],
+                               i, n_vocab);
+    if (n > s->n_ctx - s->n_past)
+        return tela_errorf(TELA_ERR_CONTEXT,
+                           "%d tokens do not fit in the context: %d of %d positions are used, %d are left", n,
+                           s->n_past, s->n_ctx, s->n_ctx - s->n_past);
+    float *dst = logits;
+    if (!dst && store_last) {
+        dst = s->logits;
+        all_logits = 0;
+    }
+    s->has_logits = false;
+    TELA_TRY(s->model->arch->forward(s->model, s->state, s->pool, tokens, n, s->n_past, dst, all_logits));
+    memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
+    s->n_past += n;
+    if (dst) {
+        const float *last = all_logits ? dst + (size_t)(n - 1) * n_vocab : dst;
+        if (last != s->logits) memcpy(s->logits, last, (size_t)n_vocab * sizeof(float));
+        s->has_logits = true;
+    }
+    return TELA_OK;
+}
+
+tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int32_t n, float *logits,
+                              int all_logits) {
+    return tela_session_eval_internal(session, tokens, n, logits, all_logits, false);
+}
+
+tela_status tela_session_snapshot(const tela_session *session, tela_snapshot **out) {
+    if (!out) return tela_errorf(TELA_ERR_ARG, "tela_session_snapshot: out is NULL");
+    *out = NULL;
+    if (!session) return tela_errorf(TELA_ERR_ARG, "tela_session_snapshot: session is NULL");
+    const tela_arch *arch = session->model->arch;
+    tela_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return tela_errorf(TELA_ERR_NOMEM, "snapshot: out of memory");
+    snap->model = session->model;
+    snap->n_ctx = session->n_ctx;
+    snap->n_past = session->n_past;
+    snap->state_bytes = arch->state_size(session->model, session->state, session->n_past);
+    snap->tokens = malloc((size_t)(session->n_past ? session->n_past : 1) * sizeof *snap->tokens);
+    snap->state = malloc(snap->state_bytes ? snap->state_bytes : 1);
+    if (!snap->tokens || !snap->state) {
+        tela_snapshot_free(snap);
+        return tela_errorf(TELA_ERR_NOMEM, "snapshot: out of memory for %zu bytes of state", snap->state_bytes);
+    }
+    if (session->has_logits) {
+        size_t lb = (size_t)session->model->info.n_vocab * sizeof(float);
+        snap->logits = malloc(lb);
+        if (!snap->logits) {
+            tela_snapshot_free(snap);
+            return tela_errorf(TELA_ERR_NOMEM, "snapshot: out of memory");
+        }
+        memcpy(snap->logits, session->logits, lb);
+    }
+    memcpy(snap->tokens, session->tokens, (size_t)session->n_past * sizeof *snap->tokens);
+    arch->state_save(session->model, session->state, session->n_past, snap->state);
+    *out = snap;
+    return TELA_OK;
+}
+
+tela_status tela_session_restore(tela_session *session, const tela_snapshot *snap) {
+    if (!session || !snap) return tela_errorf(TELA_ERR_ARG, "tela_session_restore: NULL argument");
+    if (snap->model != session->model)
+        return tela_errorf(TELA_ERR_ARG, "tela_session_restore: the snapshot was taken on another model");
+    if (snap->n_ctx != session->n_ctx)
+        return tela_errorf(TELA_ERR_ARG, "tela_session_restore: the snapshot's context (%d) differs from the session's (%d)",
+                           snap->n_ctx, session->n_ctx);
+    session->model->arch->state_load(session->model, session->state, snap->n_past, snap->state);
+    memcpy(session->tokens, snap->tokens, (size_t)snap->n_past * sizeof *snap->tokens);
+    session->n_past = snap->n_past;
+    session->has_logits = snap->logits != NULL;
+    if (snap->logits)
+        memcpy(session->logits, snap->logits, (size_t)session->model->info.n_vocab * sizeof(float));
+    return TELA_OK;
+}
+
+void tela_snapshot_free(tela_snapshot *snapshot) {
+    if (!snapshot) return;
+    free(snapshot->tokens);
+    free(snapshot->state);
+    free(snapshot->logits);
+    free(snapshot);
+}

@@ -1,0 +1,36 @@
+/* session.h: the runtime's view of a session (shared by session.c and
+ * generate.c): the model, the architecture's state, the thread pool, the
+ * tokens at each position and the last computed logits. */
+#ifndef TELA_RUNTIME_SESSION_H
+#define TELA_RUNTIME_SESSION_H
+
+#include <stdbool.h>
+#include "model/model.h"
+
+struct tela_session {
+    tela_model *model;
+    void *state;             /* owned by model->arch */
+    tela_threadpool *pool;
+    int32_t n_ctx;
+    int32_t n_past;
+    int32_t *tokens;         /* [n_ctx]: the token at each position < n_past */
+    float *logits;           /* [n_vocab]: logits after the last token, when has_logits */
+    bool has_logits;
+};
+
+struct tela_snapshot {
+    const tela_model *model;
+    int32_t n_ctx;
+    int32_t n_past;
+    int32_t *tokens;         /* [n_past] */
+    size_t state_bytes;
+    void *state;             /* the architecture's image of its state */
+    float *logits;           /* [n_vocab] the session's last logits, or NULL */
+};
+
+/* tela_session_eval, also storing the last position's logits in the
+ * session (s->logits) when store_last is set. */
+tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, int32_t n, float *logits,
+                                       int all_logits, bool store_last);
+
+#endif

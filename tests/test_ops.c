@@ -1,0 +1,360 @@
+/* test_ops.c: the CPU backend's ops and thread pool against naive
+ * double-precision implementations written here from the definitions:
+ * matmul over F32/F16/BF16/Q8_0 weights (Q8_0 blocks built by hand), row
+ * lookup, RMSNorm, both RoPE layouts (and the row permutation that relates
+ * them), softmax, SwiGLU, causal GQA attention; bit-identical results for
+ * any thread count. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/threadpool.h"
+#include "quant/quant.h"
+#include "test.h"
+#include "util/fp16.h"
+
+static uint64_t rng_state = 88172645463325252ULL;
+
+static double rnd(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static void fill(float *x, size_t n, double scale) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(rnd() * scale);
+}
+
+/* ---------------------------------------------------------- thread pool */
+
+typedef struct {
+    int calls[8];
+    long long sum;
+} count_job;
+
+static void count_task(void *p, int ith, int nth) {
+    count_job *j = p;
+    (void)nth;
+    j->calls[ith]++;
+    long long b, e;
+    tela_split_range(1000, ith, nth, &b, &e);
+    long long s = 0;
+    for (long long i = b; i < e; i++) s += i;
+    __atomic_fetch_add(&j->sum, s, __ATOMIC_RELAXED);
+}
+
+static void test_threadpool(void) {
+    for (int nt = 1; nt <= 4; nt++) {
+        tela_threadpool *pool;
+        CHECK_OK(tela_threadpool_create(nt, &pool));
+        CHECK_EQ_INT(tela_threadpool_n_threads(pool), nt);
+        count_job job;
+        memset(&job, 0, sizeof job);
+        int ok = 1;
+        for (int r = 0; r < 2000; r++) {
+            job.sum = 0;
+            tela_threadpool_run(pool, count_task, &job);
+            if (job.sum != 999 * 1000 / 2) ok = 0;
+        }
+        CHECK(ok);
+        for (int i = 0; i < nt; i++) CHECK_EQ_INT(job.calls[i], 2000);
+        CHECK_OK(tela_threadpool_reserve(pool, 1000));
+        CHECK(tela_threadpool_scratch_size(pool) >= 1000);
+        for (int i = 0; i < nt; i++) {
+            float *s = tela_threadpool_scratch(pool, i);
+            s[0] = 1.0f;
+            s[999] = 2.0f;
+            CHECK(((uintptr_t)s & 63) == 0);
+        }
+        tela_threadpool_free(pool);
+    }
+}
+
+/* --------------------------------------------------------------- matmul */
+
+/* A weight in a stored type plus its exact element values in double. */
+typedef struct {
+    tela_mat m;
+    void *data;
+    double *w; /* [rows][cols] exact values */
+} test_weight;
+
+static void make_weight(test_weight *tw, tela_type type, int rows, int cols) {
+    tw->w = malloc(sizeof(double) * rows * cols);
+    size_t rb = 0;
+    if (type == TELA_TYPE_F32) rb = (size_t)cols * 4;
+    if (type == TELA_TYPE_F16 || type == TELA_TYPE_BF16) rb = (size_t)cols * 2;
+    if (type == TELA_TYPE_Q8_0) rb = (size_t)cols / 32 * sizeof(tela_block_q8_0);
+    tw->data = malloc(rb * rows);
+    for (int r = 0; r < rows; r++) {
+        unsigned char *row = (unsigned char *)tw->data + rb * r;
+        if (type == TELA_TYPE_Q8_0) {
+            tela_block_q8_0 *b = (tela_block_q8_0 *)row;
+            for (int k = 0; k < cols / 32; k++) {
+                float d = (float)(0.001 + 0.01 * fabs(rnd()));
+                b[k].d = tela_f32_to_f16(d);
+                double dd = tela_f16_to_f32(b[k].d);
+                for (int i = 0; i < 32; i++) {
+                    int q = (int)floor(rnd() * 127.0);
+                    b[k].qs[i] = (int8_t)q;
+                    tw->w[(size_t)r * cols + k * 32 + i] = dd * q;
+                }
+            }
+            continue;
+        }
+        for (int i = 0; i < cols; i++) {
+            float v = (float)rnd();
+            if (type == TELA_TYPE_F32) {
+                memcpy(row + 4 * i, &v, 4);
+                tw->w[(size_t)r * cols + i] = v;
+            } else if (type == TELA_TYPE_F16) {
+                uint16_t h = tela_f32_to_f16(v);
+                memcpy(row + 2 * i, &h, 2);
+                tw->w[(size_t)r * cols + i] = tela_f16_to_f32(h);
+            } else {
+                uint16_t h = tela_f32_to_bf16(v);
+                memcpy(row + 2 * i, &h, 2);
+                tw->w[(size_t)r * cols + i] = tela_bf16_to_f32(h);
+            }
+        }
+    }
+    tela_tensor t = {"test.weight", type, 2, {cols, rows, 1, 1}, tw->data, rb * rows};
+    CHECK_OK(tela_mat_from_tensor(&t, &tw->m));
+}
+
+static void free_weight(test_weight *tw) {
+    free(tw->w);
+    free(tw->data);
+}
+
+static void test_matmul_type(tela_type type) {
+    const int rows = 37, cols = 96, n_tok = 5, xs = 100, ys = 41;
+    test_weight tw;
+    make_weight(&tw, type, rows, cols);
+    float *x = calloc((size_t)n_tok * xs, sizeof(float));
+    fill(x, (size_t)n_tok * xs, 1.0);
+    float *y[4];
+    for (int nt = 1; nt <= 4; nt++) {
+        tela_threadpool *pool;
+        CHECK_OK(tela_threadpool_create(nt, &pool));
+        CHECK_OK(tela_threadpool_reserve(pool, tela_op_matmul_scratch(cols)));
+        y[nt - 1] = calloc((size_t)n_tok * ys, sizeof(float));
+        for (int i = 0; i < n_tok * ys; i++) y[nt - 1][i] = 12345.0f; /* padding must stay */
+        tela_op_matmul(pool, &tw.m, x, xs, y[nt - 1], ys, n_tok);
+        tela_threadpool_free(pool);
+    }
+    int bad = 0, pad_bad = 0, thread_diff = 0;
+    for (int t = 0; t < n_tok; t++) {
+        for (int o = 0; o < rows; o++) {
+            double ref = 0.0, mag = 0.0;
+            for (int i = 0; i < cols; i++) {
+                ref += tw.w[(size_t)o * cols + i] * x[t * xs + i];
+                mag += fabs(tw.w[(size_t)o * cols + i] * x[t * xs + i]);
+            }
+            if (fabs(y[0][t * ys + o] - ref) > 2e-6 * mag + 1e-30) bad++;
+        }
+        for (int o = rows; o < ys; o++)
+            if (y[0][t * ys + o] != 12345.0f) pad_bad++;
+    }
+    for (int nt = 2; nt <= 4; nt++)
+        if (memcmp(y[0], y[nt - 1], sizeof(float) * n_tok * ys)) thread_diff++;
+    CHECK_MSG(bad == 0, "type %d: %d outputs off", (int)type, bad);
+    CHECK_EQ_INT(pad_bad, 0);
+    CHECK_MSG(thread_diff == 0, "type %d: results differ between thread counts", (int)type);
+    for (int nt = 0; nt < 4; nt++) free(y[nt]);
+    free(x);
+    free_weight(&tw);
+}
+
+static void test_mat_view_errors(void) {
+    float data[64];
+    tela_mat m;
+    tela_tensor t = {"bad.weight", TELA_TYPE_F32, 2, {16, 4, 1, 1}, data, sizeof data - 4};
+    CHECK(tela_mat_from_tensor(&t, &m) == TELA_ERR_FORMAT);
+    CHECK(strstr(tela_last_error(), "bad.weight") != NULL);
+    tela_tensor q = {"q.weight", TELA_TYPE_Q8_0, 2, {48, 1, 1, 1}, data, 64}; /* 48 not a multiple of 32 */
+    CHECK(tela_mat_from_tensor(&q, &m) != TELA_OK);
+    tela_tensor i32 = {"i.weight", (tela_type)4 /* removed from ggml */, 2, {16, 1, 1, 1}, data, 64};
+    CHECK(tela_mat_from_tensor(&i32, &m) == TELA_ERR_UNSUPPORTED);
+}
+
+static void test_get_rows(void) {
+    test_weight tw;
+    make_weight(&tw, TELA_TYPE_Q8_0, 10, 64);
+    int32_t ids[3] = {7, 0, 7};
+    float out[3 * 70];
+    tela_op_get_rows(&tw.m, ids, 3, out, 70);
+    int bad = 0;
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < 64; i++)
+            if ((double)out[t * 70 + i] != tw.w[ids[t] * 64 + i]) bad++;
+    CHECK_EQ_INT(bad, 0);
+    free_weight(&tw);
+}
+
+/* ---------------------------------------------------------- elementwise */
+
+static void test_rmsnorm(void) {
+    const int n = 50, nt = 3;
+    float x[3 * 50], w[50], out[3 * 50];
+    fill(x, sizeof x / sizeof x[0], 3.0);
+    fill(w, 50, 1.0);
+    tela_op_rmsnorm(out, n, x, n, w, n, nt, 1e-5f);
+    for (int t = 0; t < nt; t++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)x[t * n + i] * x[t * n + i];
+        double s = 1.0 / sqrt(ss / n + 1e-5);
+        for (int i = 0; i < n; i++) CHECK_NEAR(out[t * n + i], x[t * n + i] * s * w[i], 1e-6);
+    }
+    /* in place, no weight */
+    float y[4] = {3, 4, 0, 0};
+    tela_op_rmsnorm(y, 4, y, 4, NULL, 4, 1, 0.0f);
+    CHECK_NEAR(y[0], 3.0 / sqrt(25.0 / 4), 1e-6);
+    CHECK_NEAR(y[1], 4.0 / sqrt(25.0 / 4), 1e-6);
+}
+
+static void test_rope(void) {
+    enum { HD = 12, NH = 3, NROT = 8, NT = 2 };
+    double inv_freq[NROT / 2];
+    for (int i = 0; i < NROT / 2; i++) inv_freq[i] = pow(10000.0, -2.0 * i / NROT) / (1.0 + i);
+    int32_t pos[NT] = {5, 300};
+    float cs[NT * NROT];
+    tela_rope_table(cs, pos, NT, inv_freq, NROT);
+    float x[NT * NH * HD], a[NT * NH * HD], b[NT * NH * HD];
+    fill(x, sizeof x / sizeof x[0], 1.0);
+    memcpy(a, x, sizeof x);
+    memcpy(b, x, sizeof x);
+    tela_op_rope(a, NH * HD, NT, NH, HD, NROT, cs, TELA_ROPE_ADJACENT);
+    tela_op_rope(b, NH * HD, NT, NH, HD, NROT, cs, TELA_ROPE_HALVES);
+    int bad = 0;
+    for (int t = 0; t < NT; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *v = x + t * NH * HD + h * HD;
+            const float *va = a + t * NH * HD + h * HD, *vb = b + t * NH * HD + h * HD;
+            for (int i = 0; i < NROT / 2; i++) {
+                double th = pos[t] * inv_freq[i], c = cos(th), s = sin(th);
+                /* adjacent pairs */
+                if (fabs(va[2 * i] - (v[2 * i] * c - v[2 * i + 1] * s)) > 1e-5) bad++;
+                if (fabs(va[2 * i + 1] - (v[2 * i] * s + v[2 * i + 1] * c)) > 1e-5) bad++;
+                /* halves: HF's q*cos + rotate_half(q)*sin */
+                if (fabs(vb[i] - (v[i] * c - v[i + NROT / 2] * s)) > 1e-5) bad++;
+                if (fabs(vb[i + NROT / 2] - (v[i + NROT / 2] * c + v[i] * s)) > 1e-5) bad++;
+            }
+            for (int i = NROT; i < HD; i++) /* beyond n_rot: untouched */
+                if (va[i] != v[i] || vb[i] != v[i]) bad++;
+        }
+    CHECK_EQ_INT(bad, 0);
+
+    /* llama.cpp's converter permutes each head's rows so that row 2i holds
+     * HF row i and row 2i+1 holds HF row i + d/2; adjacent-pair RoPE on the
+     * permuted vector is the same rotation as halves RoPE on the original. */
+    float hf[HD], gg[HD];
+    fill(hf, HD, 1.0);
+    for (int i = 0; i < HD / 2; i++) {
+        gg[2 * i] = hf[i];
+        gg[2 * i + 1] = hf[i + HD / 2];
+    }
+    double inv2[HD / 2];
+    for (int i = 0; i < HD / 2; i++) inv2[i] = pow(500000.0, -2.0 * i / HD);
+    int32_t p1 = 77;
+    float cs2[HD];
+    tela_rope_table(cs2, &p1, 1, inv2, HD);
+    tela_op_rope(hf, HD, 1, 1, HD, HD, cs2, TELA_ROPE_HALVES);
+    tela_op_rope(gg, HD, 1, 1, HD, HD, cs2, TELA_ROPE_ADJACENT);
+    bad = 0;
+    for (int i = 0; i < HD / 2; i++)
+        if (gg[2 * i] != hf[i] || gg[2 * i + 1] != hf[i + HD / 2]) bad++;
+    CHECK_EQ_INT(bad, 0);
+}
+
+static void test_softmax_swiglu_add(void) {
+    float x[5] = {1.0f, 2.0f, 3.0f, -1000.0f, 2.0f};
+    tela_op_softmax(x, 5);
+    double z = exp(1) + 2 * exp(2) + exp(3);
+    CHECK_NEAR(x[0], exp(1) / z, 1e-7);
+    CHECK_NEAR(x[1], exp(2) / z, 1e-7);
+    CHECK_NEAR(x[2], exp(3) / z, 1e-7);
+    CHECK_NEAR(x[3], 0.0, 1e-30);
+    CHECK(x[1] == x[4]);
+    float big[2] = {1000.0f, 1000.0f}; /* no overflow */
+    tela_op_softmax(big, 2);
+    CHECK_NEAR(big[0], 0.5, 1e-7);
+
+    float g[4] = {-2.0f, 0.0f, 0.5f, 3.0f}, u[4] = {1.0f, 5.0f, -2.0f, 0.25f};
+    float g0[4];
+    memcpy(g0, g, sizeof g);
+    tela_op_swiglu(g, u, 4);
+    for (int i = 0; i < 4; i++) CHECK_NEAR(g[i], g0[i] / (1.0 + exp(-(double)g0[i])) * u[i], 1e-6);
+
+    float a[3] = {1, 2, 3}, b[3] = {0.5f, -2, 4};
+    tela_op_add(a, b, 3);
+    CHECK(a[0] == 1.5f && a[1] == 0.0f && a[2] == 7.0f);
+    CHECK_NEAR(tela_dot_f32(b, b, 3), 0.25 + 4 + 16, 1e-6);
+}
+
+/* ------------------------------------------------------------ attention */
+
+static void test_attention(void) {
+    enum { NH = 6, NKV = 2, KD = 8, VD = 4, POS0 = 9, NT = 4 };
+    const int n_ctx = POS0 + NT;
+    const int ks = NKV * KD + 3, vs = NKV * VD + 1; /* padded strides */
+    float *q = calloc(NT * NH * KD, sizeof(float)), *k = calloc((size_t)n_ctx * ks, sizeof(float));
+    float *v = calloc((size_t)n_ctx * vs, sizeof(float));
+    fill(q, NT * NH * KD, 2.0);
+    fill(k, (size_t)n_ctx * ks, 2.0);
+    fill(v, (size_t)n_ctx * vs, 1.0);
+    float *out[3];
+    for (int nt = 1; nt <= 3; nt++) {
+        tela_threadpool *pool;
+        CHECK_OK(tela_threadpool_create(nt, &pool));
+        CHECK_OK(tela_threadpool_reserve(pool, (size_t)n_ctx));
+        out[nt - 1] = calloc(NT * NH * VD, sizeof(float));
+        tela_attn_args a = {q, NH * KD, k, ks, v, vs, out[nt - 1], NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f};
+        tela_op_attention(pool, &a);
+        tela_threadpool_free(pool);
+    }
+    int bad = 0;
+    for (int t = 0; t < NT; t++)
+        for (int h = 0; h < NH; h++) {
+            int kvh = h / (NH / NKV);
+            int n = POS0 + t + 1;
+            double s[POS0 + NT], mx = -1e300, sum = 0;
+            for (int p = 0; p < n; p++) {
+                double d = 0;
+                for (int i = 0; i < KD; i++) d += (double)q[(t * NH + h) * KD + i] * k[p * ks + kvh * KD + i];
+                s[p] = d * 0.3;
+                if (s[p] > mx) mx = s[p];
+            }
+            for (int p = 0; p < n; p++) sum += (s[p] = exp(s[p] - mx));
+            for (int i = 0; i < VD; i++) {
+                double o = 0;
+                for (int p = 0; p < n; p++) o += s[p] / sum * v[p * vs + kvh * VD + i];
+                if (fabs(out[0][(t * NH + h) * VD + i] - o) > 1e-6) bad++;
+            }
+        }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(!memcmp(out[0], out[1], sizeof(float) * NT * NH * VD));
+    CHECK(!memcmp(out[0], out[2], sizeof(float) * NT * NH * VD));
+    for (int i = 0; i < 3; i++) free(out[i]);
+    free(q);
+    free(k);
+    free(v);
+}
+
+int main(void) {
+    test_threadpool();
+    test_matmul_type(TELA_TYPE_F32);
+    test_matmul_type(TELA_TYPE_F16);
+    test_matmul_type(TELA_TYPE_BF16);
+    test_matmul_type(TELA_TYPE_Q8_0);
+    test_mat_view_errors();
+    test_get_rows();
+    test_rmsnorm();
+    test_rope();
+    test_softmax_swiglu_add();
+    test_attention();
+    return test_finish();
+}
