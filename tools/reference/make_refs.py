@@ -96,7 +96,6 @@ def qwen35_config(n_v_heads, tied):
             "rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
             "mrope_section": [2, 1, 1], "mrope_interleaved": True,
         },
-        partial_rotary_factor=0.25,
         tie_word_embeddings=tied, bos_token_id=1, eos_token_id=2,
     )
 
