@@ -54,13 +54,13 @@ static void test_threadpool(void) {
         count_job job;
         memset(&job, 0, sizeof job);
         int ok = 1;
-        for (int r = 0; r < 2000; r++) {
+        for (int r = 0; r < 300; r++) {
             job.sum = 0;
             tela_threadpool_run(pool, count_task, &job);
             if (job.sum != 999 * 1000 / 2) ok = 0;
         }
         CHECK(ok);
-        for (int i = 0; i < nt; i++) CHECK_EQ_INT(job.calls[i], 2000);
+        for (int i = 0; i < nt; i++) CHECK_EQ_INT(job.calls[i], 300);
         CHECK_OK(tela_threadpool_reserve(pool, 1000));
         CHECK(tela_threadpool_scratch_size(pool) >= 1000);
         for (int i = 0; i < nt; i++) {

@@ -352,56 +352,70 @@ static void test_state(tela_model *m, const int *ids_in, int n, const char *labe
     CHECK_MSG(d < 1e-4, "%s: prefill vs decode differ by %.3g of the range", label, d);
     printf("%s: prefill of %d tokens vs %d decode steps: %.2g of the range\n", label, n, n, d);
 
-    /* a prefill split at odd places (not chunk boundaries) */
+    /* a prefill split at odd places (not chunk boundaries): the last
+     * position of each piece */
     tela_session_reset(sb);
     CHECK_EQ_INT(tela_session_n_past(sb), 0);
     const int cuts[] = {0, 1, 37, 64 + 29 < n ? 64 + 29 : n, n};
+    d = 0.0;
     for (int c = 0; c + 1 < 5; c++) {
         if (cuts[c + 1] <= cuts[c]) continue;
-        CHECK_OK(tela_session_eval(sb, ids + cuts[c], cuts[c + 1] - cuts[c], B + (size_t)cuts[c] * V, 1));
+        float *row = B + (size_t)(cuts[c + 1] - 1) * V;
+        CHECK_OK(tela_session_eval(sb, ids + cuts[c], cuts[c + 1] - cuts[c], row, 0));
+        double dc = max_rel_diff(A + (size_t)(cuts[c + 1] - 1) * V, row, 1, V);
+        if (dc > d) d = dc;
     }
-    d = max_rel_diff(A, B, n, V);
     CHECK_MSG(d < 1e-4, "%s: split prefill differs by %.3g of the range", label, d);
+
+    /* reset clears the recurrent and conv states: a used session, reset,
+     * gives exactly what a fresh one gives */
+    tela_session_reset(sb);
+    CHECK_OK(tela_session_eval(sb, ids, n, B, 0));
+    CHECK_MSG(!memcmp(B, A + (size_t)(n - 1) * V, sizeof(float) * V), "%s: a reset session differs from a new one",
+              label);
 
     /* snapshot at a point, more tokens, restore, the same tokens again */
     {
         int a = n / 3, b = n;
+        float *La = malloc(sizeof(float) * 6 * V), *Lb = malloc(sizeof(float) * 6 * V);
         tela_session_reset(sa);
         CHECK_OK(tela_session_eval(sa, ids, a, NULL, 0));
         tela_snapshot *snap = NULL;
         CHECK_OK(tela_session_snapshot(sa, &snap));
-        float *La = malloc(sizeof(float) * (size_t)(b - a) * V), *Lb = malloc(sizeof(float) * (size_t)(b - a) * V);
-        CHECK_OK(tela_session_eval(sa, ids + a, b - a, La, 1));
+        CHECK_OK(tela_session_eval(sa, ids + a, b - a, La, 0));
         CHECK_EQ_INT(tela_session_n_past(sa), b);
         CHECK_OK(tela_session_restore(sa, snap));
         CHECK_EQ_INT(tela_session_n_past(sa), a);
-        CHECK_OK(tela_session_eval(sa, ids + a, b - a, Lb, 1));
-        CHECK_MSG(!memcmp(La, Lb, sizeof(float) * (size_t)(b - a) * V), "%s: logits after restore differ", label);
+        CHECK_OK(tela_session_eval(sa, ids + a, b - a, Lb, 0));
+        CHECK_MSG(!memcmp(La, Lb, sizeof(float) * V), "%s: logits after restore differ", label);
         /* the continuation of the snapshot equals the uninterrupted prefill */
-        d = max_rel_diff(La, A + (size_t)a * V, b - a, V);
+        d = max_rel_diff(La, A + (size_t)(b - 1) * V, 1, V);
         CHECK_MSG(d < 1e-4, "%s: continuation after snapshot differs by %.3g", label, d);
-        /* restore into another session (same n_ctx), continue token by token */
+        /* restore into another session (same n_ctx) that holds other state */
         tela_session *sc = new_session(m, n_ctx, 0);
         if (sc) {
-            CHECK_OK(tela_session_eval(sc, ids, 5, NULL, 0)); /* some other state first */
+            CHECK_OK(tela_session_eval(sc, ids + 3, 5, NULL, 0));
             CHECK_OK(tela_session_restore(sc, snap));
-            CHECK_OK(tela_session_eval(sc, ids + a, b - a, Lb, 1));
-            CHECK_MSG(!memcmp(La, Lb, sizeof(float) * (size_t)(b - a) * V),
-                      "%s: logits after restore into another session differ", label);
+            CHECK_OK(tela_session_eval(sc, ids + a, b - a, Lb, 0));
+            CHECK_MSG(!memcmp(La, Lb, sizeof(float) * V), "%s: logits after restore into another session differ",
+                      label);
             tela_session_free(sc);
         }
-        /* a snapshot after decode steps (recurrent form), restored twice */
+        /* a snapshot after decode steps (recurrent form), restored twice,
+         * continued by decode steps */
         tela_snapshot *snap2 = NULL;
         CHECK_OK(tela_session_restore(sa, snap));
         CHECK_OK(tela_session_eval(sa, ids + a, 2, NULL, 0));
         CHECK_OK(tela_session_eval(sa, ids + a + 2, 1, NULL, 0));
         CHECK_OK(tela_session_snapshot(sa, &snap2));
+        int steps = 0;
         for (int rep = 0; rep < 2; rep++) {
             CHECK_OK(tela_session_restore(sa, snap2));
-            for (int t = a + 3; t < b && t < a + 9; t++)
-                CHECK_OK(tela_session_eval(sa, ids + t, 1, (rep ? Lb : La) + (size_t)(t - a - 3) * V, 0));
+            CHECK_EQ_INT(tela_session_n_past(sa), a + 3);
+            steps = 0;
+            for (int t = a + 3; t < b && steps < 6; t++, steps++)
+                CHECK_OK(tela_session_eval(sa, ids + t, 1, (rep ? Lb : La) + (size_t)steps * V, 0));
         }
-        int steps = b - a - 3 < 6 ? b - a - 3 : 6;
         if (steps > 0)
             CHECK_MSG(!memcmp(La, Lb, sizeof(float) * (size_t)steps * V), "%s: decode after restore differs", label);
         tela_snapshot_free(snap2);
@@ -414,9 +428,9 @@ static void test_state(tela_model *m, const int *ids_in, int n, const char *labe
     {
         tela_session *s1 = new_session(m, n_ctx, 1), *s3 = new_session(m, n_ctx, 3);
         if (s1 && s3) {
-            CHECK_OK(tela_session_eval(s1, ids, n, A, 1));
-            CHECK_OK(tela_session_eval(s3, ids, n, B, 1));
-            CHECK_MSG(!memcmp(A, B, sizeof(float) * (size_t)n * V), "%s: 1 and 3 threads differ", label);
+            CHECK_OK(tela_session_eval(s1, ids, n, A, 0));
+            CHECK_OK(tela_session_eval(s3, ids, n, B, 0));
+            CHECK_MSG(!memcmp(A, B, sizeof(float) * V), "%s: 1 and 3 threads differ", label);
         }
         tela_session_free(s1);
         tela_session_free(s3);
@@ -801,8 +815,10 @@ int main(void) {
             char path[4096];
             snprintf(path, sizeof path, "%s/reference/fixtures/qwen35-d1.gguf", shared);
             if (lp.n > 0) {
-                test_state(m, lp.ids, lp.n, "qwen35-d1");
-                test_hf_rewrite(path, m, lp.ids, lp.n < 80 ? lp.n : 80, "qwen35-d1");
+                /* more than two chunks, but short: the 151936-entry vocabulary
+                 * makes every logit row costly under the sanitizers */
+                test_state(m, lp.ids, lp.n < 150 ? lp.n : 150, "qwen35-d1");
+                test_hf_rewrite(path, m, lp.ids, lp.n < 40 ? lp.n : 40, "qwen35-d1");
             }
             test_bad_config(path);
             tela_model_free(m);

@@ -149,6 +149,14 @@ static void test_errors(void) {
     EXPECT_ERROR("{\"a\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,8]}}", 8, TELA_ERR_FORMAT, "shape");
     EXPECT_ERROR("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
                  TELA_ERR_FORMAT, "overflow");
+    /* HF shape [0, 2^40, 2^40] is ne [2^40, 2^40, 0]: zero elements, but
+     * ne[0] * ne[1] overflows int64 the way tela_tensor_nelements multiplies */
+    EXPECT_ERROR("{\"a\":{\"dtype\":\"F32\",\"shape\":[0,1099511627776,1099511627776],\"data_offsets\":[0,0]}}", 0,
+                 TELA_ERR_FORMAT, "overflow");
+    /* while HF [2^40, 2^40, 0] is ne [0, 2^40, 2^40]: the zero comes first */
+    EXPECT_ERROR("{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,0],\"data_offsets\":[0,0]}}", 0,
+                 TELA_OK, NULL);
+    EXPECT_ERROR("{\"a\":{\"dtype\":\"F32\",\"shape\":[0,5],\"data_offsets\":[0,0]}}", 0, TELA_OK, NULL);
     EXPECT_ERROR("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,2],\"data_offsets\":[0,8]}}", 8, TELA_ERR_UNSUPPORTED,
                  "5 dimensions");
     EXPECT_ERROR("{\"a\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, TELA_ERR_UNSUPPORTED, "Q4");

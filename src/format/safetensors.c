@@ -136,7 +136,6 @@ static tela_status st_read_entry(const char *path, const cJSON *e, size_t data_s
                            n_dims, TELA_MAX_DIMS);
     t->n_dims = n_dims;
     for (int d = 0; d < TELA_MAX_DIMS; d++) t->ne[d] = 1;
-    uint64_t nel = 1;
     int d = 0;
     for (const cJSON *x = js->child; x; x = x->next, d++) {
         uint64_t v;
@@ -144,9 +143,13 @@ static tela_status st_read_entry(const char *path, const cJSON *e, size_t data_s
             return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s': shape entry %d is not a non-negative integer", path,
                                name, d);
         t->ne[n_dims - 1 - d] = (int64_t)v;
-        if (__builtin_mul_overflow(nel, v, &nel) || nel > (uint64_t)INT64_MAX)
-            return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s': element count overflows", path, name);
     }
+    /* in ggml order, as tela_tensor_nelements() multiplies: no partial
+     * product may overflow either (a later zero does not excuse it) */
+    int64_t nel = 1;
+    for (d = 0; d < TELA_MAX_DIMS; d++)
+        if (__builtin_mul_overflow(nel, t->ne[d], &nel))
+            return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s': element count overflows", path, name);
     uint64_t begin, end;
     if (!st_json_uint(jo->child, &begin) || !st_json_uint(jo->child->next, &end))
         return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s': data_offsets are not non-negative integers", path, name);
@@ -155,13 +158,13 @@ static tela_status st_read_entry(const char *path, const cJSON *e, size_t data_s
                            "%s: tensor '%s': data_offsets [%llu, %llu) are not within the %zu-byte data section", path,
                            name, (unsigned long long)begin, (unsigned long long)end, data_size);
     uint64_t nbytes;
-    if (__builtin_mul_overflow(nel, (uint64_t)dt->size, &nbytes) || nbytes != end - begin)
+    if (__builtin_mul_overflow((uint64_t)nel, (uint64_t)dt->size, &nbytes) || nbytes != end - begin)
         return tela_errorf(TELA_ERR_FORMAT,
                            "%s: tensor '%s': data_offsets [%llu, %llu) hold %llu bytes, but %s with %llu elements "
                            "needs %llu bytes",
                            path, name, (unsigned long long)begin, (unsigned long long)end,
                            (unsigned long long)(end - begin), dt->name, (unsigned long long)nel,
-                           (unsigned long long)(nel * dt->size));
+                           (unsigned long long)nel * dt->size);
     t->nbytes = (size_t)nbytes;
     *begin_out = begin;
     return TELA_OK;

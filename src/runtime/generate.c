@@ -118,6 +118,7 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
         if (!detok) return tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
     }
     text_buf pending = {0};
+    bool pushed = false; /* any token given to the detokenizer (else nothing to flush) */
     tela_status st = TELA_OK;
     res.stop_reason = TELA_STOP_MAX_TOKENS;
     for (;;) {
@@ -147,8 +148,9 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
             if (!is_eog) {
                 tela_detok_stream_push(detok, tok, &p, &n);
                 ok = text_append(&pending, p, n);
+                pushed = true;
             }
-            if (ok && final) {
+            if (ok && final && pushed) {
                 tela_detok_stream_flush(detok, &p, &n);
                 ok = text_append(&pending, p, n);
             }

@@ -165,6 +165,8 @@ size_t tela_utf8_encode(uint32_t cp, char *out);
 bool tela_unicode_is_space(uint32_t cp);
 /* Rust regex \w: letters, marks, decimal digits, connector punctuation. */
 bool tela_unicode_is_word(uint32_t cp);
+/* A character before which NFC may cut the text (see tok_utf8.c). */
+bool tela_nfc_stable(uint32_t cp);
 /* Decodes the code point that ends at s[end] (exclusive); returns its start. */
 size_t tela_utf8_prev(const char *s, size_t end, uint32_t *cp);
 

@@ -167,3 +167,26 @@ size_t tela_utf8_prev(const char *str, size_t end, uint32_t *cp) {
     }
     return start;
 }
+
+/* Characters that start a segment NFC can treat on its own: combining class
+ * 0, unchanged by NFC, and never the second character of a composition. A
+ * conservative list of ranges (checked against utf8proc in the tests): text
+ * made only of these is already NFC, and NFC of a string is the NFC of its
+ * pieces cut before any of them. */
+bool tela_nfc_stable(uint32_t cp) {
+    if (cp < 0x300) return true;
+    if (cp < 0x370) return false;
+    if (cp < 0x400) return cp != 0x374 && cp != 0x37E && cp != 0x387;            /* Greek */
+    if (cp < 0x530) return cp < 0x483 || cp > 0x489;                              /* Cyrillic */
+    if (cp >= 0x5D0 && cp <= 0x5EA) return true;                                  /* Hebrew letters */
+    if ((cp >= 0x621 && cp <= 0x63A) || (cp >= 0x641 && cp <= 0x64A)) return true; /* Arabic letters */
+    if (cp >= 0xE01 && cp <= 0xE30) return true;                                  /* Thai consonants */
+    if (cp >= 0x3041 && cp <= 0x3096) return true;                                /* Hiragana */
+    if (cp >= 0x30A1 && cp <= 0x30FA) return true;                                /* Katakana */
+    if (cp >= 0x3400 && cp <= 0x4DBF) return true;                                /* CJK ext. A */
+    if (cp >= 0x4E00 && cp <= 0x9FFF) return true;                                /* CJK */
+    if (cp >= 0xAC00 && cp <= 0xD7A3) return true;                                /* Hangul syllables */
+    if (cp >= 0xFF01 && cp <= 0xFF5E) return true;                                /* fullwidth ASCII */
+    if (cp >= 0x1F300 && cp <= 0x1FAFF) return true;                              /* emoji */
+    return false;
+}

@@ -612,24 +612,106 @@ static bool all_ascii(const char *s, size_t n) {
     return true;
 }
 
+static tela_status utf8proc_norm(int norm, const char *s, size_t n, utf8proc_uint8_t **out, size_t *out_len) {
+    int opts = UTF8PROC_STABLE;
+    switch (norm) {
+    case TELA_NORM_NFC: opts |= UTF8PROC_COMPOSE; break;
+    case TELA_NORM_NFD: opts |= UTF8PROC_DECOMPOSE; break;
+    case TELA_NORM_NFKC: opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    default: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    }
+    utf8proc_ssize_t r =
+        utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, out, (utf8proc_option_t)opts);
+    if (r < 0) return tela_errorf(TELA_ERR_INTERNAL, "normalizing text: %s", utf8proc_errmsg(r));
+    *out_len = (size_t)r;
+    return TELA_OK;
+}
+
+/* NFC that hands utf8proc only the runs that may change: a run of characters
+ * that are not NFC-stable, with the character before it (which they may
+ * combine with). *out stays NULL when the text is already NFC. */
+static tela_status nfc_runs(const char *s, size_t n, char **out, size_t *out_len) {
+    *out = NULL;
+    size_t i = 0, emitted = 0, prev = SIZE_MAX;
+    tela_status st = TELA_OK;
+    char *o = NULL;
+    size_t k = 0, cap = 0;
+    while (i < n) {
+        size_t adv;
+        uint32_t cp;
+        tela_utf8_next((const unsigned char *)s + i, n - i, &adv, &cp);
+        if (tela_nfc_stable(cp)) {
+            prev = i;
+            i += adv;
+            continue;
+        }
+        size_t run = prev != SIZE_MAX && prev >= emitted ? prev : i;
+        size_t j = i + adv;
+        while (j < n) {
+            tela_utf8_next((const unsigned char *)s + j, n - j, &adv, &cp);
+            if (tela_nfc_stable(cp)) break;
+            j += adv;
+        }
+        utf8proc_uint8_t *norm = NULL;
+        size_t nl = 0;
+        if ((st = utf8proc_norm(TELA_NORM_NFC, s + run, j - run, &norm, &nl)) != TELA_OK) break;
+        if (!o) {
+            cap = n + nl + 64;
+            o = malloc(cap);
+        } else if (k + (run - emitted) + nl > cap) {
+            while (k + (run - emitted) + nl > cap) cap *= 2;
+            char *no = realloc(o, cap);
+            if (!no) free(o);
+            o = no;
+        }
+        if (!o) {
+            free(norm);
+            return tela_errorf(TELA_ERR_NOMEM, "out of memory normalizing %zu bytes", n);
+        }
+        memcpy(o + k, s + emitted, run - emitted);
+        k += run - emitted;
+        memcpy(o + k, norm, nl);
+        k += nl;
+        free(norm);
+        emitted = i = j;
+        prev = SIZE_MAX;
+    }
+    if (st != TELA_OK || !o) {
+        free(o);
+        return st;
+    }
+    if (k + (n - emitted) > cap) {
+        char *no = realloc(o, k + (n - emitted) + 1);
+        if (!no) {
+            free(o);
+            return tela_errorf(TELA_ERR_NOMEM, "out of memory normalizing %zu bytes", n);
+        }
+        o = no;
+    }
+    memcpy(o + k, s + emitted, n - emitted);
+    *out = o;
+    *out_len = k + (n - emitted);
+    return TELA_OK;
+}
+
 /* Text between non-normalized added tokens: normalize, then cut out the
  * normalized added tokens (if the vocabulary has any), then encode. */
 static tela_status encode_fragment(tok_ctx *c, const char *s, size_t n) {
     const tela_vocab *v = c->v;
-    utf8proc_uint8_t *norm = NULL;
+    char *norm = NULL;
     if (v->norm != TELA_NORM_NONE && !all_ascii(s, n)) {
-        int opts = UTF8PROC_STABLE;
-        switch (v->norm) {
-        case TELA_NORM_NFC: opts |= UTF8PROC_COMPOSE; break;
-        case TELA_NORM_NFD: opts |= UTF8PROC_DECOMPOSE; break;
-        case TELA_NORM_NFKC: opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-        default: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+        size_t nl = 0;
+        if (v->norm == TELA_NORM_NFC) {
+            TELA_TRY(nfc_runs(s, n, &norm, &nl));
+        } else {
+            utf8proc_uint8_t *u;
+            TELA_TRY(utf8proc_norm(v->norm, s, n, &u, &nl));
+            norm = (char *)u;
         }
-        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm,
-                                          (utf8proc_option_t)opts);
-        if (r < 0) return tela_errorf(TELA_ERR_INTERNAL, "normalizing text: %s", utf8proc_errmsg(r));
-        s = (const char *)norm;
-        n = (size_t)r;
+        if (norm) {
+            s = norm;
+            n = nl;
+        }
     }
     tela_status st;
     if (v->has_normalized_added) st = split_added(c, s, n, true, encode_plain);
