@@ -39,7 +39,7 @@ static void walk(const tela_gguf_value *v, int depth) {
         if (es) {
             touch(v->v.arr.raw, v->v.arr.n * es);
             for (uint64_t i = 0; i < v->v.arr.n && i < 4; i++)
-                sink += (unsigned)tela_gguf_arr_i64(v, i) + (unsigned)tela_gguf_arr_f64(v, i);
+                sink += (unsigned)tela_gguf_arr_i64(v, i) + (tela_gguf_arr_f64(v, i) > 0.0);
         } else if (v->v.arr.elem_type == TELA_GGUF_STRING) {
             for (uint64_t i = 0; i < v->v.arr.n; i++) touch(v->v.arr.strs[i].ptr, v->v.arr.strs[i].len);
         } else if (v->v.arr.elem_type == TELA_GGUF_ARRAY) {

@@ -112,7 +112,7 @@ static int run_template(const cJSON *conv, const char *name, const cJSON *exp) {
 }
 
 int main(void) {
-    char buf[4096], path[4096];
+    char buf[4096], path[8192];
     const char *dir = getenv("TELA_CHAT_EXPECTED_DIR");
     const char *fix = test_path(buf, sizeof buf, "TELA_SOURCE_DIR", "tests/fixtures/chat");
     if (!fix) test_skip("TELA_SOURCE_DIR is not set");

@@ -34,15 +34,14 @@ static double now(void) {
 }
 static volatile unsigned g_sink;
 
-/* Reads every byte of a range (so ASan sees any overread) and checks that it
- * lies inside the buffer. */
+/* Checks that a range lies inside the buffer and reads its first and last
+ * bytes (so ASan also sees any overread; the range is contiguous, so its
+ * ends are enough). */
 static int touch(const unsigned char *buf, size_t size, const void *p, uint64_t len) {
     const unsigned char *q = p;
     if (len == 0) return 1;
     if (!q || q < buf || (uint64_t)(buf + size - q) < len) return 0;
-    unsigned s = 0;
-    for (uint64_t i = 0; i < len; i++) s += q[i];
-    g_sink += s;
+    g_sink += q[0] + q[len - 1];
     return 1;
 }
 
@@ -65,7 +64,7 @@ static int walk_value(const unsigned char *buf, size_t size, const tela_gguf_val
     size_t es = vsize(v->v.arr.elem_type);
     if (es) {
         if (!touch(buf, size, v->v.arr.raw, n * es)) return 0;
-        if (n) g_sink += (unsigned)tela_gguf_arr_i64(v, n - 1) + (unsigned)tela_gguf_arr_f64(v, 0);
+        if (n) g_sink += (unsigned)tela_gguf_arr_i64(v, n - 1) + (tela_gguf_arr_f64(v, 0) > 0.0);
         return 1;
     }
     if (v->v.arr.elem_type == TELA_GGUF_STRING) {
@@ -173,7 +172,8 @@ static void corrupt_gguf(const unsigned char *orig, size_t n, int budget, const 
         snprintf(what, sizeof what, "%s truncated to %zu", label, len);
         try_gguf(buf, len, what);
     }
-    for (size_t len = data_offset > 16 ? data_offset - 16 : 0; len < data_offset + 16 && len < n; len++) {
+    size_t around = n > (1u << 20) ? 4 : 16;
+    for (size_t len = data_offset > around ? data_offset - around : 0; len < data_offset + around && len < n; len++) {
         snprintf(what, sizeof what, "%s truncated to %zu", label, len);
         try_gguf(buf, len, what);
     }
@@ -187,7 +187,7 @@ static void corrupt_gguf(const unsigned char *orig, size_t n, int budget, const 
      * 4 KiB and the 8 KiB before the data section */
     size_t lo_end = data_offset < 4096 ? data_offset : 4096;
     size_t hi_start = data_offset > 8192 ? data_offset - 8192 : 0;
-    for (int i = 0; i < budget * 4; i++) {
+    for (int i = 0; i < budget * 3; i++) {
         size_t at = (i & 1) ? hi_start + (size_t)(rnd() % (data_offset - hi_start + 1))
                             : (size_t)(rnd() % (lo_end + 1));
         if (at >= n) continue;
@@ -212,7 +212,7 @@ static void corrupt_gguf(const unsigned char *orig, size_t n, int budget, const 
         unsigned char saved[8];
         memcpy(saved, buf + at, 8);
         for (size_t v = 0; v < sizeof vals / sizeof vals[0]; v++) {
-            if (n > (1u << 20) && (f + v) % 5) continue; /* keep the count down on big files */
+            if (n > (1u << 20) && (f + v) % 12) continue; /* keep the count down on big files */
             put_le(buf + at, vals[v], 8);
             snprintf(what, sizeof what, "%s field at %zu set to %llu", label, at, (unsigned long long)vals[v]);
             check_gguf(buf, n, what);
@@ -224,7 +224,7 @@ static void corrupt_gguf(const unsigned char *orig, size_t n, int budget, const 
         /* the original length plus a little: the string runs into the next field */
         uint64_t orig_v = 0;
         for (int i = 7; i >= 0; i--) orig_v = orig_v << 8 | buf[at + i];
-        for (uint64_t d = 1; d <= 3; d++) {
+        for (uint64_t d = 1; d <= (n > (1u << 20) ? 1u : 3u); d++) {
             put_le(buf + at, orig_v + d, 8);
             snprintf(what, sizeof what, "%s field at %zu increased by %llu", label, at, (unsigned long long)d);
             check_gguf(buf, n, what);
@@ -497,7 +497,7 @@ int main(void) {
             snprintf(path, sizeof path, "%s/reference/fixtures/%s", shared, files[i]);
             unsigned char *p = load(path, &n);
             if (!p) continue;
-            corrupt_gguf(p, n, 25, files[i]);
+            corrupt_gguf(p, n, 12, files[i]);
             free(p);
         }
         snprintf(path, sizeof path, "%s/reference/fixtures/llama-d1-hf.tgz", shared);

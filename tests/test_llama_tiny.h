@@ -22,12 +22,15 @@ typedef struct tiny_cfg {
     bool tied;
     bool rope_freqs;
     float rope_base;
-    /* for the loader tests: a tensor written with a wrong shape */
+    /* for the loader tests: a tensor written with a wrong shape, one left
+     * out, another architecture name */
     const char *bad_tensor;
+    const char *omit_tensor;
+    const char *arch;
 } tiny_cfg;
 
 static inline tiny_cfg tiny_default(void) {
-    tiny_cfg c = {97, 48, 2, 80, 4, 2, 16, 512, TELA_TYPE_F32, false, true, 10000.0f, NULL};
+    tiny_cfg c = {97, 48, 2, 80, 4, 2, 16, 512, TELA_TYPE_F32, false, true, 10000.0f, NULL, NULL, "llama"};
     return c;
 }
 
@@ -49,6 +52,7 @@ typedef struct {
 static inline tela_status tiny_add(tela_gguf_writer *w, tiny_bufs *keep, const tiny_cfg *c, const char *name,
                                    int64_t cols, int64_t rows, double scale, double offset, bool is_vec) {
     if (c->bad_tensor && !strcmp(c->bad_tensor, name)) cols += 32; /* wrong shape on purpose */
+    if (c->omit_tensor && !strcmp(c->omit_tensor, name)) return TELA_OK;
     size_t n = (size_t)(cols * rows);
     float *f = malloc(n * sizeof(float));
     if (!f) return TELA_ERR_NOMEM;
@@ -89,7 +93,7 @@ static inline tela_status tiny_write(const char *path, const tiny_cfg *c, uint64
     tiny_bufs keep = {{0}, 0};
     tela_status s = TELA_OK;
 #define TRY_(e) do { if (s == TELA_OK) s = (e); } while (0)
-    TRY_(tela_gguf_writer_add_str(w, "general.architecture", "llama"));
+    TRY_(tela_gguf_writer_add_str(w, "general.architecture", c->arch));
     TRY_(tela_gguf_writer_add_str(w, "general.name", "tiny test llama"));
     TRY_(tela_gguf_writer_add_u32(w, "llama.context_length", (uint32_t)c->n_ctx_train));
     TRY_(tela_gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)c->n_embd));

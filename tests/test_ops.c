@@ -181,6 +181,34 @@ static void test_mat_view_errors(void) {
     CHECK(tela_mat_from_tensor(&i32, &m) == TELA_ERR_UNSUPPORTED);
 }
 
+/* Weights at an odd address (safetensors offsets need not be aligned) give
+ * the same results. */
+static void test_misaligned(void) {
+    const tela_type types[2] = {TELA_TYPE_F32, TELA_TYPE_F16};
+    for (int k = 0; k < 2; k++) {
+        test_weight tw;
+        make_weight(&tw, types[k], 9, 40);
+        unsigned char *odd = malloc(tw.m.row_bytes * 9 + 1);
+        memcpy(odd + 1, tw.data, tw.m.row_bytes * 9);
+        tela_mat m2 = tw.m;
+        m2.data = odd + 1;
+        float x[40], y1[9], y2[9];
+        fill(x, 40, 1.0);
+        tela_threadpool *pool;
+        CHECK_OK(tela_threadpool_create(1, &pool));
+        CHECK_OK(tela_threadpool_reserve(pool, 40));
+        tela_op_matmul(pool, &tw.m, x, 40, y1, 9, 1);
+        tela_op_matmul(pool, &m2, x, 40, y2, 9, 1);
+        CHECK(!memcmp(y1, y2, sizeof y1));
+        int32_t id = 4;
+        tela_op_get_rows(&m2, &id, 1, x, 40);
+        CHECK((double)x[7] == tw.w[4 * 40 + 7]);
+        tela_threadpool_free(pool);
+        free(odd);
+        free_weight(&tw);
+    }
+}
+
 static void test_get_rows(void) {
     test_weight tw;
     make_weight(&tw, TELA_TYPE_Q8_0, 10, 64);
@@ -352,6 +380,7 @@ int main(void) {
     test_matmul_type(TELA_TYPE_Q8_0);
     test_mat_view_errors();
     test_get_rows();
+    test_misaligned();
     test_rmsnorm();
     test_rope();
     test_softmax_swiglu_add();

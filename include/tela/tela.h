@@ -159,8 +159,12 @@ TELA_API void tela_session_reset(tela_session *session);
 /* Runs the model over n tokens appended to the session (prefill when n > 1,
  * a decode step when n == 1). If logits is not NULL it receives the last
  * position's logits (n_vocab floats), or every position's (n * n_vocab) when
- * all_logits is set. Fails with TELA_ERR_CONTEXT, changing nothing, when the
- * tokens would not fit in the context. */
+ * all_logits is set; the session also keeps the last position's logits, so
+ * tela_generate() may follow with no prompt tokens. With logits NULL the
+ * output layer is skipped. Fails with TELA_ERR_CONTEXT, changing nothing,
+ * when the tokens would not fit in the context (n_past + n > n_ctx), and
+ * with TELA_ERR_ARG for ids outside the vocabulary. The same inputs and
+ * thread count give bit-identical logits. */
 TELA_API tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int32_t n,
                                        float *logits, int all_logits);
 
@@ -180,6 +184,13 @@ typedef struct tela_logit_bias {
     float bias;      /* added to the logit; -INFINITY bans the token */
 } tela_logit_bias;
 
+/* The sampler's stages, in order (llama.cpp's order):
+ *   logit bias -> penalties (repeat, frequency, presence) -> [greedy when
+ *   temperature <= 0] -> top-k -> top-p -> min-p -> temperature -> draw.
+ * top-p and min-p see the probabilities at temperature 1. Defaults
+ * (tela_sampler_default_params): temperature 0.8, top_k 40, top_p 0.95,
+ * min_p 0.05, repeat_penalty 1 (off), repeat_last_n 64, frequency and
+ * presence 0, seed 0. */
 typedef struct tela_sampler_params {
     float temperature;        /* <= 0: greedy */
     int32_t top_k;            /* <= 0: off */
@@ -199,7 +210,8 @@ TELA_API tela_sampler_params tela_sampler_default_params(void);
 /* Picks the next token from one position's logits (modified in place), given
  * the tokens so far (for the penalties) and the step index (the random draw is
  * a pure function of seed and step, so any batching of steps gives the same
- * tokens). */
+ * tokens). Ties between equal logits go to the lower id. Fails with
+ * TELA_ERR_ARG when every token is banned (-inf). */
 TELA_API tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_t n_vocab,
                                  const int32_t *history, size_t n_history, uint64_t step,
                                  int32_t *out_token);
@@ -244,7 +256,24 @@ TELA_API tela_generate_params tela_generate_default_params(void);
 
 /* Evaluates the prompt tokens (appended to what the session holds), then
  * samples and evaluates up to max_tokens new tokens. Generated ids are
- * written to out_tokens (up to cap) when it is not NULL. */
+ * written to out_tokens (up to cap) when it is not NULL.
+ *  - n_prompt may be 0 when the session holds logits from its last
+ *    evaluation (tela_session_eval with a logits buffer, or a snapshot of
+ *    such a session).
+ *  - The step index given to the sampler for a token is its position in
+ *    the session, so the same seed gives the same tokens whether they are
+ *    generated in one call or several.
+ *  - The last sampled token is not evaluated (it is in out_tokens): to
+ *    continue, pass it as the prompt of the next call.
+ *  - on_token is called once per sampled token with the text that is now
+ *    final; text that may be the start of a stop string is held back until
+ *    it is known not to be one. A stop string ends generation and is not
+ *    passed on (nor is anything after it). An end-of-generation token's own
+ *    text is not passed on either; held-back text is flushed with it.
+ *  - Generation also stops when the context is full (TELA_STOP_CONTEXT);
+ *    a prompt that does not fit fails with TELA_ERR_CONTEXT.
+ * Defaults (tela_generate_default_params): max_tokens 0 (no limit), the
+ * sampler defaults, no stop strings, no callbacks. */
 TELA_API tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t n_prompt,
                                    const tela_generate_params *params, int32_t *out_tokens,
                                    size_t cap, tela_generate_result *result);

@@ -12,6 +12,7 @@ int tela_cmd_logits(int argc, char **argv);
 int tela_cmd_tokenize(int argc, char **argv);
 int tela_cmd_detokenize(int argc, char **argv);
 int tela_cmd_convert(int argc, char **argv);
+int tela_cmd_perplexity(int argc, char **argv);
 
 /* Parses "1,2,3" (spaces allowed) into a malloc'd array. Returns 0 on
  * success, prints an error and returns -1 otherwise. */

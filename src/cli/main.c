@@ -16,6 +16,7 @@ static const command commands[] = {
     {"logits", tela_cmd_logits, "write the logits of a token sequence to a file"},
     {"tokenize", tela_cmd_tokenize, "turn text into token ids with the model's tokenizer"},
     {"detokenize", tela_cmd_detokenize, "turn token ids into text"},
+    {"perplexity", tela_cmd_perplexity, "measure a model's perplexity on a text (llama-perplexity's rules)"},
     {"convert", tela_cmd_convert, "convert a Hugging Face checkpoint to GGUF"},
     {"inspect", tela_cmd_inspect, "print the metadata and tensors of a GGUF file or HF checkpoint"},
 };

@@ -248,7 +248,8 @@ static tela_status gguf_read_value(gguf_reader *r, uint32_t type, int depth, con
                            r->name, key, GGUF_MAX_ARRAY_DEPTH, at);
     if (n > gguf_left(r) / min_elem)
         return tela_errorf(TELA_ERR_FORMAT,
-                           "%s: key '%s': array of %llu %s at byte offset %zu cannot fit in the %zu bytes left",
+                           "%s: key '%s': array of %llu %s elements at byte offset %zu cannot fit in the %zu bytes "
+                           "left (truncated or corrupt file)",
                            r->name, key, (unsigned long long)n, tela_gguf_vtype_name(et), at, gguf_left(r));
     v->v.arr.n = n;
     if (esz) {

@@ -2,8 +2,10 @@
  * end-of-generation test, chat rendering) as thin calls into the model's
  * vocabulary. */
 #include "model/model.h"
+#include "tokenizer/chat.h"
 #include "util/error.h"
 
+#include <stdlib.h>
 
 static tela_status need_vocab(const tela_model *m, const char *what) {
     if (!m) return tela_errorf(TELA_ERR_ARG, "%s: model is NULL", what);
@@ -34,13 +36,31 @@ int tela_token_is_eog(const tela_model *model, int32_t token) {
     return token >= 0 && token == model->info.eos_token;
 }
 
+/* The text of a special token such as BOS ("<|begin_of_text|>"), malloc'd,
+ * or NULL when there is none. */
+static char *token_text(const tela_vocab *v, int32_t token) {
+    if (token < 0) return NULL;
+    size_t n = tela_vocab_token_bytes(v, token, false, NULL, 0);
+    char *buf = malloc(n + 1);
+    if (!buf) return NULL;
+    size_t got = tela_vocab_token_bytes(v, token, false, buf, n);
+    buf[got < n ? got : n] = '\0';
+    return buf;
+}
+
 tela_status tela_chat_render(const tela_model *model, const char *const *roles, const char *const *contents,
                              size_t n_messages, int add_generation_prompt, char **out) {
-    (void)roles;
-    (void)contents;
-    (void)n_messages;
-    (void)add_generation_prompt;
-    if (out) *out = NULL;
+    if (!out) return tela_errorf(TELA_ERR_ARG, "chat_render: out is NULL");
+    *out = NULL;
     TELA_TRY(need_vocab(model, "chat_render"));
-    return tela_errorf(TELA_ERR_UNSUPPORTED, "chat_render: chat templates are not implemented yet");
+    if (n_messages && (!roles || !contents)) return tela_errorf(TELA_ERR_ARG, "chat_render: NULL messages");
+    const char *tmpl = tela_vocab_chat_template(model->vocab);
+    if (!tmpl) return tela_errorf(TELA_ERR_NOT_FOUND, "chat_render: the model %s has no chat template", model->path);
+    char *bos = token_text(model->vocab, tela_vocab_bos(model->vocab));
+    char *eos = token_text(model->vocab, tela_vocab_eos(model->vocab));
+    tela_status s = tela_chat_template_render(tmpl, bos, eos, roles, contents, n_messages, add_generation_prompt != 0,
+                                              out);
+    free(bos);
+    free(eos);
+    return s;
 }

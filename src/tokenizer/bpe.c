@@ -216,6 +216,6 @@ tela_status tela_bpe_word(const tela_vocab *v, const char *s, size_t n, tela_idv
         if (n <= BPE_SMALL) st = merge_small(v, (const unsigned char *)s, (int)n, out);
         else st = merge_long(v, (const unsigned char *)s, n, out);
     }
-    if (st == TELA_OK && cacheable) tela_cache_put(v, s, n, h, out->v + start, out->n - start);
+    if (st == TELA_OK && cacheable && out->n > start) tela_cache_put(v, s, n, h, out->v + start, out->n - start);
     return st;
 }

@@ -61,7 +61,7 @@ tela_status tela_chat_render_json(const char *tmpl, const tela_chat_params *para
 
     tela_jinja *t;
     TELA_TRY(tela_jinja_parse(tmpl, strlen(tmpl), "chat template", NULL, &t));
-    cJSON *vars;
+    cJSON *vars = NULL;
     tela_status st = build_vars(params, &vars);
     if (st == TELA_OK) {
         tela_jinja_render_params rp = {0};

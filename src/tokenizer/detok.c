@@ -195,8 +195,10 @@ static void drain(tela_detok_stream *s, bool final) {
         if (st != TELA_OK) break;
         i += adv;
     }
-    memmove(s->pend.p, s->pend.p + i, s->pend.n - i);
-    s->pend.n -= i;
+    if (i) {
+        memmove(s->pend.p, s->pend.p + i, s->pend.n - i);
+        s->pend.n -= i;
+    }
     if (!s->started && s->out.n) {
         s->started = true;
         const tela_vocab *v = s->v;

@@ -31,7 +31,7 @@
 /* Limits that keep a hostile template from crashing or hanging the caller. */
 #define J_MAX_DEPTH 200              /* parser nesting and evaluator recursion */
 #define J_MAX_MACRO_DEPTH 100        /* nested macro calls */
-#define J_MAX_STEPS 50000000ull      /* statements + loop iterations per render */
+#define J_MAX_STEPS 10000000ull      /* statements + loop iterations per render */
 #define J_DEFAULT_MAX_OUTPUT ((size_t)64 << 20)
 #define J_DEFAULT_MAX_MEMORY ((size_t)1 << 30)
 #define J_MAX_SOURCE ((size_t)16 << 20)
@@ -290,6 +290,9 @@ typedef struct jv {
         struct jmacro *m;
         int fn;               /* JV_FUNC: a builtin id */
     } u;
+    /* JV_STR: a markupsafe.Markup string (from |safe or |escape): adding a
+     * plain string to it HTML-escapes the plain one, as in jinja2 */
+    bool markup;
 } jv;
 
 typedef struct jlist {
@@ -304,16 +307,16 @@ typedef struct jdict {
     jv *k, *v;
 } jdict;
 
-static const jv J_NONE = {JV_NONE, {0}};
+static const jv J_NONE = {JV_NONE, {0}, false};
 
-static jv jv_bool(bool b) { jv v = {JV_BOOL, {0}}; v.u.b = b; return v; }
-static jv jv_int(int64_t i) { jv v = {JV_INT, {0}}; v.u.i = i; return v; }
-static jv jv_float(double f) { jv v = {JV_FLOAT, {0}}; v.u.f = f; return v; }
-static jv jv_strn(const char *p, size_t n) { jv v = {JV_STR, {0}}; v.u.s.p = p; v.u.s.n = n; return v; }
+static jv jv_bool(bool b) { jv v = {JV_BOOL, {0}, false}; v.u.b = b; return v; }
+static jv jv_int(int64_t i) { jv v = {JV_INT, {0}, false}; v.u.i = i; return v; }
+static jv jv_float(double f) { jv v = {JV_FLOAT, {0}, false}; v.u.f = f; return v; }
+static jv jv_strn(const char *p, size_t n) { jv v = {JV_STR, {0}, false}; v.u.s.p = p; v.u.s.n = n; return v; }
 static jv jv_str(jstr s) { return jv_strn(s.p, s.n); }
 static jv jv_cstr(const char *p) { return jv_strn(p, strlen(p)); }
 static jv jv_undef(const char *hint) {
-    jv v = {JV_UNDEF, {0}};
+    jv v = {JV_UNDEF, {0}, false};
     v.u.s.p = hint;
     v.u.s.n = hint ? strlen(hint) : 0;
     return v;
@@ -347,8 +350,8 @@ static void jl_push(jarena *a, jlist *l, jv v) {
     l->v[l->n++] = v;
 }
 
-static jv jv_list(jlist *l) { jv v = {JV_LIST, {0}}; v.u.l = l; return v; }
-static jv jv_dict(jdict *d) { jv v = {JV_DICT, {0}}; v.u.d = d; return v; }
+static jv jv_list(jlist *l) { jv v = {JV_LIST, {0}, false}; v.u.l = l; return v; }
+static jv jv_dict(jdict *d) { jv v = {JV_DICT, {0}, false}; v.u.d = d; return v; }
 
 static jdict *jd_new(jarena *a) {
     jdict *d = ja_alloc(a, sizeof *d);
@@ -544,6 +547,30 @@ static void py_str_repr(sbuf *b, jstr s) {
         }
     }
     sb_addc(b, q);
+}
+
+/* markupsafe.escape(): the five HTML-special characters. */
+static jstr html_escape(jarena *a, jstr s) {
+    sbuf b;
+    sb_init(&b, a, SIZE_MAX / 2);
+    for (size_t i = 0; i < s.n; i++) {
+        switch (s.p[i]) {
+        case '&': sb_adds(&b, "&amp;"); break;
+        case '<': sb_adds(&b, "&lt;"); break;
+        case '>': sb_adds(&b, "&gt;"); break;
+        case '"': sb_adds(&b, "&#34;"); break;
+        case '\'': sb_adds(&b, "&#39;"); break;
+        default: sb_addc(&b, s.p[i]);
+        }
+    }
+    if (!b.p) return (jstr){"", 0};
+    return sb_str(&b);
+}
+
+static jv jv_markup(jstr s) {
+    jv v = jv_str(s);
+    v.markup = true;
+    return v;
 }
 
 /* ------------------------------------------------------------ lexer */
@@ -981,7 +1008,8 @@ typedef struct nargs {
 struct node {
     nkind k;
     int line, col;
-    int op;               /* E_BIN operator; E_TEST: 1 if negated */
+    int op;               /* E_BIN operator; E_TEST: 1 if negated; S_MACRO/S_CALLBLOCK: uses varargs (1), kwargs (2) */
+    bool unknown;         /* E_FILTER/E_TEST naming no filter/test: an error if ever evaluated */
     const char *name;     /* E_NAME, E_ATTR, E_FILTER, E_TEST, S_MACRO, S_SET target */
     jv lit;               /* E_LIT, S_TEXT */
     node *a, *b, *c;      /* operands; E_SLICE: object a, and start/stop/step in args.pos */
@@ -1161,9 +1189,9 @@ static node *parse_filter(parser *P, node *operand, bool start_inline) {
     (void)start_inline;
     const token *at = peek(P);
     const char *name = expect_name(P);
-    if (!known_filter(name)) parse_fail(P, at, "no filter named '%s'", name);
     node *f = mk(P, E_FILTER, at);
     f->name = name;
+    f->unknown = !known_filter(name);
     f->a = operand;
     if (is_op(peek(P), OP_LPAREN)) parse_call_args(P, &f->args);
     return f;
@@ -1179,8 +1207,9 @@ static node *parse_test(parser *P, node *operand) {
     }
     const token *nt = peek(P);
     const char *name = expect_name(P);
-    if (!known_test(name)) parse_fail(P, nt, "no test named '%s'", name);
     t->name = name;
+    t->unknown = !known_test(name);
+    (void)nt;
     const token *k = peek(P);
     if (is_op(k, OP_LPAREN)) {
         parse_call_args(P, &t->args);
@@ -1207,6 +1236,8 @@ static node *parse_filter_expr(parser *P, node *e) {
             e = parse_test(P, e);
         } else if (is_op(k, OP_LPAREN)) {
             node *c = mk(P, E_CALL, k);
+            c->line = e->line; /* errors point at the start of the callee */
+            c->col = e->col;
             c->a = e;
             parse_call_args(P, &c->args);
             e = c;
@@ -1274,6 +1305,8 @@ static node *parse_postfix(parser *P, node *e) {
             e = parse_subscript(P, e, k);
         } else if (is_op(k, OP_LPAREN)) {
             node *c = mk(P, E_CALL, k);
+            c->line = e->line;
+            c->col = e->col;
             c->a = e;
             parse_call_args(P, &c->args);
             e = c;
@@ -1861,7 +1894,12 @@ static nlist parse_body(parser *P, const char *const *ends, const char **stopped
     for (;;) {
         const token *k = peek(P);
         if (k->t == T_EOF) {
-            if (ends) parse_fail(P, open, "unexpected end of template: the '%s' tag for the block opened here is missing", ends[0]);
+            if (ends) {
+                const char *closer = ends[0];
+                for (size_t i = 0; ends[i]; i++)
+                    if (!strncmp(ends[i], "end", 3)) closer = ends[i];
+                parse_fail(P, open, "unexpected end of template: the block opened here needs '{%% %s %%}'", closer);
+            }
             break;
         }
         if (k->t == T_TEXT) {
@@ -2330,7 +2368,9 @@ static jv repeat_seq(render *R, const node *at, jv seq, int64_t times) {
         sbuf b;
         sb_init(&b, R->a, R->max_output);
         for (int64_t i = 0; i < times; i++) sb_add(&b, seq.u.s.p, seq.u.s.n);
-        return jv_str(sb_str(&b));
+        jv r = jv_str(sb_str(&b));
+        r.markup = seq.markup;
+        return r;
     }
     if (seq.u.l->n && (uint64_t)times > 10000000 / seq.u.l->n) rfail(R, at, "repeated list is too long");
     jlist *l = jl_new(R->a, 0);
@@ -2381,6 +2421,11 @@ static jv binop(render *R, const node *at, int op, jv a, jv b) {
         }
         if (nums) return jv_float(jv_fval(a) + jv_fval(b));
         if (a.t == JV_STR && b.t == JV_STR) {
+            if (a.markup != b.markup) {
+                /* Markup + str escapes the plain operand */
+                if (!a.markup) a = jv_markup(html_escape(R->a, a.u.s));
+                else b = jv_markup(html_escape(R->a, b.u.s));
+            }
             if (!a.u.s.n) return b;
             if (!b.u.s.n) return a;
             if (a.u.s.n > R->max_output - b.u.s.n) rfail(R, at, "string too long");
@@ -2388,7 +2433,9 @@ static jv binop(render *R, const node *at, int op, jv a, jv b) {
             memcpy(p, a.u.s.p, a.u.s.n);
             memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
             p[a.u.s.n + b.u.s.n] = 0;
-            return jv_strn(p, a.u.s.n + b.u.s.n);
+            jv r = jv_strn(p, a.u.s.n + b.u.s.n);
+            r.markup = a.markup;
+            return r;
         }
         if (a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen && a.u.l->tuple == b.u.l->tuple) {
             jlist *l = jl_new(R->a, a.u.l->n + b.u.l->n);
@@ -2587,7 +2634,7 @@ static jv call_macro(render *R, const node *at, const jmacro *m, const cargs *ca
     if (m->catch_varargs) scope_set(R, sc, "varargs", jv_list(varargs));
     if (m->catch_kwargs) scope_set(R, sc, "kwargs", jv_dict(kwargs));
     if (caller) {
-        jv cv = {JV_MACRO, {0}};
+        jv cv = {JV_MACRO, {0}, false};
         cv.u.m = (jmacro *)caller;
         scope_set(R, sc, "caller", cv);
     }
@@ -2788,15 +2835,19 @@ static void exec_for(render *R, const node *s, scope *sc) {
         exec_body(R, s->else_body, sc);
         return;
     }
+    /* one scope and loop object serve every iteration (emptied each time,
+     * which gives jinja2's rule that sets inside the body do not survive to
+     * the next iteration) so long loops do not grow memory */
+    scope *is = new_scope(R, sc);
+    jloop *lp = ja_alloc(R->a, sizeof *lp);
+    lp->items = items;
+    jv lv = {JV_LOOP, {0}, false};
+    lv.u.loop = lp;
     for (size_t i = 0; i < items->n; i++) {
         step(R, s);
-        scope *is = new_scope(R, sc);
-        bind_targets(R, s, is, s->targets, s->ntargets, items->v[i]);
-        jloop *lp = ja_alloc(R->a, sizeof *lp);
-        lp->items = items;
+        is->n = 0;
         lp->i = i;
-        jv lv = {JV_LOOP, {0}};
-        lv.u.loop = lp;
+        bind_targets(R, s, is, s->targets, s->ntargets, items->v[i]);
         scope_set(R, is, "loop", lv);
         exec_body(R, s->body, is);
         if (R->loopctl == 1) {
@@ -2845,7 +2896,7 @@ static void exec_stmt(render *R, const node *s, scope *sc) {
         m->name = s->name;
         m->catch_varargs = s->op & 1;
         m->catch_kwargs = (s->op & 2) != 0;
-        jv mv = {JV_MACRO, {0}};
+        jv mv = {JV_MACRO, {0}, false};
         mv.u.m = m;
         scope_set(R, sc, s->name, mv);
         break;
@@ -3636,6 +3687,8 @@ static jv do_int(render *R, const node *at, jv v, jv dflt, int base) {
 }
 
 static jv f_select_common(render *R, const node *at, jv v, const cargs *ca, bool attr, bool select) {
+    /* jinja2 yields nothing for a false value (none, '', 0, undefined) */
+    if (!jv_truthy(v)) return mk_gen(R, jl_new(R->a, 0));
     jlist *items = to_iter(R, at, v);
     const char *attribute = NULL;
     size_t first = 0;
@@ -3664,10 +3717,11 @@ static jv f_select_common(render *R, const node *at, jv v, const cargs *ca, bool
 }
 
 static jv f_map(render *R, const node *at, jv v, const cargs *ca, scope *sc) {
+    if (!jv_truthy(v)) return mk_gen(R, jl_new(R->a, 0));
     jlist *items = to_iter(R, at, v);
     jlist *out = jl_new(R->a, items->n);
     const char *attribute = NULL;
-    jv dflt = {JV_UNDEF, {0}};
+    jv dflt = {JV_UNDEF, {0}, false};
     bool have_default = false;
     for (size_t k = 0; k < ca->nkw; k++) {
         if (!strcmp(ca->kwn[k], "attribute")) attribute = arg_cstr(R, at, ca->kwv[k], "attribute");
@@ -3756,22 +3810,10 @@ static jv minmax(render *R, const node *at, jv v, const cargs *ca, bool want_max
 static jv apply_filter(render *R, const node *at, const char *name, jv v, const cargs *ca, scope *sc) {
 #define IS(s) (!strcmp(name, s))
 #define ARGS(...) static const char *const names_[] = {__VA_ARGS__}; const size_t nn_ = sizeof names_ / sizeof names_[0]
-    if (IS("safe") || IS("e") || IS("escape") || IS("forceescape")) {
-        if (IS("safe")) return v;
-        jstr s = to_str(R, v);
-        sbuf b;
-        sb_init(&b, R->a, R->max_output);
-        for (size_t i = 0; i < s.n; i++) {
-            switch (s.p[i]) {
-            case '&': sb_adds(&b, "&amp;"); break;
-            case '<': sb_adds(&b, "&lt;"); break;
-            case '>': sb_adds(&b, "&gt;"); break;
-            case '"': sb_adds(&b, "&#34;"); break;
-            case '\'': sb_adds(&b, "&#39;"); break;
-            default: sb_addc(&b, s.p[i]);
-            }
-        }
-        return jv_str(sb_str(&b));
+    if (IS("safe")) return v.t == JV_STR && v.markup ? v : jv_markup(to_str(R, v));
+    if (IS("e") || IS("escape") || IS("forceescape")) {
+        if (v.t == JV_STR && v.markup && !IS("forceescape")) return v;
+        return jv_markup(html_escape(R->a, to_str(R, v)));
     }
     if (IS("string")) return v.t == JV_STR ? v : jv_str(to_str(R, v));
     if (IS("trim")) {
@@ -3779,11 +3821,16 @@ static jv apply_filter(render *R, const node *at, const char *name, jv v, const 
         jv a[1] = {J_NONE};
         bind(R, at, name, ca, names_, nn_, 0, a);
         jstr chars = a[0].t == JV_STR ? a[0].u.s : (jstr){"", 0};
-        return jv_str(str_strip(to_str(R, v), a[0].t == JV_STR ? &chars : NULL, true, true));
+        jv r = jv_str(str_strip(to_str(R, v), a[0].t == JV_STR ? &chars : NULL, true, true));
+        r.markup = v.t == JV_STR && v.markup;
+        return r;
     }
-    if (IS("upper") || IS("lower")) return jv_str(str_case(R, to_str(R, v), IS("upper")));
-    if (IS("title")) return jv_str(str_title_filter(R, to_str(R, v)));
-    if (IS("capitalize")) return jv_str(str_capitalize(R, to_str(R, v)));
+    if (IS("upper") || IS("lower") || IS("title") || IS("capitalize")) {
+        jstr s = to_str(R, v);
+        jv r = jv_str(IS("title") ? str_title_filter(R, s) : IS("capitalize") ? str_capitalize(R, s) : str_case(R, s, IS("upper")));
+        r.markup = v.t == JV_STR && v.markup;
+        return r;
+    }
     if (IS("length") || IS("count")) return jv_int(jv_len(R, at, v));
     if (IS("wordcount")) {
         jv parts = str_split(R, to_str(R, v), NULL, -1, false);
@@ -3794,6 +3841,13 @@ static jv apply_filter(render *R, const node *at, const char *name, jv v, const 
         jv a[3] = {J_NONE, J_NONE, J_NONE};
         bind(R, at, name, ca, names_, nn_, 2, a);
         int64_t count = a[2].t == JV_NONE ? -1 : arg_int(R, at, a[2], "count");
+        if (v.t == JV_STR && v.markup) {
+            /* Markup.replace escapes plain arguments */
+            jstr o = to_str(R, a[0]), n = to_str(R, a[1]);
+            if (!(a[0].t == JV_STR && a[0].markup)) o = html_escape(R->a, o);
+            if (!(a[1].t == JV_STR && a[1].markup)) n = html_escape(R->a, n);
+            return jv_markup(str_replace(R, at, v.u.s, o, n, count));
+        }
         return jv_str(str_replace(R, at, to_str(R, v), to_str(R, a[0]), to_str(R, a[1]), count));
     }
     if (IS("default") || IS("d")) {
@@ -4074,7 +4128,7 @@ static const char *const test_names[] = {
     "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false", "float", "ge",
     "greaterthan", "gt", "in", "integer", "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none",
     "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper", "==", "!=", "<", "<=", ">", ">=",
-    NULL,
+    "filter", "test", NULL,
 };
 
 static bool known_test(const char *name) {
@@ -4100,6 +4154,11 @@ static bool apply_test(render *R, const node *at, const char *name, jv v, const 
     if (IS("sequence")) return (v.t == JV_LIST && !v.u.l->gen) || v.t == JV_DICT || v.t == JV_STR || v.t == JV_UNDEF;
     if (IS("callable")) return v.t == JV_MACRO || v.t == JV_FUNC;
     if (IS("escaped")) return false;
+    if (IS("filter") || IS("test")) {
+        if (v.t != JV_STR) return false;
+        char *n = ja_strndup(R->a, v.u.s.p, v.u.s.n);
+        return IS("filter") ? known_filter(n) : known_test(n);
+    }
     if (IS("lower") || IS("upper")) {
         jstr s = to_str(R, v);
         bool cased = false;
@@ -4449,13 +4508,14 @@ static jv call_builtin(render *R, const node *at, int fn, const cargs *ca) {
             if (ca->npos == 3) stepv = jv_ival(ca->pos[2]);
         }
         if (stepv == 0) rfail(R, at, "range() arg 3 must not be zero");
-        jlist *l = jl_new(R->a, 0);
+        /* number of items, computed without overflow */
         uint64_t count = 0;
-        for (int64_t i = start; stepv > 0 ? i < stop : i > stop;) {
-            if (++count > 10000000) rfail(R, at, "range() too large");
-            jl_push(R->a, l, jv_int(i));
-            if (__builtin_add_overflow(i, stepv, &i)) break;
-        }
+        if (stepv > 0 && start < stop) count = ((uint64_t)stop - (uint64_t)start - 1) / (uint64_t)stepv + 1;
+        if (stepv < 0 && start > stop)
+            count = ((uint64_t)start - (uint64_t)stop - 1) / ((uint64_t)0 - (uint64_t)stepv) + 1;
+        if (count > 10000000) rfail(R, at, "range() too large");
+        jlist *l = jl_new(R->a, (size_t)count);
+        for (uint64_t k = 0; k < count; k++) jl_push(R->a, l, jv_int((int64_t)((uint64_t)start + k * (uint64_t)stepv)));
         return jv_list(l);
     }
     case FN_NAMESPACE: case FN_DICT: {
@@ -4526,6 +4586,37 @@ static char *normalize_source(jarena *a, const char *src, size_t len, bool keep_
 
 static void mark_macros(nlist body, int depth);
 
+/* jinja2 rejects an unknown filter or test when it compiles the template,
+ * except inside an if statement or an inline if expression (a "soft" frame),
+ * where the error waits until the filter is actually used; loop, macro,
+ * call, filter and set-block bodies are not soft again. */
+static void check_unknown(jerr *err, const node *e, bool soft, int depth) {
+    if (!e || depth > J_MAX_DEPTH * 4) return;
+    if ((e->k == E_FILTER || e->k == E_TEST) && e->unknown && !soft)
+        jfail(err, TELA_ERR_FORMAT, e->line, e->col, "syntax error: no %s named '%s'", e->k == E_FILTER ? "filter" : "test",
+              e->name);
+    bool kid_soft = soft, body_soft = soft;
+    switch (e->k) {
+    case S_IF: case E_COND: kid_soft = body_soft = true; break;
+    case S_FOR: body_soft = false; break;
+    case S_MACRO: case S_CALLBLOCK: case S_FILTERBLOCK: case S_SETBLOCK: case S_WITH: case S_BODY:
+        body_soft = false;
+        if (e->k != S_CALLBLOCK) kid_soft = false;
+        break;
+    default: break;
+    }
+    const node *kids[3] = {e->a, e->b, e->c};
+    for (int i = 0; i < 3; i++)
+        check_unknown(err, kids[i], e->k == S_FOR && i == 1 ? false : kid_soft, depth + 1);
+    const nlist *lists[3] = {&e->items, &e->vals, &e->args.pos};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < lists[k]->n; i++) check_unknown(err, lists[k]->v[i], kid_soft, depth + 1);
+    for (size_t i = 0; i < e->args.nkw; i++) check_unknown(err, e->args.kwv[i], e->k == S_MACRO ? false : kid_soft, depth + 1);
+    for (size_t i = 0; i < e->body.n; i++) check_unknown(err, e->body.v[i], body_soft, depth + 1);
+    for (size_t i = 0; i < e->else_body.n; i++)
+        check_unknown(err, e->else_body.v[i], e->k == S_FOR ? soft : body_soft, depth + 1);
+}
+
 static void mark_node(node *s, int depth) {
     if (!s || depth > J_MAX_DEPTH * 4) return;
     if (s->k == S_MACRO || s->k == S_CALLBLOCK) {
@@ -4591,6 +4682,7 @@ tela_status tela_jinja_parse(const char *source, size_t len, const char *name, c
     P.t = L.toks;
     P.n = L.ntoks;
     t->body = parse_body(&P, NULL, NULL);
+    for (size_t i = 0; i < t->body.n; i++) check_unknown(&t->err, t->body.v[i], false, 0);
     mark_macros(t->body, 0);
     *out = t;
     return TELA_OK;

@@ -91,7 +91,7 @@ static tela_status try_pair(const tela_vocab *v, const char *s, const spm_sym *s
     return heap_push(q, (spm_cand){score_key(v->tok[id].score), l, r, size});
 }
 
-tela_status tela_spm_encode(const tela_vocab *v, const char *s, size_t n, tela_idvec *out) {
+static tela_status encode_segment(const tela_vocab *v, const char *s, size_t n, tela_idvec *out) {
     if (!n) return TELA_OK;
     if (n > INT32_MAX / 2) return tela_errorf(TELA_ERR_ARG, "text of %zu bytes is too long", n);
     spm_sym *sym = malloc(n * sizeof *sym);
@@ -136,4 +136,19 @@ tela_status tela_spm_encode(const tela_vocab *v, const char *s, size_t n, tela_i
     free(q.h);
     free(sym);
     return st;
+}
+
+/* Cuts the text at bytes no multi-character piece contains (newlines, in
+ * practice): merges never cross them, so the pieces are encoded apart, which
+ * keeps the heap small. */
+tela_status tela_spm_encode(const tela_vocab *v, const char *s, size_t n, tela_idvec *out) {
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 128 || !v->spm_cut[c]) continue;
+        TELA_TRY(encode_segment(v, s + start, i - start, out));
+        TELA_TRY(encode_segment(v, s + i, 1, out));
+        start = i + 1;
+    }
+    return encode_segment(v, s + start, n - start, out);
 }

@@ -89,6 +89,8 @@ struct tela_vocab {
     int32_t next_rank;
 
     int32_t byte_id[256];       /* BPE: id of each byte's GPT-2 char; SPM: id of <0xNN> */
+    bool spm_cut[128];          /* SPM: ASCII bytes no piece longer than one char holds:
+                                   no merge crosses them, so the text is cut there */
 
     int32_t bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos;

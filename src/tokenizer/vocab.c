@@ -26,7 +26,7 @@ uint64_t tela_hash64(const char *s, size_t n) {
         n -= 8;
     }
     uint64_t w = 0;
-    memcpy(&w, s, n);
+    if (n) memcpy(&w, s, n);
     h = (h ^ w) * 0x94D049BB133111EBull;
     h ^= h >> 29;
     h *= 0xBF58476D1CE4E5B9ull;
@@ -57,6 +57,7 @@ tela_status tela_idvec_push(tela_idvec *a, int32_t id) {
 }
 
 tela_status tela_idvec_append(tela_idvec *a, const int32_t *ids, size_t n) {
+    if (!n) return TELA_OK;
     if (a->n + n > a->cap) {
         size_t cap = a->cap ? a->cap : 64;
         while (cap < a->n + n) cap *= 2;
@@ -288,6 +289,19 @@ tela_status tela_vocab_finish(tela_vocab *v) {
         }
     }
 
+    if (v->kind == TELA_VOCAB_SPM) {
+        for (int b = 0; b < 128; b++) v->spm_cut[b] = true;
+        for (int32_t id = 0; id < v->n_tokens; id++) {
+            const tela_tok *t = &v->tok[id];
+            if (t->text_len < 2 || t->type == TELA_TOKEN_CONTROL || t->type == TELA_TOKEN_UNKNOWN ||
+                t->type == TELA_TOKEN_BYTE)
+                continue;
+            const unsigned char *p = (const unsigned char *)v->text + t->text_off;
+            for (uint32_t i = 0; i < t->text_len; i++)
+                if (p[i] < 128) v->spm_cut[p[i]] = false;
+        }
+    }
+
     v->bos = check_id(v, v->bos);
     v->eos = check_id(v, v->eos);
     v->eot = check_id(v, v->eot);
@@ -438,7 +452,7 @@ bool tela_cache_get(const tela_vocab *v, const char *s, size_t n, uint64_t h, te
 
 void tela_cache_put(const tela_vocab *v, const char *s, size_t n, uint64_t h, const int32_t *ids, size_t n_ids) {
     tela_word_cache *c = v->cache;
-    if (!c || n > UINT16_MAX || n_ids > UINT16_MAX) return;
+    if (!c || !n_ids || n > UINT16_MAX || n_ids > UINT16_MAX) return;
     if (!h) h = 1;
     pthread_mutex_lock(&c->lock);
     if (c->used + 1 > (c->mask + 1) / 4 * 3 || c->keys_len + n > c->keys_cap || c->ids_len + n_ids > c->ids_cap) {

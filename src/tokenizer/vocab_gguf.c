@@ -50,6 +50,9 @@ static tela_status load(const tela_gguf *g, tela_vocab **out) {
     tela_gguf_str model;
     TELA_TRY(tela_gguf_get_str(g, "tokenizer.ggml.model", &model));
     tela_vocab_kind kind;
+    if ((model.len == 8 && !memcmp(model.ptr, "no_vocab", 8)) || (model.len == 4 && !memcmp(model.ptr, "none", 4)))
+        return tela_errorf(TELA_ERR_NOT_FOUND, "%s: no tokenizer in this file (tokenizer.ggml.model is '%.*s')", fn,
+                           (int)model.len, model.ptr);
     if (model.len == 4 && !memcmp(model.ptr, "gpt2", 4)) kind = TELA_VOCAB_BPE;
     else if (model.len == 5 && !memcmp(model.ptr, "llama", 5)) kind = TELA_VOCAB_SPM;
     else
@@ -121,6 +124,27 @@ static tela_status load(const tela_gguf *g, tela_vocab **out) {
     TELA_TRY(optional_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos));
     TELA_TRY(optional_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos));
     TELA_TRY(optional_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix));
+
+    /* Phi-3's added tokens swallow the whitespace after them (rstrip in its
+     * tokenizer.json), which GGUF does not record: llama.cpp recognises the
+     * model by name, and so does tela. */
+    if (tela_gguf_find(g, "general.name")) {
+        tela_gguf_str name;
+        TELA_TRY(tela_gguf_get_str(g, "general.name", &name));
+        char low[64];
+        size_t k = 0;
+        for (; k < name.len && k + 1 < sizeof low; k++)
+            low[k] = (char)(name.ptr[k] >= 'A' && name.ptr[k] <= 'Z' ? name.ptr[k] + 32 : name.ptr[k]);
+        low[k] = '\0';
+        if (strstr(low, "phi-3") || strstr(low, "phi3")) {
+            for (int32_t id = 0; id < v->n_tokens; id++) {
+                tela_tok *t = &v->tok[id];
+                const char *s = v->text + t->text_off;
+                bool keep = !strcmp(s, "<unk>") || !strcmp(s, "<s>") || !strcmp(s, "<|endoftext|>");
+                if (((t->flags & TELA_TOKF_ADDED) && !keep) || !strcmp(s, "</s>")) t->flags |= TELA_TOKF_RSTRIP;
+            }
+        }
+    }
 
     if (tela_gguf_find(g, "tokenizer.chat_template")) {
         tela_gguf_str t;

@@ -177,9 +177,12 @@ static tela_status load(const char *dir, tela_vocab **out, hf_ctx *c) {
     char *text;
     size_t size;
     TELA_TRY(tela_read_file(c->path, &text, &size));
-    cJSON *root = cJSON_ParseWithLength(text, size);
+    cJSON *root = cJSON_ParseWithLengthOpts(text, size + 1, NULL, true) /* + its NUL */;
     free(text);
-    if (!root) return tela_errorf(TELA_ERR_FORMAT, "%s: not valid JSON", c->path);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return tela_errorf(TELA_ERR_FORMAT, "%s: not valid JSON (or not a JSON object)", c->path);
+    }
     cJSON *cfg = NULL;
     FILE *probe = fopen(cfg_path, "rb");
     if (probe) {
@@ -191,9 +194,10 @@ static tela_status load(const char *dir, tela_vocab **out, hf_ctx *c) {
             cJSON_Delete(root);
             return st;
         }
-        cfg = cJSON_ParseWithLength(ctext, csize);
+        cfg = cJSON_ParseWithLengthOpts(ctext, csize + 1, NULL, true);
         free(ctext);
-        if (!cfg) {
+        if (!cJSON_IsObject(cfg)) {
+            cJSON_Delete(cfg);
             cJSON_Delete(root);
             return tela_errorf(TELA_ERR_FORMAT, "%s: not valid JSON", cfg_path);
         }

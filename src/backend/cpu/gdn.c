@@ -18,15 +18,38 @@
 
 static inline float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
 
-static inline float gdn_dot(const float *a, const float *b, int n) {
+/* The vector helpers work in blocks of GDN_VEC floats with a fixed-length
+ * inner loop, which compilers turn into SIMD instructions at -O2 (a loop of
+ * unknown length is not vectorized by gcc's default cost model there), plus
+ * a scalar tail. The summation order is fixed, so results do not depend on
+ * the machine's vector width. */
+#define GDN_VEC 16
+
+static inline float gdn_dot(const float *restrict a, const float *restrict b, int n) {
+    float acc[GDN_VEC] = {0};
+    int i = 0;
+    for (; i + GDN_VEC <= n; i += GDN_VEC)
+        for (int k = 0; k < GDN_VEC; k++) acc[k] += a[i + k] * b[i + k];
     float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    for (; i < n; i++) s += a[i] * b[i];
+    for (int k = 0; k < GDN_VEC; k++) s += acc[k];
     return s;
 }
 
 /* y += a * x over n floats */
-static inline void gdn_axpy(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
+static inline void gdn_axpy(float *restrict y, float a, const float *restrict x, int n) {
+    int i = 0;
+    for (; i + GDN_VEC <= n; i += GDN_VEC)
+        for (int k = 0; k < GDN_VEC; k++) y[i + k] += a * x[i + k];
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* y *= a over n floats */
+static inline void gdn_scale(float *restrict y, float a, int n) {
+    int i = 0;
+    for (; i + GDN_VEC <= n; i += GDN_VEC)
+        for (int k = 0; k < GDN_VEC; k++) y[i + k] *= a;
+    for (; i < n; i++) y[i] *= a;
 }
 
 /* Columns j of S evolve independently (each reads k, q, g, beta and its own
@@ -51,7 +74,7 @@ void tela_gdn_recurrent(const tela_gdn_io *io, int64_t n, float *state) {
             memset(delta, 0, sizeof delta);
             for (int i = 0; i < dk; i++) {
                 float *row = state + (size_t)i * dv + j0;
-                for (int j = 0; j < nb; j++) row[j] *= decay;
+                gdn_scale(row, decay, nb);
                 gdn_axpy(delta, k[i], row, nb);
             }
             /* delta = beta (v - S^T k) */
@@ -70,8 +93,12 @@ void tela_gdn_recurrent(const tela_gdn_io *io, int64_t n, float *state) {
 
 size_t tela_gdn_chunked_work_floats(int dk, int dv) {
     const size_t c = TELA_GDN_CHUNK;
-    return c + 2 * c * c + c * (3 * (size_t)dk + 2 * (size_t)dv);
+    return c + 2 * c * c + c * (4 * (size_t)dk + 2 * (size_t)dv);
 }
+
+#if TELA_GDN_CHUNK % GDN_VEC != 0
+#error "TELA_GDN_CHUNK must be a multiple of GDN_VEC"
+#endif
 
 /* One chunk of L <= TELA_GDN_CHUNK tokens starting at token t0. */
 static void gdn_chunk(const tela_gdn_io *io, int64_t t0, int L, float *S, float *work) {
@@ -84,6 +111,7 @@ static void gdn_chunk(const tela_gdn_io *io, int64_t t0, int L, float *S, float 
     float *K = Q + (size_t)C * dk;           /* C x dk */
     float *X = K + (size_t)C * dk;           /* C x (dv + dk): [U | W] */
     float *VN = X + (size_t)C * dx;          /* C x dv: V' */
+    float *Kt = VN + (size_t)C * dv;         /* dk x C: K transposed */
 
     float acc = 0.0f;
     for (int i = 0; i < L; i++) {
@@ -102,15 +130,30 @@ static void gdn_chunk(const tela_gdn_io *io, int64_t t0, int L, float *S, float 
         for (int r = 0; r < dk; r++) x[dv + r] = kscale * k[r];
     }
 
-    /* A = beta K K^T and P = Q K^T, both weighted by the pairwise decays */
+    /* A = beta K K^T and P = Q K^T, both weighted by the pairwise decays.
+     * Row i needs columns j <= i: it is built as sum_r K[i][r] Kt[r][:] over
+     * the columns rounded up to a whole vector block (the extra columns are
+     * ignored; Kt's columns past L are zero so every value read is set). */
+    for (int r = 0; r < dk; r++) {
+        float *kt = Kt + (size_t)r * C;
+        for (int j = 0; j < L; j++) kt[j] = K[(size_t)j * dk + r];
+        for (int j = L; j < C; j++) kt[j] = 0.0f;
+    }
     for (int i = 0; i < L; i++) {
         const float beta = io->beta[(t0 + i) * io->gb_stride];
         const float *ki = K + (size_t)i * dk, *qi = Q + (size_t)i * dk;
+        float *a = A + (size_t)i * C, *p = P + (size_t)i * C;
+        const int len = (i + GDN_VEC) / GDN_VEC * GDN_VEC;
+        memset(a, 0, (size_t)len * sizeof *a);
+        memset(p, 0, (size_t)len * sizeof *p);
+        for (int r = 0; r < dk; r++) {
+            gdn_axpy(a, ki[r], Kt + (size_t)r * C, len);
+            gdn_axpy(p, qi[r], Kt + (size_t)r * C, len);
+        }
         for (int j = 0; j <= i; j++) {
-            const float *kj = K + (size_t)j * dk;
             const float d = expf(cum[i] - cum[j]);
-            if (j < i) A[(size_t)i * C + j] = beta * gdn_dot(ki, kj, dk) * d;
-            P[(size_t)i * C + j] = gdn_dot(qi, kj, dk) * d;
+            a[j] *= beta * d;
+            p[j] *= d;
         }
     }
 
@@ -134,15 +177,14 @@ static void gdn_chunk(const tela_gdn_io *io, int64_t t0, int L, float *S, float 
         const float *qi = Q + (size_t)i * dk;
         memset(out, 0, (size_t)dv * sizeof *out);
         for (int r = 0; r < dk; r++) gdn_axpy(out, qi[r], S + (size_t)r * dv, dv);
-        const float e = expf(cum[i]);
-        for (int c = 0; c < dv; c++) out[c] *= e;
+        gdn_scale(out, expf(cum[i]), dv);
         for (int j = 0; j <= i; j++) gdn_axpy(out, P[(size_t)i * C + j], VN + (size_t)j * dv, dv);
     }
 
     /* S <- exp(c_L) S + sum_i exp(c_L - c_i) k_i V'_i^T */
     const float last = cum[L - 1];
     const float e = expf(last);
-    for (size_t r = 0; r < (size_t)dk * dv; r++) S[r] *= e;
+    for (int r = 0; r < dk; r++) gdn_scale(S + (size_t)r * dv, e, dv);
     for (int i = 0; i < L; i++) {
         const float d = expf(last - cum[i]);
         const float *ki = K + (size_t)i * dk, *vn = VN + (size_t)i * dv;

@@ -10,6 +10,10 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
 bool tela_op_type_supported(tela_type type) {
     if (type == TELA_TYPE_F32 || type == TELA_TYPE_F16 || type == TELA_TYPE_BF16) return true;
     const tela_type_traits *tr = tela_type_get_traits(type);
@@ -55,23 +59,38 @@ tela_status tela_mat_from_tensor(const tela_tensor *t, tela_mat *out) {
 
 size_t tela_op_matmul_scratch(int64_t n_cols) { return (size_t)n_cols; }
 
-/* Row r of W as f32: a pointer into the weight for F32, else converted into
- * buf (n_cols floats). */
+/* Row r of W as f32: a pointer into the weight for (aligned) F32, else
+ * converted into buf (n_cols floats). Loads go through memcpy because a
+ * safetensors tensor (or a GGUF with general.alignment 1) may start at any
+ * byte offset. */
 static const float *mat_row_f32(const tela_mat *w, int64_t r, float *buf) {
     const unsigned char *src = (const unsigned char *)w->data + (size_t)r * w->row_bytes;
     int64_t n = w->n_cols;
+    uint16_t h;
     switch (w->type) {
-    case TELA_TYPE_F32: return (const float *)src;
+    case TELA_TYPE_F32:
+        if (((uintptr_t)src & (sizeof(float) - 1)) == 0) return (const float *)src;
+        memcpy(buf, src, (size_t)n * sizeof(float));
+        return buf;
     case TELA_TYPE_F16: {
-        const uint16_t *h = (const uint16_t *)src;
-        for (int64_t i = 0; i < n; i++) buf[i] = tela_f16_to_f32(h[i]);
+        int64_t i = 0;
+#ifdef __F16C__
+        /* The hardware conversion is exact, like tela_f16_to_f32. */
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i))));
+#endif
+        for (; i < n; i++) {
+            memcpy(&h, src + 2 * i, 2);
+            buf[i] = tela_f16_to_f32(h);
+        }
         return buf;
     }
-    case TELA_TYPE_BF16: {
-        const uint16_t *h = (const uint16_t *)src;
-        for (int64_t i = 0; i < n; i++) buf[i] = tela_bf16_to_f32(h[i]);
+    case TELA_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            memcpy(&h, src + 2 * i, 2);
+            buf[i] = tela_bf16_to_f32(h);
+        }
         return buf;
-    }
     default:
         /* The type was checked when the view was made, so this cannot fail. */
         (void)tela_dequantize_row(w->type, src, buf, n);
@@ -79,11 +98,14 @@ static const float *mat_row_f32(const tela_mat *w, int64_t r, float *buf) {
     }
 }
 
+/* Eight lanes of floats (GCC/Clang vector extension), loadable from any
+ * float address. Lane j accumulates elements j, j+8, j+16, ... */
+typedef float tela_v8f __attribute__((vector_size(32), aligned(4), may_alias));
+
 float tela_dot_f32(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    tela_v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    for (; i + 8 <= n; i += 8) acc += *(const tela_v8f *)(a + i) * *(const tela_v8f *)(b + i);
     for (int j = 0; i < n; i++, j++) acc[j] += a[i] * b[i];
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }

@@ -1,0 +1,570 @@
+/* qdot_avx512.c: dot-product and gemm-tile kernels for x86-64 CPUs with
+ * AVX-512 F/BW/VL/DQ and VNNI (Zen 4/5, Ice Lake and later). Every function
+ * carries its own target attribute, so the file compiles without
+ * -march=native and the dispatcher (qdot.c) picks it by CPUID.
+ *
+ * Integer products use VPDPBUSD (u8 x s8, four products summed into each
+ * int32 lane). It needs one unsigned operand:
+ *  - 4-bit and 6-bit weight levels are unsigned; their offsets (-8, -32)
+ *    are folded into the accumulator's start, -offset * sum(x), computed
+ *    once per activation block;
+ *  - signed Q8_0 weights meet activations shifted to unsigned (x + 128),
+ *    with -128 * sum(w) as the start, computed once per weight block.
+ * Per-sub-block scales of the K-quants are applied with VPDPWSSD on the
+ * int32 lane sums (each fits in int16): lane * scale + 0 * sign bits.
+ *
+ * A tile kernel computes R weight rows x C activation rows (R, C in {1, 4})
+ * from one always-inline template, so each output of a 4x4 tile is computed
+ * by exactly the same operations as the 1x1 vec_dot:
+ *  - 32-element block types and float types keep a 16-lane float
+ *    accumulator per output, summed in a fixed order at the end;
+ *  - K-quants sum each super-block's integer result across lanes exactly,
+ *    then do the scalar float step of qdot.c (one lane per output). */
+#include "backend/cpu/qdot.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "quant/quant.h"
+#include "util/fp16.h"
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")))
+#define INL static inline __attribute__((always_inline)) TGT
+
+/* GCC and clang both honor this for the constant-trip inner loops below;
+ * full unrolling is what keeps the per-output accumulators in registers. */
+#define UNROLL _Pragma("GCC unroll 16")
+
+static inline uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+INL float f16(const uint8_t *p) { return _cvtsh_ss(rd16(p)); }
+
+/* Sum of 16 floats in a fixed order (halves, then quarters, ...). */
+INL float hsum_ps(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* Writes a tile's results: lane p = r * C + c of v is out[c][r]. */
+INL void store_tile(__m512 v, float *out, int64_t os, const int R, const int C) {
+    float t[16];
+    _mm512_storeu_ps(t, v);
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int c = 0; c < C; c++) out[c * os + r] = t[r * C + c];
+}
+
+/* Two fp16 scales as a float vector: lanes 0-7 the first, 8-15 the second. */
+INL __m512 two_scales(uint16_t d0, uint16_t d1) {
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d0 | (uint32_t)d1 << 16)));
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
+}
+
+/* v with its 128-bit block pos replaced by x (pos a constant once inlined;
+ * a switch keeps the immediate operand constant in unoptimized builds). */
+INL __m512i insert128(__m512i v, __m128i x, int pos) {
+    switch (pos) {
+    case 0: return _mm512_inserti32x4(v, x, 0);
+    case 1: return _mm512_inserti32x4(v, x, 1);
+    case 2: return _mm512_inserti32x4(v, x, 2);
+    default: return _mm512_inserti32x4(v, x, 3);
+    }
+}
+
+/* Lane p -> per-row value index (p / C) and per-column index (p % C). */
+INL __m512i row_index(const int C) {
+    return _mm512_setr_epi32(0 / C, 1 / C, 2 / C, 3 / C, 4 / C, 5 / C, 6 / C, 7 / C, 8 / C, 9 / C, 10 / C, 11 / C,
+                             12 / C, 13 / C, 14 / C, 15 / C);
+}
+INL __m512i col_index(const int C) {
+    return _mm512_setr_epi32(0 % C, 1 % C, 2 % C, 3 % C, 4 % C, 5 % C, 6 % C, 7 % C, 8 % C, 9 % C, 10 % C, 11 % C,
+                             12 % C, 13 % C, 14 % C, 15 % C);
+}
+
+/* ------------------------------------------------ activation quantizers */
+
+/* roundf (halves away from zero), clamped to [-128, 127], NaN -> 0: the
+ * reference quantizer's round_i8, lane-wise. trunc(v) and v - trunc(v) are
+ * exact, so the half test is exact too. */
+INL __m512i round_i8(__m512 v) {
+    const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
+    __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_andnot_ps(sign, _mm512_sub_ps(v, t));
+    const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512 one = _mm512_or_ps(_mm512_and_ps(v, sign), _mm512_set1_ps(1.0f));
+    t = _mm512_mask_add_ps(t, up, t, one);
+    t = _mm512_min_ps(t, _mm512_set1_ps(127.0f));
+    t = _mm512_max_ps(t, _mm512_set1_ps(-128.0f));
+    t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), t);
+    return _mm512_cvttps_epi32(t);
+}
+
+static TGT void q8_0_from_float(const float *x, void *vy, int64_t n) {
+    uint8_t *y = vy;
+    const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
+    for (int64_t b = 0; b < n / 32; b++, x += 32, y += sizeof(tela_block_q8_0)) {
+        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        /* MAXPS returns its second operand when either is NaN, so a NaN
+         * never becomes the maximum (as in the reference). */
+        __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_setzero_ps());
+        m = _mm512_max_ps(_mm512_andnot_ps(sign, v1), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t dh = tela_f32_to_f16(d);
+        memcpy(y, &dh, 2);
+        const __m512 vid = _mm512_set1_ps(id);
+        _mm_storeu_si128((__m128i *)(y + 2), _mm512_cvtepi32_epi8(round_i8(_mm512_mul_ps(v0, vid))));
+        _mm_storeu_si128((__m128i *)(y + 18), _mm512_cvtepi32_epi8(round_i8(_mm512_mul_ps(v1, vid))));
+    }
+}
+
+/* Q8_K: scale from the signed value of largest magnitude (the first one on
+ * a tie), levels by the reference's nearest_int (add 1.5 * 2^23, read the
+ * mantissa bits), which is defined for every input, NaN included. */
+static TGT void q8_K_from_float(const float *x, void *vy, int64_t n) {
+    uint8_t *y = vy;
+    const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
+    for (int64_t b = 0; b < n / 256; b++, x += 256, y += sizeof(tela_block_q8_K)) {
+        __m512 m = _mm512_setzero_ps();
+        for (int k = 0; k < 16; k++) m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * k)), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        if (amax == 0.0f) {
+            memset(y, 0, sizeof(tela_block_q8_K));
+            continue;
+        }
+        float max = 0.0f;
+        const __m512 vamax = _mm512_set1_ps(amax);
+        for (int k = 0; k < 16; k++) {
+            const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * k)), vamax, _CMP_EQ_OQ);
+            if (hit) {
+                max = x[16 * k + __builtin_ctz(hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 vs = _mm512_set1_ps(iscale);
+        int16_t bsums[16];
+        for (int k = 0; k < 16; k++) {
+            const __m512 biased = _mm512_add_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(x + 16 * k)), _mm512_set1_ps(12582912.0f));
+            __m512i q = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(biased), _mm512_set1_epi32(0x7fffff)),
+                                         _mm512_set1_epi32(0x400000));
+            q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-128)), _mm512_set1_epi32(127));
+            _mm_storeu_si128((__m128i *)(y + 4 + 16 * k), _mm512_cvtepi32_epi8(q));
+            bsums[k] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        const float d = 1 / iscale;
+        memcpy(y, &d, 4);
+        memcpy(y + offsetof(tela_block_q8_K, bsums), bsums, sizeof bsums);
+    }
+}
+
+/* ------------------------------------------------------- float weights */
+
+/* Loads 16 weights of each float type as f32; m masks a partial tail. */
+INL __m512 ld_f32(const uint8_t *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+INL __m512 ld_f16(const uint8_t *p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+INL __m512 ld_bf16(const uint8_t *p, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+/* One 16-lane FMA chain per output; 16 elements a step. */
+#define FLOAT_TILE(NAME, LOAD, ESIZE)                                                                            \
+    INL void NAME##_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out,      \
+                         int64_t os, const int R, const int C) {                                                  \
+        __m512 acc[16];                                                                                            \
+        UNROLL for (int p = 0; p < R * C; p++) acc[p] = _mm512_setzero_ps();                                     \
+        int64_t i = 0;                                                                                             \
+        for (; i < n; i += 16) {                                                                                   \
+            const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);              \
+            __m512 wv[4];                                                                                          \
+            UNROLL for (int r = 0; r < R; r++) wv[r] = LOAD(w + r * ws + i * (ESIZE), m);                         \
+            UNROLL for (int c = 0; c < C; c++) {                                                                   \
+                const __m512 xv = _mm512_maskz_loadu_ps(m, x + c * xs + i * 4);                                    \
+                UNROLL for (int r = 0; r < R; r++) acc[r * C + c] = _mm512_fmadd_ps(wv[r], xv, acc[r * C + c]);  \
+            }                                                                                                      \
+        }                                                                                                          \
+        UNROLL for (int r = 0; r < R; r++)                                                                         \
+            UNROLL for (int c = 0; c < C; c++) out[c * os + r] = hsum_ps(acc[r * C + c]);                        \
+    }
+
+FLOAT_TILE(f32, ld_f32, 4)
+FLOAT_TILE(f16, ld_f16, 2)
+FLOAT_TILE(bf16, ld_bf16, 2)
+
+/* ------------------------------------ 32-element blocks x Q8_0 activations */
+
+#define Q8_0_SIZE 34 /* sizeof(tela_block_q8_0): fp16 d, then 32 int8 */
+#define Q4_0_SIZE 18 /* fp16 d, then 16 bytes of nibbles */
+
+/* Activation blocks b and b+1 (b+1 only if two) of a Q8_0 row: the 64
+ * int8 levels and the scales. */
+INL __m512i q8_0_levels(const uint8_t *p, int two) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
+    if (!two) return _mm512_zextsi256_si512(lo);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)(p + Q8_0_SIZE + 2)), 1);
+}
+INL __m512 q8_0_scales(const uint8_t *p, int two) { return two_scales(rd16(p), two ? rd16(p + Q8_0_SIZE) : 0); }
+
+/* Q8_0 weights: dpbusd(-128 * sum(w), x + 128, w) = sum(w * x) per lane. */
+INL void q8_0_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
+                   const int R, const int C) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512i wq[4], wneg[4];
+    __m512 wd[4];
+    UNROLL for (int r = 0; r < R; r++) {
+        const uint8_t *p = w + r * ws + b * Q8_0_SIZE;
+        wq[r] = q8_0_levels(p, two);
+        wneg[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wq[r]));
+        wd[r] = q8_0_scales(p, two);
+    }
+    UNROLL for (int c = 0; c < C; c++) {
+        const uint8_t *p = x + c * xs + b * Q8_0_SIZE;
+        const __m512i xu = _mm512_xor_si512(q8_0_levels(p, two), bias);
+        const __m512 xd = q8_0_scales(p, two);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512i s = _mm512_dpbusd_epi32(wneg[r], xu, wq[r]);
+            acc[r * C + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[r], xd), acc[r * C + c]);
+        }
+    }
+}
+
+/* Q4_0 weights: two blocks' nibbles in element order, lanes 0-31 block b. */
+INL __m512i q4_0_levels(const uint8_t *p, int two) {
+    const __m128i q0 = _mm_loadu_si128((const __m128i *)(p + 2));
+    const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(p + Q4_0_SIZE + 2)) : _mm_setzero_si128();
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+    z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F)); /* q0 lo, q1 lo, q0 hi, q1 hi */
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* Q4_0 weights: dpbusd(-8 * sum(x), q, x) = sum((q - 8) * x) per lane. */
+INL void q4_0_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
+                   const int R, const int C) {
+    __m512i wq[4];
+    __m512 wd[4];
+    UNROLL for (int r = 0; r < R; r++) {
+        const uint8_t *p = w + r * ws + b * Q4_0_SIZE;
+        wq[r] = q4_0_levels(p, two);
+        wd[r] = two_scales(rd16(p), two ? rd16(p + Q4_0_SIZE) : 0);
+    }
+    UNROLL for (int c = 0; c < C; c++) {
+        const uint8_t *p = x + c * xs + b * Q8_0_SIZE;
+        const __m512i xq = q8_0_levels(p, two);
+        const __m512i xneg =
+            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xq));
+        const __m512 xd = q8_0_scales(p, two);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512i s = _mm512_dpbusd_epi32(xneg, wq[r], xq);
+            acc[r * C + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[r], xd), acc[r * C + c]);
+        }
+    }
+}
+
+/* Two blocks a step; an odd last block runs as a half step whose upper
+ * lanes are all zero (and add exactly 0 to each lane). */
+#define BLOCK32_TILE(NAME)                                                                                       \
+    INL void NAME##_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out,      \
+                         int64_t os, const int R, const int C) {                                                  \
+        __m512 acc[16];                                                                                            \
+        UNROLL for (int p = 0; p < R * C; p++) acc[p] = _mm512_setzero_ps();                                     \
+        const int64_t nb = n / 32;                                                                                 \
+        int64_t b = 0;                                                                                             \
+        for (; b + 2 <= nb; b += 2) NAME##_step(w, ws, x, xs, b, 1, acc, R, C);                                   \
+        if (b < nb) NAME##_step(w, ws, x, xs, b, 0, acc, R, C);                                                   \
+        UNROLL for (int r = 0; r < R; r++)                                                                         \
+            UNROLL for (int c = 0; c < C; c++) out[c * os + r] = hsum_ps(acc[r * C + c]);                        \
+    }
+
+BLOCK32_TILE(q8_0)
+BLOCK32_TILE(q4_0)
+
+/* ----------------------------------------- K-quants x Q8_K activations */
+
+#define Q8K_SIZE 292 /* float d, 256 int8, 16 int16 bsums */
+#define Q8K_QS 4
+#define Q8K_BSUMS 260
+
+/* Sums each of P int32 vectors across its lanes; lane p of the result is
+ * the sum of v[p]. Integer, so exact whatever the grouping. */
+INL __m512i reduce_lanes(const __m512i *v, const int P) {
+    if (P == 1) return _mm512_castsi128_si512(_mm_cvtsi32_si128(_mm512_reduce_add_epi32(v[0])));
+    /* 4 -> 1 per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3], then 64-bit
+     * pairs give lane j of each 128-bit block = that block's sum of v[j]. */
+    __m512i q[4];
+    UNROLL for (int g = 0; g < P / 4; g++) {
+        const __m512i *a = v + 4 * g;
+        const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+        const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+        q[g] = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+    }
+    if (P == 4) {
+        const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(q[0]), _mm512_extracti64x4_epi64(q[0], 1));
+        const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        return _mm512_castsi128_si512(s);
+    }
+    /* P == 16: add the four 128-bit blocks of each q[g], keeping g apart. */
+    const __m512i r01 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[0], q[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                         _mm512_shuffle_i32x4(q[0], q[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i r23 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[2], q[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                         _mm512_shuffle_i32x4(q[2], q[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(r01, r23, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(r01, r23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* The eight 6-bit scales and mins of a Q4_K/Q5_K super-block (packing in
+ * quant/dequant.c), as two 8-byte words: byte j = scale j / min j. */
+INL void k4_scales_mins(const uint8_t *p, uint64_t *scales, uint64_t *mins) {
+    const uint32_t u0 = rd32(p), u1 = rd32(p + 4), u2 = rd32(p + 8);
+    const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+    *scales = sc_lo | (uint64_t)sc_hi << 32;
+    *mins = m_lo | (uint64_t)m_hi << 32;
+}
+
+/* B_j (sums of the 32-element sub-blocks j = 0..7) of a Q8_K block as 8
+ * int16, i.e. four int32 lanes (B_2k, B_2k+1). */
+INL __m128i q8K_sums32(const uint8_t *p) {
+    const __m256i b16 = _mm256_loadu_si256((const __m256i *)(p + Q8K_BSUMS));
+    const __m256i b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));
+    const __m256i packed = _mm256_packs_epi32(b32, b32);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* sum_j m_j(r) * B_j(c) for every lane p = r * C + c: rows' (m_2k, m_2k+1)
+ * int16 pairs sit at lanes 4r + k of mall, columns' (B_2k, B_2k+1) at
+ * lanes 4c + k of ball; permute them into place and multiply-add pairs. */
+INL __m512i k_min_sums(__m512i mall, __m512i ball, const int C) {
+    const __m512i ri = _mm512_slli_epi32(row_index(C), 2), ci = _mm512_slli_epi32(col_index(C), 2);
+    __m512i s = _mm512_setzero_si512();
+    UNROLL for (int k = 0; k < 4; k++) {
+        const __m512i kk = _mm512_set1_epi32(k);
+        s = _mm512_dpwssd_epi32(s, _mm512_permutexvar_epi32(_mm512_add_epi32(ri, kk), mall),
+                                _mm512_permutexvar_epi32(_mm512_add_epi32(ci, kk), ball));
+    }
+    return s;
+}
+
+/* The float step of qdot.c for every lane: acc = fma(isum, d*dx, acc), then
+ * acc = acc - msum * (dmin*dx), each rounded once. */
+INL __m512 k_float_step(__m512 acc, __m512i isum, __m512i msum, const float *dw, const float *dmw, const float *dx,
+                        int has_min, const int C) {
+    const __m512 dwv = _mm512_permutexvar_ps(row_index(C), _mm512_castps128_ps512(_mm_loadu_ps(dw)));
+    const __m512 dxv = _mm512_permutexvar_ps(col_index(C), _mm512_castps128_ps512(_mm_loadu_ps(dx)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dwv, dxv), acc);
+    if (has_min) {
+        const __m512 dmv = _mm512_permutexvar_ps(row_index(C), _mm512_castps128_ps512(_mm_loadu_ps(dmw)));
+        acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmv, dxv), acc);
+    }
+    return acc;
+}
+
+/* Scale index vectors for Q4_K/Q5_K: the weight vectors hold sub-blocks
+ * (0|2), (1|3), (4|6), (5|7) in their 256-bit halves. */
+INL __m512i k4_scale_index(int k) {
+    const int a = (k / 2) * 4 + (k % 2), b2 = a + 2;
+    return _mm512_setr_epi32(a, a, a, a, a, a, a, a, b2, b2, b2, b2, b2, b2, b2, b2);
+}
+
+#define Q4K_SIZE 144 /* fp16 d, dmin; 12 bytes scales; 128 bytes nibbles */
+#define Q5K_SIZE 176 /* fp16 d, dmin; 12 bytes scales; 32 bytes qh; 128 bytes nibbles */
+
+/* Q4_K and Q5_K (five = 1): per super-block and output, four dpbusd of 64
+ * levels, each scaled per 32-element half by dpwssd. The activation halves
+ * are rearranged to match the nibble order: weight vector k pairs
+ * sub-blocks (0|2), (1|3), (4|6), (5|7). */
+INL void q45_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
+                    const int R, const int C, const int five) {
+    const size_t bsize = five ? Q5K_SIZE : Q4K_SIZE;
+    const size_t qs_off = five ? 48 : 16;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        float dw[4] = {0}, dmw[4] = {0}, dx[4] = {0};
+        __m512i sc32[4], mall = _mm512_setzero_si512(), ball = _mm512_setzero_si512();
+        UNROLL for (int r = 0; r < R; r++) {
+            const uint8_t *p = w + r * ws + b * bsize;
+            dw[r] = f16(p);
+            dmw[r] = f16(p + 2);
+            uint64_t scales, mins;
+            k4_scales_mins(p + 4, &scales, &mins);
+            sc32[r] = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)scales));
+            mall = insert128(mall, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mins)), r);
+        }
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *p = x + c * xs + b * Q8K_SIZE;
+            memcpy(&dx[c], p, 4);
+            ball = insert128(ball, q8K_sums32(p), c);
+        }
+        __m512i isum[16];
+        UNROLL for (int p = 0; p < R * C; p++) isum[p] = _mm512_setzero_si512();
+        UNROLL for (int k = 0; k < 4; k++) {
+            __m512i wq[4], sk[4];
+            UNROLL for (int r = 0; r < R; r++) {
+                const uint8_t *p = w + r * ws + b * bsize;
+                __m512i z = _mm512_loadu_si512(p + qs_off + 64 * (k / 2));
+                if (k % 2) z = _mm512_srli_epi16(z, 4);
+                wq[r] = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+                if (five) {
+                    /* fifth bits: bit 2c of qh[l] for the low nibbles of
+                     * chunk c, bit 2c+1 for the high ones */
+                    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16)));
+                    const int lo_bit = (k / 2) * 4 + (k % 2);
+                    const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << lo_bit)),
+                                                           _mm256_set1_epi8((char)(1 << (lo_bit + 2))), 1);
+                    wq[r] = _mm512_mask_add_epi8(wq[r], _mm512_test_epi8_mask(qh, sel), wq[r], _mm512_set1_epi8(16));
+                }
+                sk[r] = _mm512_permutexvar_epi32(k4_scale_index(k), sc32[r]);
+            }
+            UNROLL for (int c = 0; c < C; c++) {
+                const uint8_t *p = x + c * xs + b * Q8K_SIZE + Q8K_QS + 128 * (k / 2);
+                const __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64);
+                const __m512i xk = (k % 2) ? _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 2, 3, 2))
+                                           : _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
+                UNROLL for (int r = 0; r < R; r++) {
+                    const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], xk);
+                    isum[r * C + c] = _mm512_dpwssd_epi32(isum[r * C + c], d, sk[r]);
+                }
+            }
+        }
+        acc = k_float_step(acc, reduce_lanes(isum, R * C), k_min_sums(mall, ball, C), dw, dmw, dx, 1, C);
+    }
+    store_tile(acc, out, os, R, C);
+}
+
+INL void q4_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
+                   const int R, const int C) {
+    q45_K_tile(w, ws, x, xs, n, out, os, R, C, 0);
+}
+INL void q5_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
+                   const int R, const int C) {
+    q45_K_tile(w, ws, x, xs, n, out, os, R, C, 1);
+}
+
+#define Q6K_SIZE 210 /* ql[128], qh[64], int8 scales[16], fp16 d */
+
+/* Q6_K: 6-bit levels q (offset -32, folded into the accumulator start as
+ * -32 * sum(x)); weight vector v = 0..3 holds elements 64v..64v+63, i.e.
+ * sub-blocks 4v..4v+3 of 16, in natural order. */
+INL void q6_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
+                   const int R, const int C) {
+    __m512 acc = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t b = 0; b < n / 256; b++) {
+        float dw[4] = {0}, dx[4] = {0};
+        __m512i sc32[4];
+        UNROLL for (int r = 0; r < R; r++) {
+            const uint8_t *p = w + r * ws + b * Q6K_SIZE;
+            dw[r] = f16(p + 208);
+            /* int16 scale in the low half of each int32, zero above */
+            sc32[r] = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192))));
+        }
+        __m512i xneg[4][4];
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *p = x + c * xs + b * Q8K_SIZE;
+            memcpy(&dx[c], p, 4);
+            UNROLL for (int v = 0; v < 4; v++)
+                xneg[c][v] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                              _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32),
+                                                                  _mm512_loadu_si512(p + Q8K_QS + 64 * v)));
+        }
+        __m512i isum[16];
+        UNROLL for (int p = 0; p < R * C; p++) isum[p] = _mm512_setzero_si512();
+        UNROLL for (int v = 0; v < 4; v++) {
+            __m512i wq[4], sk[4];
+            const int h = v / 2;
+            UNROLL for (int r = 0; r < R; r++) {
+                const uint8_t *p = w + r * ws + b * Q6K_SIZE;
+                const __m512i l = _mm512_loadu_si512(p + 64 * h);
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+                if (v % 2 == 0) {
+                    /* elements 0-31: low nibbles of ql[l], bits 0-1 of qh;
+                     * 32-63: low nibbles of ql[l+32], bits 2-3 */
+                    const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(qh, 4)),
+                                                          _mm256_slli_epi16(qh, 2), 1);
+                    wq[r] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(hh, m30));
+                } else {
+                    /* high nibbles; bits 4-5 and 6-7 */
+                    const __m512i hh =
+                        _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+                    wq[r] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(hh, m30));
+                }
+                const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * v),
+                                                     _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+                sk[r] = _mm512_permutexvar_epi32(idx, sc32[r]);
+            }
+            UNROLL for (int c = 0; c < C; c++) {
+                const __m512i xv = _mm512_loadu_si512(x + c * xs + b * Q8K_SIZE + Q8K_QS + 64 * v);
+                UNROLL for (int r = 0; r < R; r++) {
+                    const __m512i d = _mm512_dpbusd_epi32(xneg[c][v], wq[r], xv);
+                    isum[r * C + c] = _mm512_dpwssd_epi32(isum[r * C + c], d, sk[r]);
+                }
+            }
+        }
+        acc = k_float_step(acc, reduce_lanes(isum, R * C), _mm512_setzero_si512(), dw, dw, dx, 0, C);
+    }
+    store_tile(acc, out, os, R, C);
+}
+
+/* ------------------------------------------------------------ instances */
+
+#define INSTANCES(NAME)                                                                                            \
+    static TGT void NAME##_4x4(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
+                               int64_t os) {                                                                      \
+        NAME##_tile(w, ws, x, xs, n, out, os, 4, 4);                                                              \
+    }                                                                                                              \
+    static TGT void NAME##_4x1(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
+                               int64_t os) {                                                                      \
+        NAME##_tile(w, ws, x, xs, n, out, os, 4, 1);                                                              \
+    }                                                                                                              \
+    static TGT void NAME##_1x4(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
+                               int64_t os) {                                                                      \
+        NAME##_tile(w, ws, x, xs, n, out, os, 1, 4);                                                              \
+    }                                                                                                              \
+    static TGT void NAME##_1x1(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
+                               int64_t os) {                                                                      \
+        NAME##_tile(w, ws, x, xs, n, out, os, 1, 1);                                                              \
+    }                                                                                                              \
+    static TGT float NAME##_vec_dot(const void *w, const void *x, int64_t n) {                                   \
+        float r;                                                                                                   \
+        NAME##_tile((const uint8_t *)w, 0, (const uint8_t *)x, 0, n, &r, 0, 1, 1);                                \
+        return r;                                                                                                  \
+    }                                                                                                              \
+    static void NAME##_gemm(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,          \
+                            int64_t n, float *out, int64_t os) {                                                  \
+        tela_qdot_run_tiles(w, ws, nr, x, xs, nc, n, out, os, 4, 4, NAME##_4x4, NAME##_4x1, NAME##_1x4,           \
+                            NAME##_1x1);                                                                          \
+    }
+
+INSTANCES(f32)
+INSTANCES(f16)
+INSTANCES(bf16)
+INSTANCES(q8_0)
+INSTANCES(q4_0)
+INSTANCES(q4_K)
+INSTANCES(q5_K)
+INSTANCES(q6_K)
+
+#define SET(TYPE, NAME) t->fns[TYPE] = (tela_qdot_fns){NAME##_vec_dot, NAME##_gemm, 4, 4}
+
+void tela_qdot_fill_avx512(tela_qdot_isa_table *t) {
+    t->q8_0_from_float = q8_0_from_float;
+    t->q8_K_from_float = q8_K_from_float;
+    SET(TELA_TYPE_F32, f32);
+    SET(TELA_TYPE_F16, f16);
+    SET(TELA_TYPE_BF16, bf16);
+    SET(TELA_TYPE_Q8_0, q8_0);
+    SET(TELA_TYPE_Q4_0, q4_0);
+    SET(TELA_TYPE_Q4_K, q4_K);
+    SET(TELA_TYPE_Q5_K, q5_K);
+    SET(TELA_TYPE_Q6_K, q6_K);
+}
+
+#endif /* __x86_64__ */

@@ -1,0 +1,152 @@
+/* test_llama_fixtures.c: parity with transformers (float64 reference
+ * forward) on the small random Llama models in tests/fixtures/llama (see
+ * the README there): llama-gqa (GQA, head_dim 24 != hidden/heads, Llama-3
+ * rope scaling via rope_freqs.weight, untied output) as F32, F16 and Q8_0
+ * GGUF, and llama-tied (MHA, tied embeddings) as F32 and F16. Prompts of
+ * 1, 7, 33 and 260 tokens.
+ *   - logits at every position within 1e-4 (F32, and Q8_0 against its own
+ *     dequantized reference) or 1e-3 (F16) of that row's reference range;
+ *   - 24 greedy tokens identical up to the first step whose reference
+ *     margin is < 0.01.
+ * Skipped (77) if the fixtures are absent. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tela/tela.h"
+#include "test.h"
+
+static char dir[1024];
+
+static char *slurp(const char *name, size_t *len) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+static int32_t *ints(const cJSON *arr, int *n) {
+    *n = cJSON_GetArraySize(arr);
+    int32_t *v = malloc(sizeof(int32_t) * (size_t)(*n ? *n : 1));
+    for (int i = 0; i < *n; i++) v[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
+    return v;
+}
+
+static void check_model(const char *gguf, const char *ref_name, double tol) {
+    char path[1200], name[256];
+    snprintf(name, sizeof name, "%s.json", ref_name);
+    char *json = slurp(name, NULL);
+    CHECK_MSG(json != NULL, "missing %s", name);
+    if (!json) return;
+    cJSON *ref = cJSON_Parse(json);
+    free(json);
+    size_t logits_len = 0;
+    float *ref_logits = (float *)slurp(cJSON_GetObjectItem(ref, "logits_file")->valuestring, &logits_len);
+    CHECK(ref_logits != NULL);
+    int V = (int)cJSON_GetObjectItem(ref, "n_vocab")->valuedouble;
+
+    snprintf(path, sizeof path, "%s/%s", dir, gguf);
+    tela_model *m = NULL;
+    CHECK_OK(tela_model_load(path, NULL, &m));
+    if (!m || !ref_logits) goto done;
+    CHECK_EQ_INT(tela_model_get_info(m)->n_vocab, V);
+
+    const cJSON *prompts = cJSON_GetObjectItem(ref, "prompts");
+    for (int pi = 0; pi < cJSON_GetArraySize(prompts); pi++) {
+        const cJSON *p = cJSON_GetArrayItem(prompts, pi);
+        int n_ids, n_greedy;
+        int32_t *ids = ints(cJSON_GetObjectItem(p, "ids"), &n_ids);
+        int32_t *greedy = ints(cJSON_GetObjectItem(p, "greedy"), &n_greedy);
+        const cJSON *gm = cJSON_GetObjectItem(p, "greedy_margin");
+        size_t off = (size_t)cJSON_GetObjectItem(p, "logits_offset_bytes")->valuedouble;
+        int rows = (int)cJSON_GetObjectItem(p, "logits_positions")->valuedouble;
+        CHECK(rows == n_ids && off + (size_t)rows * V * 4 <= logits_len);
+        if (rows != n_ids || off + (size_t)rows * V * 4 > logits_len) continue;
+        const float *r = ref_logits + off / 4;
+
+        tela_session_params sp = tela_session_default_params();
+        sp.n_ctx = 512;
+        sp.n_threads = 2;
+        tela_session *s = NULL;
+        CHECK_OK(tela_session_create(m, &sp, &s));
+        float *got = malloc(sizeof(float) * (size_t)n_ids * V);
+        CHECK_OK(tela_session_eval(s, ids, n_ids, got, 1));
+        double worst = 0;
+        int worst_row = -1;
+        for (int t = 0; t < n_ids; t++) {
+            double mx = -INFINITY, mn = INFINITY, d = 0;
+            for (int i = 0; i < V; i++) {
+                double x = r[(size_t)t * V + i];
+                if (x > mx) mx = x;
+                if (x < mn) mn = x;
+                double e = fabs(got[(size_t)t * V + i] - x);
+                if (!(e <= d)) d = e;
+            }
+            if (!(d / (mx - mn) <= worst)) {
+                worst = d / (mx - mn);
+                worst_row = t;
+            }
+        }
+        CHECK_MSG(worst <= tol, "%s prompt %d: logits at position %d off by %g of the range (tolerance %g)", gguf, pi,
+                  worst_row, worst, tol);
+
+        tela_generate_params gp = tela_generate_default_params();
+        gp.sampler.temperature = 0.0f;
+        gp.max_tokens = n_greedy;
+        gp.ignore_eos = 1;
+        int32_t out[64];
+        tela_generate_result res;
+        tela_session_reset(s);
+        CHECK_OK(tela_generate(s, ids, n_ids, &gp, out, 64, &res));
+        int mismatch = -1;
+        for (int i = 0; i < n_greedy && i < res.n_generated; i++) {
+            if (out[i] != greedy[i]) {
+                mismatch = i;
+                break;
+            }
+            if (cJSON_GetArrayItem(gm, i)->valuedouble < 0.01) break;
+        }
+        CHECK_MSG(mismatch < 0, "%s prompt %d: greedy step %d gives %d, reference %d", gguf, pi, mismatch,
+                  mismatch >= 0 ? out[mismatch] : 0, mismatch >= 0 ? greedy[mismatch] : 0);
+        tela_session_free(s);
+        free(got);
+        free(ids);
+        free(greedy);
+    }
+done:
+    tela_model_free(m);
+    free(ref_logits);
+    cJSON_Delete(ref);
+}
+
+int main(void) {
+    const char *src = getenv("TELA_SOURCE_DIR");
+    if (!src) test_skip("TELA_SOURCE_DIR is not set");
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/llama", src);
+    char probe[1200];
+    snprintf(probe, sizeof probe, "%s/llama-gqa.json", dir);
+    FILE *f = fopen(probe, "rb");
+    if (!f) test_skip("no tests/fixtures/llama");
+    fclose(f);
+    check_model("llama-gqa-f32.gguf", "llama-gqa", 1e-4);
+    check_model("llama-gqa-f16.gguf", "llama-gqa", 1e-3);
+    check_model("llama-gqa-q8_0.gguf", "llama-gqa-q8_0", 1e-4);
+    check_model("llama-tied-f32.gguf", "llama-tied", 1e-4);
+    check_model("llama-tied-f16.gguf", "llama-tied", 1e-3);
+    return test_finish();
+}
