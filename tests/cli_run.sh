@@ -21,7 +21,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 ids=$(python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['llama-d1']['prompts'][0]; print(','.join(map(str,p['ids'])))" "$FIX/refs-d1.json")
 
 # greedy generation
-if "$TELA" run -m "$FIX/llama-d1.gguf" --tokens "$ids" -n 24 --temp 0 --print-ids -t 2 >"$tmp/ids.json" 2>"$tmp/run.err"; then
+if "$TELA" run -m "$FIX/llama-d1.gguf" --tokens "$ids" -n 24 --temp 0 --print-ids -t 1 >"$tmp/ids.json" 2>"$tmp/run.err"; then
     if python3 - "$FIX/refs-d1.json" "$tmp/ids.json" <<'EOF'
 import json, sys
 p = json.load(open(sys.argv[1]))['llama-d1']['prompts'][0]
@@ -41,8 +41,8 @@ else
 fi
 
 # logits, last position and all positions
-if "$TELA" logits -m "$FIX/llama-d1.gguf" --tokens "$ids" -o "$tmp/last.f32" 2>"$tmp/lg.err" &&
-   "$TELA" logits -m "$FIX/llama-d1.gguf" --tokens "$ids" --all -o "$tmp/all.f32" 2>>"$tmp/lg.err"; then
+if "$TELA" logits -m "$FIX/llama-d1.gguf" --tokens "$ids" -t 1 -o "$tmp/last.f32" 2>"$tmp/lg.err" &&
+   "$TELA" logits -m "$FIX/llama-d1.gguf" --tokens "$ids" -t 1 --all -o "$tmp/all.f32" 2>>"$tmp/lg.err"; then
     if python3 - "$FIX/refs-d1.json" "$FIX/llama-d1.logits.f32" "$tmp/last.f32" "$tmp/all.f32" <<'EOF'
 import array, json, os, sys
 p = json.load(open(sys.argv[1]))['llama-d1']['prompts'][0]
@@ -89,7 +89,7 @@ expect_error "logits without -o" "required" "$TELA" logits -m "$FIX/llama-d1.ggu
 if [ -f "$FIX/llama-d1-hf.tgz" ]; then
     mkdir "$tmp/hf" && tar xzf "$FIX/llama-d1-hf.tgz" -C "$tmp/hf"
     expect_error "-p on a model without a tokenizer" "tokenizer" "$TELA" run -m "$tmp/hf" -p "hello" -n 2
-    "$TELA" run -m "$tmp/hf" --tokens "$ids" -n 24 --temp 0 --print-ids >"$tmp/hf.json" 2>/dev/null &&
+    "$TELA" run -m "$tmp/hf" --tokens "$ids" -n 24 --temp 0 --print-ids -t 1 >"$tmp/hf.json" 2>/dev/null &&
         cmp -s "$tmp/hf.json" "$tmp/ids.json" && ok "HF checkpoint gives the same greedy ids" || bad "HF greedy ids"
 fi
 exit $fail

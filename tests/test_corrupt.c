@@ -5,8 +5,8 @@
  * infos, huge counts and string lengths, bad offsets, alignments, types and
  * JSON. Each must parse cleanly or fail with an error naming the input,
  * never crash or read out of bounds (run it under ASan/UBSan). Parses that
- * succeed are walked completely and checked for consistency. Inputs the
- * fuzzers found are kept at the end as regression cases. */
+ * succeed are walked completely and checked for consistency. Inputs that
+ * once broke a parser are kept at the end as regression cases. */
 #include <stdint.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -350,6 +350,7 @@ static void check_st(const unsigned char *p, size_t n, const char *what) {
         ok = t->name && t->n_dims >= 0 && t->n_dims <= 4 && touch(p, n, t->data, t->nbytes) &&
              (const unsigned char *)t->data >= p + tela_st_data_offset(f) && tela_st_tensor_dtype(f, i);
         for (int d = 0; d < 4 && ok; d++) ok = t->ne[d] >= 0;
+        if (ok) g_sink += (unsigned)tela_tensor_nelements(t); /* UBSan: must not overflow */
     }
     for (size_t i = 0; i < tela_st_n_metadata(f) && ok; i++) {
         const char *k, *v;
@@ -442,17 +443,18 @@ static void corrupt_st(const unsigned char *orig, size_t n, int budget, const ch
     free(buf);
 }
 
-/* ---- inputs found by fuzzing, kept as regressions */
+/* ---- edge cases kept as regressions: inputs that once broke (or would
+ * break) a parser, each run under the same checks */
 
 static void regressions(void) {
     /* a string array whose count fits the bytes left only at 8 bytes per
-     * element, with the strings' lengths running past the end */
+     * element, with the first string's length running past the end */
     static const unsigned char r1[] = {
         'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
         1, 0, 0, 0, 0, 0, 0, 0, 'k', 9, 0, 0, 0, 8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,
         0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     try_gguf(r1, sizeof r1, "regression r1");
-    /* nested arrays at the depth limit, each of one element */
+    /* arrays nested 13 deep, each of one element: refused at depth 8 */
     unsigned char r2[256];
     size_t n = 0;
     memcpy(r2, "GGUF\3\0\0\0", 8);
@@ -464,6 +466,19 @@ static void regressions(void) {
     put_le(r2 + n, 9, 4); n += 4;
     for (int i = 0; i < 12; i++) { put_le(r2 + n, 9, 4); n += 4; put_le(r2 + n, 1, 8); n += 8; }
     try_gguf(r2, n, "regression r2");
+    /* found in review: a second __metadata__ object used to be appended to
+     * the table allocated for the first one (a heap overflow) */
+    size_t m;
+    unsigned char *r3 = st_image("{\"__metadata__\":{\"k\":\"v\"},"
+                                 "\"__metadata__\":{\"a\":\"1\",\"b\":\"2\",\"c\":\"3\",\"d\":\"4\"}}", 0, &m);
+    try_st(r3, m, "regression r3");
+    free(r3);
+    /* found in review: HF shape [0, 2^40, 2^40] has zero elements, but its
+     * ggml ne[0] * ne[1] overflows int64 in tela_tensor_nelements() */
+    unsigned char *r4 = st_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[0,1099511627776,1099511627776],"
+                                 "\"data_offsets\":[0,0]}}", 0, &m);
+    try_st(r4, m, "regression r4");
+    free(r4);
 }
 
 int main(void) {

@@ -379,6 +379,48 @@ static const render_case render_cases[] = {
      "TrueTrueTrueFalseTrueTrueTrue"},
     {"{{ [1, 2][5] is defined }}{{ [1, 2][-3] is undefined }}",
      "FalseTrue"},
+    {"{% if false %}{{ x|nosuch }}{% endif %}ok",
+     "ok"},
+    {"{{ 1 if true else x|nosuch }}",
+     "1"},
+    {"{{ x|nosuch if false else 2 }}",
+     "2"},
+    {"{% if true %}{% set y = 1|nosuch if false else 3 %}{{ y }}{% endif %}",
+     "3"},
+    {"{{ 'upper' is filter }}{{ 'nosuch' is filter }}{{ 'odd' is test }}{{ 'x' is test }}",
+     "TrueFalseTrueFalse"},
+    {"{{ none|map('upper')|list }}{{ none|selectattr('x')|list }}{{ ''|select|list }}{{ 0|reject|list }}{{ undefined_v|map(attribute='a')|list }}",
+     "[][][][][]"},
+    {"{{ none|map('nosuch')|list }}",
+     "[]"},
+    {"{{ \"a<\"|safe + \"<b>&'\\\"\" }}|{{ \"<x>\" + \"y\"|safe }}|{{ (\"a\"|safe) ~ \"<\" }}|{{ \"<\"|e }}|{{ \"<\"|e|e }}|{{ \"<\"|safe|e }}|{{ \"<\"|forceescape }}",
+     "a<&lt;b&gt;&amp;&#39;&#34;|&lt;x&gt;y|a<|&lt;|&lt;|<|&lt;"},
+    {"{{ (\"<\"|safe + \"<\")|length }}{{ (\"x\"|safe * 2) + \"<\" }}{{ (\"<a>\"|safe|trim + \"<\") }}{{ (\"<a>\"|safe|upper + \"<\") }}",
+     "5xx&lt;<a>&lt;<A>&lt;"},
+    {"{{ (\"a-b\"|safe)|replace(\"-\", \"<\") }}|{{ \"a-b\"|replace(\"-\", \"<\") }}",
+     "a<b|a<b"},
+    {"{{ 5|safe }}{{ none|safe }}{{ (\"x\"|safe) == \"x\" }}{{ [\"<\"|safe]|tojson }}{{ \"<\"|safe|tojson }}",
+     "5NoneTrue[\"<\"]\"<\""},
+    {"{% set s = \"<p>\"|safe %}{{ s + \"&\" }}{% macro m() %}<b>{% endmacro %}{{ m() + \"<\" }}{{ m()|safe + \"<\" }}",
+     "<p>&amp;<b><<b>&lt;"},
+    {"{{ (\"a\"|safe|title) + \"<\" }}{{ (\"a\"|safe|capitalize) + \"<\" }}{{ (\"a\"|safe|lower) + \"<\" }}{{ (\"a\"|safe|string) + \"<\" }}{{ (\"a\"|safe|default('x')) + \"<\" }}{{ (undefined_v|default(\"q\"|safe)) + \"<\" }}",
+     "A<A&lt;a&lt;a&lt;a&lt;q&lt;"},
+    {"{{ (\"<a> \"|safe).strip() + \"<\" }}{{ (\"a\"|safe).upper() + \"<\" }}{{ (\"a\"|safe).startswith(\"a\") }}",
+     "<a>&lt;A&lt;True"},
+    {"{{ 'aaa'.split('aa') }}{{ 'aaa'.rsplit('aa') }}{{ 'a,b,c'.rsplit(',') }}{{ 'a,b,c'.rsplit(',', 1) }}{{ 'a,b,c'.split(',', 0) }}{{ ',a,'.split(',') }}{{ 'abc'.rsplit('x') }}",
+     "['', 'a']['a', '']['a', 'b', 'c']['a,b', 'c']['a,b,c']['', 'a', '']['abc']"},
+    {"{{ '  a  b  '.split(None, 1) }}{{ '  a  b  '.rsplit(None, 1) }}{{ '  a  b c '.rsplit(None, 0) }}{{ '   '.split() }}{{ 'a\\u3000b'.split() }}",
+     "['a', 'b  ']['  a', 'b']['  a  b c'][]['a', 'b']"},
+    {"{{ 'abc'.find('', 3) }}{{ 'abc'.find('', 4) }}{{ 'abc'.count('') }}{{ 'abc'.count('', 1) }}{{ 'abcabc'.rfind('') }}{{ 'abc'.find('c', -1) }}{{ 'abc'.find('a', -10, 2) }}{{ 'ab'.find('b', 1, 0) }}{{ 'h\303\251llo'.rfind('l') }}{{ 'h\303\251llo'.index('o') }}",
+     "3-143620-134"},
+    {"{{ '  x\\t\\n'.strip() }}|{{ '\303\251 \303\251'.strip('\303\251') }}|{{ '\\xa0x\\u2003'.strip() }}|{{ 'ab'.strip('') }}|{{ 'aXbXa'.strip('a') }}",
+     "x| |x|ab|XbX"},
+    {"{{ 'a'.zfill(3) }}{{ '-5'.zfill(4) }}{{ 'ab'.ljust(4, '*') }}{{ 'ab'.rjust(4) }}{{ 'ab'.center(5, '-') }}{{ 'x'.removeprefix('x') }}{{ 'xy'.removesuffix('y') }}",
+     "00a-005ab**  ab--ab-x"},
+    {"{{ '12'.isdigit() }}{{ 'a1'.isalnum() }}{{ 'ab'.isalpha() }}{{ ' '.isspace() }}{{ ''.isdigit() }}{{ 'AB'.isupper() }}{{ 'ab'.islower() }}",
+     "TrueTrueTrueTrueFalseTrueTrue"},
+    {"{{ 'a\\nb\\r\\nc'.splitlines() }}{{ '\303\211T\303\211'.lower() }}{{ '\303\237'.upper() }}",
+     "['a', 'b', 'c']\303\251t\303\251SS"},
 };
 
 static const error_case error_cases[] = {
@@ -415,6 +457,35 @@ static const error_case error_cases[] = {
     {"{{ [1] < (1,) }}", TELA_ERR_FORMAT}, /* jinja2: TypeError: '<' not supported between instances of 'list' and 'tuple' */
     {"{{ 1 in 'abc' }}", TELA_ERR_FORMAT}, /* jinja2: TypeError: 'in <string>' requires string as left operand, not int */
     {"{{ 'a' in 5 }}", TELA_ERR_FORMAT}, /* jinja2: TypeError: argument of type 'int' is not iterable */
+    {"line one\n{% if x %}\nnever closed", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Unexpected end of template. Jinja was looking for the following tags: */
+    {"{{ 1 + }}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: unexpected 'end of print statement' */
+    {"{{ x | nosuchfilter }}", TELA_ERR_FORMAT}, /* jinja2: TemplateAssertionError: No filter named 'nosuchfilter'. */
+    {"{% for x in %}{% endfor %}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Expected an expression, got 'end of statement block' */
+    {"{% endif %}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Encountered unknown tag 'endif'. */
+    {"{% if true %}{% else %}{% else %}{% endif %}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Encountered unknown tag 'else'. Jinja was looking for the following t */
+    {"{{ 'unterminated }}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: unexpected char "'" at 3 */
+    {"{% foo %}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Encountered unknown tag 'foo'. */
+    {"hello\n  {{ msgs[0].nope.deeper }}", TELA_ERR_FORMAT}, /* jinja2: UndefinedError: 'dict object' has no attribute 'nope' */
+    {"{% for %}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Expected an expression, got 'end of statement block' */
+    {"{{ (1 }}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: unexpected '}', expected ')' */
+    {"{{ [1, 2 }}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: unexpected '}', expected ']' */
+    {"{# never closed", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Missing end of comment tag */
+    {"{% raw %} never closed", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Missing end of raw directive */
+    {"{% break %}", TELA_ERR_FORMAT}, /* jinja2: SyntaxError: 'break' outside loop (<template>, line 11) */
+    {"{% macro m( %}{% endmacro %}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: expected token 'name', got '%' */
+    {"{% set %}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Expected an expression, got 'end of statement block' */
+    {"{{ x is nosuchtest }}", TELA_ERR_FORMAT}, /* jinja2: TemplateAssertionError: No test named 'nosuchtest'. */
+    {"{% include 'x' %}", TELA_ERR_FORMAT}, /* jinja2: TypeError: no loader for this environment specified */
+    {"{{ }}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: Expected an expression, got 'end of print statement' */
+    {"{{ 'a' 'b' + }}", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: unexpected 'end of print statement' */
+    {"{%- set x = 1 -%}{{ x", TELA_ERR_FORMAT}, /* jinja2: TemplateSyntaxError: unexpected end of template, expected 'end of print statement'. */
+    {"{% if true %}{{ x|nosuch }}{% endif %}ok", TELA_ERR_FORMAT}, /* jinja2: TemplateRuntimeError: No filter named 'nosuch' found. */
+    {"{% if true %}{% for i in [1] %}{{ i|nosuch }}{% endfor %}{% endif %}", TELA_ERR_FORMAT}, /* jinja2: TemplateAssertionError: No filter named 'nosuch'. */
+    {"{% if false %}{% macro m() %}{{ 1|nosuch }}{% endmacro %}{% endif %}", TELA_ERR_FORMAT}, /* jinja2: TemplateAssertionError: No filter named 'nosuch'. */
+    {"{% if x is nosuchtest %}a{% else %}b{% endif %}", TELA_ERR_FORMAT}, /* jinja2: TemplateRuntimeError: No test named 'nosuchtest' found. */
+    {"{% for x in [1] if x is nosuch %}{% endfor %}", TELA_ERR_FORMAT}, /* jinja2: TemplateAssertionError: No test named 'nosuch'. */
+    {"{% if true %}{% filter nosuch %}x{% endfilter %}{% endif %}", TELA_ERR_FORMAT}, /* jinja2: TemplateAssertionError: No filter named 'nosuch'. */
+    {"{{ 'abc'.index('z') }}", TELA_ERR_FORMAT}, /* jinja2: ValueError: substring not found */
 };
 
 /* Renders tmpl with vars (JSON text, may be NULL); returns the status and

@@ -2,7 +2,8 @@
  * never a crash, hang or out-of-bounds access (meaningful under the
  * sanitizer build). Mutates the real chat templates of tests/fixtures/chat
  * (or a built-in sample when TELA_SOURCE_DIR is unset) with a fixed-seed
- * generator and renders every mutant that parses. */
+ * generator and renders every mutant that parses. TELA_JINJA_FUZZ_ROUNDS and
+ * TELA_JINJA_FUZZ_SEED make longer or different runs (by hand). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,9 @@ static void mutate_and_run(const char *base, size_t len, const cJSON *vars, int 
 }
 
 int main(void) {
+    int rounds = getenv("TELA_JINJA_FUZZ_ROUNDS") ? atoi(getenv("TELA_JINJA_FUZZ_ROUNDS")) : 600;
+    if (getenv("TELA_JINJA_FUZZ_SEED")) rng ^= strtoull(getenv("TELA_JINJA_FUZZ_SEED"), NULL, 10) * 0x2545f4914f6cdd1dull;
+    if (!rng) rng = 1;
     cJSON *vars = cJSON_Parse(VARS);
     CHECK(vars != NULL);
     const char *names[] = {"llama3_1.jinja", "llama3_2.jinja", "qwen3.jinja", "qwen3_5.jinja"};
@@ -131,11 +135,11 @@ int main(void) {
         size_t n;
         if (tela_read_file(path, &text, &n) != TELA_OK) continue;
         try_template(text, n, vars); /* the unmutated template renders */
-        mutate_and_run(text, n, vars, 600);
+        mutate_and_run(text, n, vars, rounds);
         free(text);
         used++;
     }
-    mutate_and_run(SAMPLE, strlen(SAMPLE), vars, used ? 600 : 3000);
+    mutate_and_run(SAMPLE, strlen(SAMPLE), vars, used ? rounds : 5 * rounds);
     /* pure noise */
     for (int r = 0; r < 500; r++) {
         char noise[256];

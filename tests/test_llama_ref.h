@@ -95,7 +95,7 @@ static inline void check_prompt(tela_model *m, const cJSON *prompt, int index, c
 
     tela_session_params sp = tela_session_default_params();
     sp.n_ctx = 512;
-    sp.n_threads = 2;
+    sp.n_threads = 1; /* thread counts are tested in test_session */
     tela_session *s = NULL;
     CHECK_OK(tela_session_create(m, &sp, &s));
     if (!s) return;
@@ -204,6 +204,7 @@ static inline void check_stops(tela_model *m, const cJSON *prompt) {
     int32_t *ids = json_ints(cJSON_GetObjectItem(prompt, "ids"), &n_ids);
     tela_session_params sp = tela_session_default_params();
     sp.n_ctx = 256;
+    sp.n_threads = 1;
     tela_session *s = NULL;
     CHECK_OK(tela_session_create(m, &sp, &s));
     tela_generate_params gp = tela_generate_default_params();

@@ -108,7 +108,11 @@ static double *json_doubles(const cJSON *arr, int *n) {
     return v;
 }
 
+/* n_threads 0: one thread for small models (a thread pool's hand-offs cost
+ * more than their ops, worst on a loaded CI machine), two for the large
+ * vocabularies. */
 static tela_session *new_session(tela_model *m, int n_ctx, int n_threads) {
+    if (n_threads == 0) n_threads = tela_model_get_info(m)->n_vocab > 100000 ? 2 : 1;
     tela_session_params sp = tela_session_default_params();
     sp.n_ctx = n_ctx;
     sp.n_threads = n_threads;

@@ -179,6 +179,10 @@ static void test_errors(void) {
     EXPECT_ERROR("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}xyz", 8, TELA_ERR_FORMAT, "after the JSON");
     EXPECT_ERROR("[1,2,3]", 0, TELA_ERR_FORMAT, "not a JSON object");
     EXPECT_ERROR("{\"__metadata__\":{\"k\":1}}", 0, TELA_ERR_FORMAT, "__metadata__");
+    /* a second __metadata__ must not be merged into the first one's table */
+    EXPECT_ERROR("{\"__metadata__\":{\"k\":\"v\"},\"__metadata__\":{\"a\":\"1\",\"b\":\"2\",\"c\":\"3\"}}", 0,
+                 TELA_ERR_FORMAT, "twice");
+    EXPECT_ERROR("{\"__metadata__\":{},\"__metadata__\":{\"a\":\"1\"}}", 0, TELA_ERR_FORMAT, "twice");
     EXPECT_ERROR("{\"\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, TELA_ERR_FORMAT, "empty name");
 
     /* the header length itself */

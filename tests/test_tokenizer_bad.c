@@ -211,6 +211,17 @@ static void test_json(void) {
         tela_vocab_free(v);
     }
 
+    /* a chat template in a file of its own */
+    char tpl[300];
+    snprintf(tpl, sizeof tpl, "%s/chat_template.jinja", tmpdir);
+    FILE *tf = fopen(tpl, "wb");
+    fputs("{{ y }}", tf);
+    fclose(tf);
+    CHECK_OK(load_json(good, NULL, &v));
+    CHECK(v && tela_vocab_chat_template(v) && !strcmp(tela_vocab_chat_template(v), "{{ y }}"));
+    tela_vocab_free(v);
+    unlink(tpl);
+
     expect_json("not JSON", "{\"model\": ", TELA_ERR_FORMAT, "JSON");
     expect_json("no vocab", "{\"model\": {\"type\": \"BPE\"}}", TELA_ERR_FORMAT, "vocab");
     expect_json("unigram", "{\"model\": {\"type\": \"Unigram\", \"vocab\": {}}}", TELA_ERR_UNSUPPORTED, "Unigram");

@@ -127,6 +127,20 @@ static cJSON *json_i64(int64_t v) {
     return cJSON_CreateRaw(buf);
 }
 
+/* Sums that cannot overflow: a hostile file may declare many overlapping
+ * tensors, so totals saturate instead of wrapping. */
+static void add_sat(uint64_t *sum, uint64_t v) {
+    if (__builtin_add_overflow(*sum, v, sum)) *sum = UINT64_MAX;
+}
+
+/* Prints a key or tensor name padded to width, with control bytes shown as
+ * '?' so a file cannot send escape sequences to the terminal. */
+static void print_name(const char *s, int width) {
+    int n = 0;
+    for (; s[n]; n++) putchar((unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n]);
+    for (; n < width; n++) putchar(' ');
+}
+
 /* ---- GGUF */
 
 static size_t scalar_bytes(tela_gguf_vtype t) {
@@ -239,11 +253,10 @@ static int inspect_gguf(const char *path, const inspect_opts *o) {
         fprintf(stderr, "tela inspect: %s\n", tela_last_error());
         return 1;
     }
-    int64_t n_params = 0;
-    uint64_t n_bytes = 0;
+    uint64_t n_params = 0, n_bytes = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        n_params += tela_tensor_nelements(&g->tensors[i].t);
-        n_bytes += g->tensors[i].t.nbytes;
+        add_sat(&n_params, (uint64_t)tela_tensor_nelements(&g->tensors[i].t));
+        add_sat(&n_bytes, g->tensors[i].t.nbytes);
     }
     if (o->json) {
         cJSON *root = cJSON_CreateObject();
@@ -284,7 +297,7 @@ static int inspect_gguf(const char *path, const inspect_opts *o) {
             }
         }
         cJSON_AddItemToObject(root, "n_tensors", json_u64(g->n_tensors));
-        cJSON_AddItemToObject(root, "n_params", json_i64(n_params));
+        cJSON_AddItemToObject(root, "n_params", json_u64(n_params));
         cJSON_AddItemToObject(root, "n_bytes", json_u64(n_bytes));
         char *text = cJSON_Print(root);
         if (text) printf("%s\n", text);
@@ -307,7 +320,9 @@ static int inspect_gguf(const char *path, const inspect_opts *o) {
     }
     for (uint64_t i = 0; i < g->n_kv; i++) {
         const tela_gguf_value *v = &g->kv[i].value;
-        printf("  %-*s  %-8s = ", kw, g->kv[i].key, tela_gguf_vtype_name(v->type));
+        fputs("  ", stdout);
+        print_name(g->kv[i].key, kw);
+        printf("  %-8s = ", tela_gguf_vtype_name(v->type));
         print_value(stdout, v, o);
         putchar('\n');
     }
@@ -325,13 +340,15 @@ static int inspect_gguf(const char *path, const inspect_opts *o) {
         for (uint64_t i = 0; i < g->n_tensors; i++) {
             const tela_tensor *t = &g->tensors[i].t;
             const char *tn = tela_type_name(t->type);
-            printf("  %-*s  %-7s  ", nw, t->name, tn ? tn : "?");
+            fputs("  ", stdout);
+            print_name(t->name, nw);
+            printf("  %-7s  ", tn ? tn : "?");
             print_shape(stdout, t->ne, t->n_dims, 0);
             printf("%*s  %12" PRIu64 "  %12zu\n", sw - shape_width(t->ne, t->n_dims), "",
                    g->data_offset + g->tensors[i].offset, t->nbytes);
         }
     }
-    printf("\ntotals: %" PRIu64 " tensors, %" PRId64 " parameters, %" PRIu64 " bytes\n", g->n_tensors, n_params,
+    printf("\ntotals: %" PRIu64 " tensors, %" PRIu64 " parameters, %" PRIu64 " bytes\n", g->n_tensors, n_params,
            n_bytes);
     tela_gguf_close(g);
     return 0;
@@ -346,12 +363,11 @@ static int inspect_checkpoint(const char *path, const inspect_opts *o) {
         return 1;
     }
     size_t n = tela_checkpoint_n_tensors(ck), nf = tela_checkpoint_n_files(ck);
-    int64_t n_params = 0;
-    uint64_t n_bytes = 0;
+    uint64_t n_params = 0, n_bytes = 0;
     for (size_t i = 0; i < n; i++) {
         const tela_tensor *t = tela_checkpoint_tensor(ck, i);
-        n_params += tela_tensor_nelements(t);
-        n_bytes += t->nbytes;
+        add_sat(&n_params, (uint64_t)tela_tensor_nelements(t));
+        add_sat(&n_bytes, t->nbytes);
     }
     const cJSON *config = tela_checkpoint_config(ck);
     if (o->json) {
@@ -393,7 +409,7 @@ static int inspect_checkpoint(const char *path, const inspect_opts *o) {
             }
         }
         cJSON_AddItemToObject(root, "n_tensors", json_u64(n));
-        cJSON_AddItemToObject(root, "n_params", json_i64(n_params));
+        cJSON_AddItemToObject(root, "n_params", json_u64(n_params));
         cJSON_AddItemToObject(root, "n_bytes", json_u64(n_bytes));
         char *text = cJSON_Print(root);
         if (text) printf("%s\n", text);
@@ -413,7 +429,9 @@ static int inspect_checkpoint(const char *path, const inspect_opts *o) {
             if (x->string && (int)strlen(x->string) > kw) kw = (int)strlen(x->string);
         for (const cJSON *x = config->child; x; x = x->next) {
             char *v = cJSON_PrintUnformatted(x);
-            printf("  %-*s  ", kw, x->string ? x->string : "");
+            fputs("  ", stdout);
+            print_name(x->string ? x->string : "", kw);
+            fputs("  ", stdout);
             if (v) {
                 size_t len = strlen(v);
                 if (!o->full && len > INSPECT_STR_MAX) printf("%.*s...", INSPECT_STR_MAX, v);
@@ -453,22 +471,27 @@ static int inspect_checkpoint(const char *path, const inspect_opts *o) {
         printf("  %-*s  %-7s  %-*s  %-*s  %12s\n", nw, "name", "dtype", sw, "shape", fw, "shard", "bytes");
         for (size_t i = 0; i < n; i++) {
             const tela_tensor *t = tela_checkpoint_tensor(ck, i);
-            printf("  %-*s  %-7s  ", nw, t->name, tela_checkpoint_tensor_dtype(ck, i));
+            fputs("  ", stdout);
+            print_name(t->name, nw);
+            printf("  %-7s  ", tela_checkpoint_tensor_dtype(ck, i));
             print_shape(stdout, t->ne, t->n_dims, 1);
             printf("%*s  %-*s  %12zu\n", sw - shape_width(t->ne, t->n_dims), "", fw, tela_checkpoint_tensor_shard(ck, i),
                    t->nbytes);
         }
     }
-    printf("\ntotals: %zu tensors, %" PRId64 " parameters, %" PRIu64 " bytes\n", n, n_params, n_bytes);
+    printf("\ntotals: %zu tensors, %" PRIu64 " parameters, %" PRIu64 " bytes\n", n, n_params, n_bytes);
     tela_checkpoint_close(ck);
     return 0;
 }
 
-/* GGUF files are recognized by their magic; anything else is tried as a
+/* GGUF files are recognized by their magic or a .gguf name (so a damaged
+ * one gets the GGUF reader's message); anything else is tried as a
  * safetensors file, index or checkpoint directory. */
 static int is_gguf(const char *path) {
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    size_t len = strlen(path);
+    if (len >= 5 && strcmp(path + len - 5, ".gguf") == 0) return 1;
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     char magic[4];

@@ -288,9 +288,13 @@ static tela_status st_parse_header(const unsigned char *data, size_t size, tela_
             goto done;
         }
     }
+    int seen_metadata = 0;
     for (const cJSON *x = root->child; x && !s; x = x->next) {
         if (x->string && strcmp(x->string, "__metadata__") == 0) {
-            s = st_read_metadata(path, x, f);
+            if (seen_metadata++)
+                s = tela_errorf(TELA_ERR_FORMAT, "%s: __metadata__ appears twice in the header", path);
+            else
+                s = st_read_metadata(path, x, f);
             continue;
         }
         size_t i = f->n++;

@@ -499,11 +499,8 @@ static tela_status load_hf(tela_model *m, qwen35_model *Q) {
     const void *top = m->hf_config;
     const void *cfg = tela_model_json_object(top, "text_config");
     qwen35_names nm = hf_names;
-    if (cfg) {
-        nm.prefix = "model.language_model.";
-    } else {
-        cfg = top;
-    }
+    if (!cfg) cfg = top;
+    if (tela_model_find_tensor(m, "model.language_model.embed_tokens.weight")) nm.prefix = "model.language_model.";
     bool flag = false;
     TELA_TRY(tela_model_json_bool(m, cfg, "attention_bias", true, &flag));
     if (flag) return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: attention_bias = true is not supported", m->path);
@@ -657,8 +654,10 @@ static tela_status qwen35_state_create(const tela_model *m, int32_t n_ctx, tela_
     s->n_ctx = n_ctx;
     s->n_batch = n_ctx < QWEN35_MAX_BATCH ? n_ctx : QWEN35_MAX_BATCH;
     s->kv_floats = (size_t)n_ctx * (size_t)kv_dim(Q);
-    s->conv_floats = (size_t)(Q->conv_k - 1) * (size_t)conv_dim(Q);
-    s->rec_floats = (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv;
+    if (Q->n_gdn > 0) { /* the GDN shapes are only checked when there are GDN layers */
+        s->conv_floats = (size_t)(Q->conv_k - 1) * (size_t)conv_dim(Q);
+        s->rec_floats = (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv;
+    }
     double bytes = (2.0 * Q->n_attn * (double)s->kv_floats +
                     (double)Q->n_gdn * ((double)s->conv_floats + (double)s->rec_floats)) * sizeof(float);
     if (bytes > (double)SIZE_MAX / 2) {

@@ -189,6 +189,7 @@ static tela_status merge_long(const tela_vocab *v, const unsigned char *s, size_
 
 tela_status tela_bpe_word(const tela_vocab *v, const char *s, size_t n, tela_idvec *out) {
     if (!n) return TELA_OK;
+    if (n > INT32_MAX / 4) return tela_errorf(TELA_ERR_ARG, "a word of %zu bytes is too long", n);
     bool cacheable = v->cache && n <= 64;
     uint64_t h = 0;
     if (cacheable) {

@@ -764,21 +764,19 @@ static size_t lex_tag(lexer *L, size_t pos, bool block, bool *line_starting) {
         pos = p2;
         if (depth == 0) {
             size_t end = 0;
-            bool trimmed_ws = false;
             if (block) {
                 if (starts(L, pos, "+%}")) end = pos + 3;
-                else if (starts(L, pos, "-%}")) { end = skip_pyspace(L, pos + 3); trimmed_ws = true; }
+                else if (starts(L, pos, "-%}")) end = skip_pyspace(L, pos + 3);
                 else if (starts(L, pos, "%}")) {
                     end = pos + 2;
                     if (L->opt.trim_blocks && end < L->n && L->src[end] == '\n') end++;
                 }
             } else {
-                if (starts(L, pos, "-}}")) { end = skip_pyspace(L, pos + 3); trimmed_ws = true; }
+                if (starts(L, pos, "-}}")) end = skip_pyspace(L, pos + 3);
                 else if (starts(L, pos, "}}")) end = pos + 2;
             }
             if (end) {
                 lex_push(L, block ? T_BLOCK_END : T_VAR_END, pos);
-                (void)trimmed_ws;
                 *line_starting = L->src[end - 1] == '\n';
                 return end;
             }
@@ -1184,9 +1182,9 @@ static void parse_call_args(parser *P, nargs *out) {
     out->nkw = nkw;
 }
 
-static node *parse_filter(parser *P, node *operand, bool start_inline) {
-    /* at the filter name (the '|' already consumed unless start_inline) */
-    (void)start_inline;
+/* A filter application: at its name (after the '|'); operand NULL for the
+ * filters of filter blocks and set blocks. */
+static node *parse_filter(parser *P, node *operand) {
     const token *at = peek(P);
     const char *name = expect_name(P);
     node *f = mk(P, E_FILTER, at);
@@ -1205,11 +1203,9 @@ static node *parse_test(parser *P, node *operand) {
         next(P);
         t->op = 1;
     }
-    const token *nt = peek(P);
     const char *name = expect_name(P);
     t->name = name;
     t->unknown = !known_test(name);
-    (void)nt;
     const token *k = peek(P);
     if (is_op(k, OP_LPAREN)) {
         parse_call_args(P, &t->args);
@@ -1231,7 +1227,7 @@ static node *parse_filter_expr(parser *P, node *e) {
         const token *k = peek(P);
         if (is_op(k, OP_PIPE)) {
             next(P);
-            e = parse_filter(P, e, false);
+            e = parse_filter(P, e);
         } else if (is_name(k, "is")) {
             e = parse_test(P, e);
         } else if (is_op(k, OP_LPAREN)) {
@@ -1719,7 +1715,7 @@ static node *parse_set(parser *P, const token *at) {
     node *chain = NULL;
     while (is_op(peek(P), OP_PIPE)) {
         next(P);
-        chain = parse_filter(P, chain, true);
+        chain = parse_filter(P, chain);
     }
     s->a = chain;
     expect_end(P, T_BLOCK_END);
@@ -1805,10 +1801,10 @@ static node *parse_callblock(parser *P, const token *at) {
 
 static node *parse_filterblock(parser *P, const token *at) {
     node *s = mk(P, S_FILTERBLOCK, at);
-    node *chain = parse_filter(P, NULL, true);
+    node *chain = parse_filter(P, NULL);
     while (is_op(peek(P), OP_PIPE)) {
         next(P);
-        chain = parse_filter(P, chain, true);
+        chain = parse_filter(P, chain);
     }
     s->a = chain;
     expect_end(P, T_BLOCK_END);
@@ -2297,12 +2293,18 @@ static jv do_slice(render *R, const node *at, jv obj, jv vs, jv ve, jv vst) {
     if (obj.t == JV_LIST) {
         jlist *l = jl_new(R->a, 0);
         l->tuple = obj.u.l->tuple;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) jl_push(R->a, l, obj.u.l->v[i]);
+        for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+            jl_push(R->a, l, obj.u.l->v[i]);
+            if (__builtin_add_overflow(i, step, &i)) break;
+        }
         return jv_list(l);
     }
     sbuf b;
     sb_init(&b, R->a, R->max_output);
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) sb_add(&b, obj.u.s.p + off[i], off[i + 1] - off[i]);
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+        sb_add(&b, obj.u.s.p + off[i], off[i + 1] - off[i]);
+        if (__builtin_add_overflow(i, step, &i)) break;
+    }
     return jv_str(sb_str(&b));
 }
 
@@ -2433,9 +2435,9 @@ static jv binop(render *R, const node *at, int op, jv a, jv b) {
             memcpy(p, a.u.s.p, a.u.s.n);
             memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
             p[a.u.s.n + b.u.s.n] = 0;
-            jv r = jv_strn(p, a.u.s.n + b.u.s.n);
-            r.markup = a.markup;
-            return r;
+            jv res = jv_strn(p, a.u.s.n + b.u.s.n);
+            res.markup = a.markup;
+            return res;
         }
         if (a.t == JV_LIST && b.t == JV_LIST && !a.u.l->gen && !b.u.l->gen && a.u.l->tuple == b.u.l->tuple) {
             jlist *l = jl_new(R->a, a.u.l->n + b.u.l->n);
@@ -2949,7 +2951,8 @@ static jstr str_case(render *R, jstr s, int mode) {
     while (i < s.n) {
         int32_t c = u8_next(s.p, s.n, &i);
         int32_t l = utf8proc_tolower(c), u = utf8proc_toupper(c);
-        sb_add_cp(&b, mode == 0 ? l : mode == 1 ? u : (c != l ? l : u));
+        if (c == 0xdf && mode != 0) sb_adds(&b, "SS"); /* python's full case mapping of sharp s */
+        else sb_add_cp(&b, mode == 0 ? l : mode == 1 ? u : (c != l ? l : u));
     }
     return sb_str(&b);
 }
@@ -3058,7 +3061,6 @@ static jstr str_replace(render *R, const node *at, jstr s, jstr old, jstr rep, i
             sb_add(&b, s.p + start, i - start);
         }
         if (i < s.n) sb_add(&b, s.p + i, s.n - i);
-        (void)at;
         return sb_str(&b);
     }
     size_t i = 0;
@@ -3112,71 +3114,45 @@ static jv str_split(render *R, jstr s, const jstr *sep, int64_t maxsplit, bool f
         size_t m = (size_t)maxsplit;
         if (!from_right) {
             for (size_t k = 0; k < m; k++) jl_push(R->a, l, jv_strn(s.p + st[2 * k], st[2 * k + 1] - st[2 * k]));
-            /* the rest: from word m to the end, with trailing whitespace stripped */
-            jstr rest = {s.p + st[2 * m], s.n - st[2 * m]};
-            rest = str_strip(rest, NULL, false, true);
-            jl_push(R->a, l, jv_str(rest));
+            /* the rest runs from word m to the very end, trailing spaces included */
+            jl_push(R->a, l, jv_strn(s.p + st[2 * m], s.n - st[2 * m]));
         } else {
-            jstr rest = {s.p, st[2 * (n - m - 1) + 1]};
-            rest = str_strip(rest, NULL, true, false);
-            jl_push(R->a, l, jv_str(rest));
+            jl_push(R->a, l, jv_strn(s.p, st[2 * (n - m - 1) + 1]));
             for (size_t k = n - m; k < n; k++) jl_push(R->a, l, jv_strn(s.p + st[2 * k], st[2 * k + 1] - st[2 * k]));
         }
         return jv_list(l);
     }
-    /* explicit separator */
-    size_t cnt = 0, cap = 8;
-    size_t *pos = ja_alloc(R->a, cap * sizeof(size_t));
-    size_t i = 0;
-    while (i + sep->n <= s.n) {
-        const char *hit = memmem(s.p + i, s.n - i, sep->p, sep->n);
-        if (!hit) break;
-        if (cnt == cap) {
-            size_t *np = ja_alloc(R->a, ja_mul(R->a, cap * 2, sizeof(size_t)));
-            memcpy(np, pos, cnt * sizeof(size_t));
-            pos = np;
-            cap *= 2;
+    /* explicit separator: split scans from the left, rsplit from the right
+     * (which matters for overlapping separators, as in python) */
+    jlist *cuts = jl_new(R->a, 0); /* separator byte offsets, in scan order */
+    if (!from_right) {
+        size_t i = 0;
+        while ((int64_t)cuts->n < maxsplit && i + sep->n <= s.n) {
+            const char *hit = memmem(s.p + i, s.n - i, sep->p, sep->n);
+            if (!hit) break;
+            jl_push(R->a, cuts, jv_int(hit - s.p));
+            i = (size_t)(hit - s.p) + sep->n;
         }
-        pos[cnt++] = (size_t)(hit - s.p);
-        i = (size_t)(hit - s.p) + sep->n;
-    }
-    size_t use = cnt;
-    size_t first = 0;
-    if ((uint64_t)maxsplit < cnt) {
-        use = (size_t)maxsplit;
-        if (from_right) first = cnt - use;
-    }
-    if (from_right && first > 0) {
-        /* rsplit scans from the right: recompute separator positions that way so
-         * overlapping separators split like python's */
-        size_t k = 0;
+    } else {
         size_t end = s.n;
-        size_t *rp = ja_alloc(R->a, (use ? use : 1) * sizeof(size_t));
-        while (k < use && end >= sep->n) {
-            size_t p = end - sep->n;
+        while ((int64_t)cuts->n < maxsplit && end >= sep->n) {
+            size_t p = end - sep->n + 1;
             bool found = false;
-            for (;;) {
-                if (!memcmp(s.p + p, sep->p, sep->n)) { found = true; break; }
-                if (p == 0) break;
-                p--;
-            }
+            while (p-- > 0)
+                if (!memcmp(s.p + p, sep->p, sep->n)) {
+                    found = true;
+                    break;
+                }
             if (!found) break;
-            rp[k++] = p;
+            jl_push(R->a, cuts, jv_int((int64_t)p));
             end = p;
         }
-        size_t prev = 0;
-        jlist *tmp = jl_new(R->a, k + 1);
-        for (size_t q = k; q-- > 0;) {
-            jl_push(R->a, tmp, jv_strn(s.p + prev, rp[q] - prev));
-            prev = rp[q] + sep->n;
-        }
-        jl_push(R->a, tmp, jv_strn(s.p + prev, s.n - prev));
-        return jv_list(tmp);
     }
     size_t prev = 0;
-    for (size_t k = 0; k < use; k++) {
-        jl_push(R->a, l, jv_strn(s.p + prev, pos[k] - prev));
-        prev = pos[k] + sep->n;
+    for (size_t k = 0; k < cuts->n; k++) {
+        size_t pos = (size_t)cuts->v[from_right ? cuts->n - 1 - k : k].u.i;
+        jl_push(R->a, l, jv_strn(s.p + prev, pos - prev));
+        prev = pos + sep->n;
     }
     jl_push(R->a, l, jv_strn(s.p + prev, s.n - prev));
     return jv_list(l);
@@ -3297,8 +3273,8 @@ static jv str_format_pct(render *R, const node *at, jstr fmt, jv args) {
                 continue;
             }
             if (strchr("diouxX", conv)) {
-                int64_t x = arg.t == JV_FLOAT ? (int64_t)arg.u.f : jv_ival(arg);
                 if (arg.t == JV_FLOAT && (isnan(arg.u.f) || fabs(arg.u.f) > 9.2e18)) rfail(R, at, "number out of range for %%%c", conv);
+                int64_t x = arg.t == JV_FLOAT ? (int64_t)arg.u.f : jv_ival(arg);
                 snprintf(spec, sizeof spec, "%%%s%s%s%s%s", flags, width >= 0 ? "*" : "", prec >= 0 ? ".*" : "",
                          "ll", conv == 'i' || conv == 'u' ? "d" : (char[2]){conv, 0});
                 if (width >= 0 && prec >= 0) sb_printf(&b, spec, width, prec, (long long)x);
@@ -3464,7 +3440,6 @@ static void merge_sort(render *R, const node *at, jv *v, size_t n, int (*cmp)(re
 static int cmp_json_pairs(render *R, const node *at, jv a, jv b, void *ud);
 
 static int cmp_json_keys(render *R, const node *at, jv a, jv b, void *ud) {
-    (void)ud;
     jstr x = json_key(R, at, a), y = json_key(R, at, b);
     size_t m = x.n < y.n ? x.n : y.n;
     int c = m ? memcmp(x.p, y.p, m) : 0;
@@ -3610,7 +3585,6 @@ static int64_t arg_int(render *R, const node *at, jv v, const char *what) {
 }
 
 static jv mk_gen(render *R, jlist *l) {
-    (void)R;
     l->gen = true;
     return jv_list(l);
 }
@@ -3828,7 +3802,7 @@ static jv apply_filter(render *R, const node *at, const char *name, jv v, const 
     if (IS("upper") || IS("lower") || IS("title") || IS("capitalize")) {
         jstr s = to_str(R, v);
         jv r = jv_str(IS("title") ? str_title_filter(R, s) : IS("capitalize") ? str_capitalize(R, s) : str_case(R, s, IS("upper")));
-        r.markup = v.t == JV_STR && v.markup;
+        r.markup = v.t == JV_STR && v.markup && !IS("title"); /* title joins plain pieces */
         return r;
     }
     if (IS("length") || IS("count")) return jv_int(jv_len(R, at, v));
@@ -3841,13 +3815,7 @@ static jv apply_filter(render *R, const node *at, const char *name, jv v, const 
         jv a[3] = {J_NONE, J_NONE, J_NONE};
         bind(R, at, name, ca, names_, nn_, 2, a);
         int64_t count = a[2].t == JV_NONE ? -1 : arg_int(R, at, a[2], "count");
-        if (v.t == JV_STR && v.markup) {
-            /* Markup.replace escapes plain arguments */
-            jstr o = to_str(R, a[0]), n = to_str(R, a[1]);
-            if (!(a[0].t == JV_STR && a[0].markup)) o = html_escape(R->a, o);
-            if (!(a[1].t == JV_STR && a[1].markup)) n = html_escape(R->a, n);
-            return jv_markup(str_replace(R, at, v.u.s, o, n, count));
-        }
+        /* without autoescape jinja2 replaces on plain str(), even for Markup */
         return jv_str(str_replace(R, at, to_str(R, v), to_str(R, a[0]), to_str(R, a[1]), count));
     }
     if (IS("default") || IS("d")) {
@@ -4215,19 +4183,19 @@ static int64_t str_find(render *R, const node *at, jstr s, const cargs *ca, cons
     jstr sub = arg_str(R, at, a[0], fn);
     size_t ncp;
     size_t *off = cp_offsets(R, s, &ncp);
-    int64_t start = 0, end = (int64_t)ncp;
+    /* slice semantics for start/end; a start beyond the end finds nothing */
+    int64_t len = (int64_t)ncp, start = 0, end = len;
     if (a[1].t != JV_NONE) {
         start = arg_int(R, at, a[1], "start");
-        if (start < 0) start = start + (int64_t)ncp < 0 ? 0 : start + (int64_t)ncp;
-        if (start > (int64_t)ncp) start = (int64_t)ncp + (count_out || sub.n ? 1 : 0);
+        if (start < 0 && (start += len) < 0) start = 0;
     }
     if (a[2].t != JV_NONE) {
         end = arg_int(R, at, a[2], "end");
-        if (end < 0) end = end + (int64_t)ncp < 0 ? 0 : end + (int64_t)ncp;
-        if (end > (int64_t)ncp) end = (int64_t)ncp;
+        if (end < 0 && (end += len) < 0) end = 0;
+        if (end > len) end = len;
     }
     if (count_out) *count_out = 0;
-    if (start > end || start > (int64_t)ncp) return -1;
+    if (start > len || start > end) return -1;
     jstr hay = {s.p + off[start], off[end] - off[start]};
     if (count_out) {
         if (!sub.n) {
@@ -4431,7 +4399,17 @@ static bool call_method(render *R, const node *at, jv obj, const char *name, con
                                               "reverse", "__setitem__", NULL};
     static const char *const unsafe_dict[] = {"update", "pop", "popitem", "setdefault", "clear", "__setitem__", NULL};
     switch (obj.t) {
-    case JV_STR: return str_method(R, at, obj.u.s, name, ca, out);
+    case JV_STR: {
+        if (!str_method(R, at, obj.u.s, name, ca, out)) return false;
+        /* markupsafe keeps Markup through these methods */
+        static const char *const keep[] = {"strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize",
+                                           "swapcase", "center", "ljust", "rjust", "zfill", "removeprefix",
+                                           "removesuffix", NULL};
+        if (obj.markup && out->t == JV_STR)
+            for (size_t i = 0; keep[i]; i++)
+                if (!strcmp(name, keep[i])) out->markup = true;
+        return true;
+    }
     case JV_DICT:
         if (!strcmp(name, "items") || !strcmp(name, "keys") || !strcmp(name, "values")) {
             if (ca->npos || ca->nkw) rfail(R, at, "%s() takes no arguments", name);

@@ -65,6 +65,8 @@ static const pretok_def pretoks[] = {
 void tela_pretok_free(tela_vocab *v) {
     for (int i = 0; i < v->n_re; i++) pcre2_code_free(v->re[i]);
     v->n_re = 0;
+    pcre2_match_context_free(v->re_ctx);
+    v->re_ctx = NULL;
 }
 
 tela_status tela_vocab_set_regexes(tela_vocab *v, const char *name, const char *const *patterns, int n) {
@@ -74,6 +76,11 @@ tela_status tela_vocab_set_regexes(tela_vocab *v, const char *name, const char *
                            TELA_MAX_PRETOK_RE);
     snprintf(v->pre_name, sizeof v->pre_name, "%s", name);
     v->re_jit = true;
+    /* PCRE2's default match limit (10 million steps) stops \s*[\r\n]+ on a
+     * run of millions of spaces; these patterns are linear, so lift it */
+    v->re_ctx = pcre2_match_context_create(NULL);
+    if (!v->re_ctx) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    pcre2_set_match_limit(v->re_ctx, UINT32_MAX);
     for (int i = 0; i < n; i++) {
         int err;
         PCRE2_SIZE off;
@@ -133,12 +140,12 @@ const char *tela_pretok_name_for_regexes(const char *const *patterns, int n) {
 static int find_match(const tela_vocab *v, pcre2_code *re, const char *s, size_t n, size_t start,
                       pcre2_match_data *md, size_t *ms, size_t *me, tela_status *err) {
     int rc;
-    if (v->re_jit) rc = pcre2_jit_match(re, (PCRE2_SPTR)s, n, start, 0, md, NULL);
-    else rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, NULL);
+    if (v->re_jit) rc = pcre2_jit_match(re, (PCRE2_SPTR)s, n, start, 0, md, v->re_ctx);
+    else rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, v->re_ctx);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
         /* deep backtracking on an odd input: retry with a large JIT stack */
         pcre2_jit_stack *js = pcre2_jit_stack_create(1 << 16, 64 << 20, NULL);
-        pcre2_match_context *mc = pcre2_match_context_create(NULL);
+        pcre2_match_context *mc = pcre2_match_context_copy(v->re_ctx);
         if (js && mc) {
             pcre2_jit_stack_assign(mc, NULL, js);
             rc = pcre2_jit_match(re, (PCRE2_SPTR)s, n, start, 0, md, mc);

@@ -102,6 +102,7 @@ struct tela_vocab {
     int n_re;                   /* pre-tokenizer: regexes applied in turn, each */
     pcre2_code *re[TELA_MAX_PRETOK_RE]; /* splitting the pieces of the one before */
     bool re_jit;
+    pcre2_match_context *re_ctx; /* raised match limit: a long run of spaces is fine */
 
     int32_t *added;             /* added tokens, by first byte, longest first */
     uint32_t n_added;

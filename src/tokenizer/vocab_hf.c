@@ -334,6 +334,16 @@ static tela_status load(const char *dir, tela_vocab **out, hf_ctx *c) {
             st = tela_errorf(TELA_ERR_NOMEM, "out of memory");
             goto done;
         }
+    } else {
+        /* newer checkpoints keep the template in a file of its own */
+        char tpl_path[4200];
+        size_t tl;
+        snprintf(tpl_path, sizeof tpl_path, "%s/chat_template.jinja", dir);
+        FILE *tf = fopen(tpl_path, "rb");
+        if (tf) {
+            fclose(tf);
+            if ((st = tela_read_file(tpl_path, &v->chat_template, &tl)) != TELA_OK) goto done;
+        }
     }
     st = tela_vocab_finish(v);
 

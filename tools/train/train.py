@@ -370,9 +370,9 @@ def prepare(a, out):
     else:
         tj, encode = train_bpe(os.path.join(a.data, "train.txt") if not a.tiny else write_tmp(out, train_text), a.vocab)
     n_vocab = max(max(tj["model"]["vocab"].values()), max(x["id"] for x in tj["added_tokens"])) + 1
-    if not a.byte_tokenizer:
-        assert n_vocab == a.vocab, "tokenizer has %d tokens, wanted %d" % (n_vocab, a.vocab)
-    n_vocab = max(n_vocab, a.vocab) if a.byte_tokenizer else n_vocab
+    if n_vocab > a.vocab:
+        raise SystemExit("the tokenizer has %d tokens, more than --vocab %d" % (n_vocab, a.vocab))
+    n_vocab = a.vocab  # a shorter vocabulary is padded (tela convert names the pads [PADn])
     log("tokenizer: %d tokens, %d merges (%.1fs)" % (n_vocab, len(tj["model"]["merges"]), time.time() - t))
     t = time.time()
     ids = {k: [BOS] + encode(v) for k, v in
@@ -422,6 +422,9 @@ def worker(a, wcfg):
         torch.set_num_threads(1)
     torch.manual_seed(wcfg["seed"])
     name = wcfg["name"]
+    for ext in (".pt", ".json"):  # never pick up a file of an earlier run
+        if os.path.exists(os.path.join(a.out, "work", name + ext)):
+            os.remove(os.path.join(a.out, "work", name + ext))
     c = json.load(open(os.path.join(a.out, "work", "config.json")))
     data = torch.load(os.path.join(a.out, "work", "data.pt"))
     train = data["train"].long().to(dev)
@@ -468,12 +471,15 @@ def worker(a, wcfg):
     best, best_state, step, t_start = float("inf"), None, 0, time.time()
     deadline = wcfg["deadline"]
     offsets_hi = len(train) - ctx - 1
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    t10 = time.time()
     try:
         while step < total:
             if time.time() > deadline:
                 hist["stopped"] = "deadline"
                 break
             if step == 30:  # fit the schedule to the time left, measured on steps 10..30
+                sync()
                 per = (time.time() - t10) / 20
                 fit = int((deadline - time.time()) / per * 0.92) + step
                 total = max(step + 1, min(planned, fit))
@@ -481,6 +487,7 @@ def worker(a, wcfg):
                 log("%s: %.1f ms/step, %d steps planned, %d fit, running %d (%.1f epochs)" % (
                     name, per * 1e3, planned, fit, total, total / steps_per_epoch))
             if step == 10:
+                sync()
                 t10 = time.time()
             lr = wcfg["lr"] * (step + 1) / warm if step < warm else \
                 wcfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warm) / max(1, total - warm)))))
@@ -516,6 +523,13 @@ def worker(a, wcfg):
     except Exception as e:  # keep what was learnt (e.g. out of memory)
         hist["error"] = repr(e)
         log("%s: stopped by %r" % (name, e))
+    if best_state is None and step > 0:  # stopped before the first evaluation
+        try:
+            best = val_loss()
+            best_state = model.state_dict()
+            hist["best_step"] = step
+        except Exception as e:
+            hist["error_final_eval"] = repr(e)
     hist["steps"] = step
     hist["best_val"] = best
     hist["seconds"] = time.time() - t_start
@@ -624,6 +638,10 @@ def export(a, tj, cfg, ids, results):
             log("%-13s %-18s PPL = %.4f +/- %.5f over %d chunks (%.1fs)" % (impl, key, ppl, err, len(running),
                                                                           time.time() - t))
     results["excerpt_ids"] = ids["excerpt"]
+    # to check another tokenizer against this one: sha256 of the heldout ids
+    # (BOS first) written as 'tela tokenize --add-special' prints them
+    import hashlib
+    results["heldout_ids_sha256"] = hashlib.sha256(" ".join(map(str, ids["heldout"])).encode()).hexdigest()
     results["n_params"] = sum(v.numel() for v in state.values())
     results["config"] = cfg
     # a few greedy samples (for the README)
@@ -702,7 +720,12 @@ def main():
             pr.kill()
             pr.wait()
     log("training done")
-    export(a, tj, cfg, ids, results)
+    try:
+        export(a, tj, cfg, ids, results)
+    except Exception as e:  # the checkpoint is saved first; keep what was measured
+        import traceback
+        traceback.print_exc()
+        results["export_error"] = repr(e)
     json.dump(results, open(os.path.join(a.out, "results.json"), "w"), indent=1)
     log("wrote %s" % os.path.join(a.out, "results.json"))
 

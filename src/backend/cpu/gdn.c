@@ -25,17 +25,6 @@ static inline float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
  * the machine's vector width. */
 #define GDN_VEC 16
 
-static inline float gdn_dot(const float *restrict a, const float *restrict b, int n) {
-    float acc[GDN_VEC] = {0};
-    int i = 0;
-    for (; i + GDN_VEC <= n; i += GDN_VEC)
-        for (int k = 0; k < GDN_VEC; k++) acc[k] += a[i + k] * b[i + k];
-    float s = 0.0f;
-    for (; i < n; i++) s += a[i] * b[i];
-    for (int k = 0; k < GDN_VEC; k++) s += acc[k];
-    return s;
-}
-
 /* y += a * x over n floats */
 static inline void gdn_axpy(float *restrict y, float a, const float *restrict x, int n) {
     int i = 0;

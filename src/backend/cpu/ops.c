@@ -3,6 +3,7 @@
  * causal grouped-query attention). Plain C, written for clarity; faster
  * kernels can replace the bodies later behind the same signatures. */
 #include "backend/cpu/ops.h"
+#include "backend/cpu/qdot.h"
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -118,23 +119,47 @@ typedef struct {
     int64_t y_stride;
     int n_tok;
     tela_threadpool *pool;
+    const tela_qdot_traits *q; /* SIMD kernels for float weights, or NULL */
 } matmul_job;
 
 static void matmul_task(void *arg, int ith, int nth) {
     const matmul_job *job = arg;
+    const tela_mat *w = job->w;
+    if (job->q) {
+        /* Whole tiles of rows per thread; the kernel's result for an
+         * element does not depend on where it falls in a tile. */
+        long long tr = job->q->tile_rows > 0 ? job->q->tile_rows : 1;
+        long long t0, t1;
+        tela_split_range((w->n_rows + tr - 1) / tr, ith, nth, &t0, &t1);
+        long long r0 = t0 * tr, r1 = t1 * tr < w->n_rows ? t1 * tr : w->n_rows;
+        if (r1 > r0)
+            job->q->gemm((const unsigned char *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, job->x,
+                         (size_t)job->x_stride * sizeof(float), job->n_tok, w->n_cols, job->y + r0, job->y_stride);
+        return;
+    }
     long long r0, r1;
-    tela_split_range(job->w->n_rows, ith, nth, &r0, &r1);
+    tela_split_range(w->n_rows, ith, nth, &r0, &r1);
     float *buf = tela_threadpool_scratch(job->pool, ith);
     for (long long r = r0; r < r1; r++) {
-        const float *row = mat_row_f32(job->w, r, buf);
+        const float *row = mat_row_f32(w, r, buf);
         for (int t = 0; t < job->n_tok; t++)
-            job->y[t * job->y_stride + r] = tela_dot_f32(row, job->x + t * job->x_stride, job->w->n_cols);
+            job->y[t * job->y_stride + r] = tela_dot_f32(row, job->x + t * job->x_stride, w->n_cols);
     }
 }
 
+/* Float weights (F32, F16, BF16) go to the qdot kernels, which take f32
+ * activations as they are. Quantized weights are dequantized row by row
+ * and dotted in f32 here: exact, but slow; the int8 kernels of qdot.h
+ * (activations quantized to Q8_0/Q8_K per token, as llama.cpp does) trade
+ * some accuracy for speed and are left for the speed work to switch on. */
 void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, int64_t x_stride, float *y,
                     int64_t y_stride, int n_tok) {
-    matmul_job job = {w, x, x_stride, y, y_stride, n_tok, pool};
+    const tela_qdot_traits *q = NULL;
+    if (w->type == TELA_TYPE_F32 || w->type == TELA_TYPE_F16 || w->type == TELA_TYPE_BF16) {
+        q = tela_qdot_get(w->type);
+        if (q && (q->vec_dot_type != TELA_TYPE_F32 || w->n_cols % q->block_size != 0)) q = NULL;
+    }
+    matmul_job job = {w, x, x_stride, y, y_stride, n_tok, pool, q};
     tela_threadpool_run(pool, matmul_task, &job);
 }
 
