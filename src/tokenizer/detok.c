@@ -155,7 +155,11 @@ tela_status tela_vocab_detokenize(const tela_vocab *v, const int32_t *tokens, si
     return TELA_OK;
 }
 
-/* ------------------------------------------------------------- streaming */
+/* ------------------------------------------------------------- streaming
+ * The stream gives exactly what tela_vocab_detokenize() gives for the same
+ * tokens, with one exception: a SentencePiece run of <0xNN> tokens that is
+ * not valid UTF-8 becomes one U+FFFD per maximal subpart here (a stream
+ * cannot wait for the end of the run), one per byte there (HF ByteFallback). */
 
 struct tela_detok_stream {
     const tela_vocab *v;

@@ -21,8 +21,8 @@ static inline float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
 /* The vector helpers work in blocks of GDN_VEC floats with a fixed-length
  * inner loop, which compilers turn into SIMD instructions at -O2 (a loop of
  * unknown length is not vectorized by gcc's default cost model there), plus
- * a scalar tail. The summation order is fixed, so results do not depend on
- * the machine's vector width. */
+ * a scalar tail. Each element is computed the same way in both parts (no
+ * reassociation), so results do not depend on the machine's vector width. */
 #define GDN_VEC 16
 
 /* y += a * x over n floats */

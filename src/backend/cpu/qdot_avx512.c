@@ -8,8 +8,8 @@
  *  - 4-bit and 6-bit weight levels are unsigned; their offsets (-8, -32)
  *    are folded into the accumulator's start, -offset * sum(x), computed
  *    once per activation block;
- *  - signed Q8_0 weights meet activations shifted to unsigned (x + 128),
- *    with -128 * sum(w) as the start, computed once per weight block.
+ *  - signed Q8_0 weights are shifted to unsigned (w + 128, a sign-bit flip)
+ *    the same way, with -128 * sum(x) as the start.
  * The K-quants' levels (at most 6 bits) instead go through VPMADDUBSW (u8 x
  * s8 pairs summed to int16, which cannot saturate: 2 * 63 * 128 < 2^15),
  * then VPDPWSSD multiplies those by the sub-block scales and accumulates
@@ -42,7 +42,6 @@
 
 static inline uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-INL float f16(const uint8_t *p) { return _cvtsh_ss(rd16(p)); }
 
 /* Sum of 16 floats in a fixed order (halves, then quarters, ...). */
 INL float hsum_ps(__m512 v) {
@@ -72,13 +71,6 @@ INL void prefetch_rows(const uint8_t *p, size_t ws, size_t bytes, const int R, c
     if (C != 1 || TELA_QDOT_PREFETCH == 0) return;
     UNROLL for (int r = 0; r < R; r++)
         for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + r * ws + TELA_QDOT_PREFETCH + o, _MM_HINT_T0);
-}
-
-/* Two fp16 scales as a float vector: lanes 0-7 the first, 8-15 the second. */
-INL __m512 two_scales(uint16_t d0, uint16_t d1) {
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d0 | (uint32_t)d1 << 16)));
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 
 /* v with its 128-bit block pos replaced by x (pos a constant once inlined;
@@ -219,36 +211,11 @@ FLOAT_TILE(bf16, ld_bf16, 2)
 #define Q4_0_SIZE 18 /* fp16 d, then 16 bytes of nibbles */
 
 /* Activation blocks b and b+1 (b+1 only if two) of a Q8_0 row: the 64
- * int8 levels and the scales. */
+ * int8 levels (upper half zero for one block). */
 INL __m512i q8_0_levels(const uint8_t *p, int two) {
     const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
     if (!two) return _mm512_zextsi256_si512(lo);
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)(p + Q8_0_SIZE + 2)), 1);
-}
-INL __m512 q8_0_scales(const uint8_t *p, int two) { return two_scales(rd16(p), two ? rd16(p + Q8_0_SIZE) : 0); }
-
-/* Q8_0 weights: dpbusd(-128 * sum(w), x + 128, w) = sum(w * x) per lane. */
-INL void q8_0_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
-                   const int R, const int C) {
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    __m512i wq[4], wneg[4];
-    __m512 wd[4];
-    prefetch_rows(w + b * Q8_0_SIZE, ws, 2 * Q8_0_SIZE, R, C);
-    UNROLL for (int r = 0; r < R; r++) {
-        const uint8_t *p = w + r * ws + b * Q8_0_SIZE;
-        wq[r] = q8_0_levels(p, two);
-        wneg[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wq[r]));
-        wd[r] = q8_0_scales(p, two);
-    }
-    UNROLL for (int c = 0; c < C; c++) {
-        const uint8_t *p = x + c * xs + b * Q8_0_SIZE;
-        const __m512i xu = _mm512_xor_si512(q8_0_levels(p, two), bias);
-        const __m512 xd = q8_0_scales(p, two);
-        UNROLL for (int r = 0; r < R; r++) {
-            const __m512i s = _mm512_dpbusd_epi32(wneg[r], xu, wq[r]);
-            acc[r * C + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[r], xd), acc[r * C + c]);
-        }
-    }
 }
 
 /* Q4_0 weights: two blocks' nibbles in element order, lanes 0-31 block b. */
@@ -261,28 +228,58 @@ INL __m512i q4_0_levels(const uint8_t *p, int two) {
     return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-/* Q4_0 weights: dpbusd(-8 * sum(x), q, x) = sum((q - 8) * x) per lane. */
-INL void q4_0_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
-                   const int R, const int C) {
+/* The fp16 scales of blocks b, b+1 of up to four rows of bsize-byte blocks
+ * (scale first), converted at once: lane 2r = block b, 2r+1 = block b+1. */
+INL __m256 pair_scales(const uint8_t *p, size_t stride, size_t bsize, int two, const int N) {
+    int u[4] = {0, 0, 0, 0};
+    UNROLL for (int i = 0; i < N; i++) u[i] = (int)((uint32_t)rd16(p + i * stride) | (two ? (uint32_t)rd16(p + i * stride + bsize) << 16 : 0u));
+    return _mm256_cvtph_ps(_mm_setr_epi32(u[0], u[1], u[2], u[3]));
+}
+
+/* Row i's two scales spread over 16 lanes (8 each). */
+INL __m512 spread_scales(__m256 s, int i) {
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(2 * i),
+                                         _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(s));
+}
+
+/* Q8_0 and Q4_0 weights (q4 = 1), two blocks a step. Weight levels are
+ * made unsigned (Q8_0: w + 128 by flipping the sign bit; Q4_0: the stored
+ * nibble, i.e. w + 8), so dpbusd(-off * sum(x), u, x) = sum(w * x) per
+ * lane, the start -off * sum(x) being computed once per column. */
+INL void b32_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
+                  const int R, const int C, const int q4) {
+    const size_t wsize = q4 ? Q4_0_SIZE : Q8_0_SIZE;
+    const __m512i off = _mm512_set1_epi8(q4 ? 8 : (char)0x80);
+    if (q4 ? (b & 3) == 0 : 1) prefetch_rows(w + b * wsize, ws, (q4 ? 4 : 2) * wsize, R, C);
+    const __m256 wd_all = pair_scales(w + b * wsize, ws, wsize, two, R);
     __m512i wq[4];
     __m512 wd[4];
-    if ((b & 3) == 0) prefetch_rows(w + b * Q4_0_SIZE, ws, 4 * Q4_0_SIZE, R, C);
     UNROLL for (int r = 0; r < R; r++) {
-        const uint8_t *p = w + r * ws + b * Q4_0_SIZE;
-        wq[r] = q4_0_levels(p, two);
-        wd[r] = two_scales(rd16(p), two ? rd16(p + Q4_0_SIZE) : 0);
+        const uint8_t *p = w + r * ws + b * wsize;
+        wq[r] = q4 ? q4_0_levels(p, two) : _mm512_xor_si512(q8_0_levels(p, two), off);
+        wd[r] = spread_scales(wd_all, r);
     }
+    const __m256 xd_all = pair_scales(x + b * Q8_0_SIZE, xs, Q8_0_SIZE, two, C);
     UNROLL for (int c = 0; c < C; c++) {
-        const uint8_t *p = x + c * xs + b * Q8_0_SIZE;
-        const __m512i xq = q8_0_levels(p, two);
+        const __m512i xq = q8_0_levels(x + c * xs + b * Q8_0_SIZE, two);
         const __m512i xneg =
-            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xq));
-        const __m512 xd = q8_0_scales(p, two);
+            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, xq));
+        const __m512 xd = spread_scales(xd_all, c);
         UNROLL for (int r = 0; r < R; r++) {
             const __m512i s = _mm512_dpbusd_epi32(xneg, wq[r], xq);
             acc[r * C + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[r], xd), acc[r * C + c]);
         }
     }
+}
+
+INL void q8_0_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
+                   const int R, const int C) {
+    b32_step(w, ws, x, xs, b, two, acc, R, C, 0);
+}
+INL void q4_0_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
+                   const int R, const int C) {
+    b32_step(w, ws, x, xs, b, two, acc, R, C, 1);
 }
 
 /* Two blocks a step; an odd last block runs as a half step whose upper
