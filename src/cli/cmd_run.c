@@ -1,62 +1,87 @@
-/* cmd_run.c: 'tela run': generates text from a prompt (text or token ids),
- * streaming it to stdout, then prints a timing line to stderr. */
+/* cmd_run.c: 'tela run': generates text from a prompt (text or token ids,
+ * or with --chat one user message through the model's chat template),
+ * streaming it to stdout, then prints a timing line to stderr. Also holds
+ * what 'tela chat' shares with it: sampling options, the seed, the default
+ * model rule and reading a template file. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "runtime/chat_session.h"
 #include "tela/tela.h"
 
 #define RUN_DEFAULT_N 128
 #define RUN_MAX_STOPS 16
+#define TEMPLATE_MAX_BYTES (1 << 20)
 
-static void usage(FILE *f) {
+/* ------------------------------------------- shared with 'tela chat' */
+
+static const char *const cli_sampling_help =
+    "      --temp T             temperature (default %.2f; 0 = greedy)\n"
+    "      --top-k K            keep the K most likely tokens (default %d; 0 = off)\n"
+    "      --top-p P            nucleus sampling threshold (default %.2f; 1 = off)\n"
+    "      --min-p P            drop tokens below P x the top probability (default %.2f; 0 = off)\n"
+    "      --repeat-penalty X   penalize repeated tokens, llama.cpp style (default %.2f = off)\n"
+    "      --repeat-last-n N    tokens the penalties look back over (default %d; -1 = all)\n"
+    "      --frequency-penalty X, --presence-penalty X\n"
+    "                           OpenAI-style penalties (default 0 = off)\n"
+    "      --seed S             random seed (default: random, printed to stderr)\n";
+
+void cli_print_sampling_help(FILE *f) {
     tela_sampler_params d = tela_sampler_default_params();
-    fprintf(f,
-            "usage: tela run -m MODEL (-p TEXT | --tokens 1,2,3) [options]\n\n"
-            "Generates a continuation of the prompt and streams it to stdout (the prompt\n"
-            "itself is not echoed), then prints timings to stderr.\n\n"
-            "options:\n"
-            "  -m, --model PATH         GGUF file, .safetensors file or Hugging Face checkpoint directory\n"
-            "  -p, --prompt TEXT        the prompt, tokenized with the model's tokenizer (special\n"
-            "                           tokens written in the text are recognized)\n"
-            "      --tokens LIST        the prompt as token ids, comma-separated (no BOS is added)\n"
-            "      --no-bos             do not add the BOS token to a text prompt\n"
-            "  -n, --n-predict N        tokens to generate (default %d; 0 = only evaluate the prompt;\n"
-            "                           -1 = until end of generation or a full context)\n"
-            "      --temp T             temperature (default %.2f; 0 = greedy)\n"
-            "      --top-k K            keep the K most likely tokens (default %d; 0 = off)\n"
-            "      --top-p P            nucleus sampling threshold (default %.2f; 1 = off)\n"
-            "      --min-p P            drop tokens below P x the top probability (default %.2f; 0 = off)\n"
-            "      --repeat-penalty X   penalize repeated tokens, llama.cpp style (default %.2f = off)\n"
-            "      --repeat-last-n N    tokens the penalties look back over (default %d; -1 = all)\n"
-            "      --frequency-penalty X, --presence-penalty X\n"
-            "                           OpenAI-style penalties (default 0 = off)\n"
-            "      --seed S             random seed (default: random, printed to stderr)\n"
-            "      --stop TEXT          stop when TEXT is generated (not printed; may repeat, up to %d)\n"
-            "      --ignore-eos         keep generating after end-of-generation tokens\n"
-            "      --print-ids          print the generated token ids as one JSON array line instead of text\n"
-            "  -t, --threads N          computation threads (default: all cores)\n"
-            "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
-            "  -h, --help               this help\n\n"
-            "Sampling stages, in order: logit bias, penalties, top-k, top-p, min-p, temperature, draw.\n",
-            RUN_DEFAULT_N, (double)d.temperature, d.top_k, (double)d.top_p, (double)d.min_p,
-            (double)d.repeat_penalty, d.repeat_last_n, RUN_MAX_STOPS);
+    fprintf(f, cli_sampling_help, (double)d.temperature, d.top_k, (double)d.top_p, (double)d.min_p,
+            (double)d.repeat_penalty, d.repeat_last_n);
 }
 
-static int print_piece(void *user, int32_t token, const char *piece, size_t len) {
-    (void)user;
-    (void)token;
-    if (len) {
-        fwrite(piece, 1, len, stdout);
-        fflush(stdout);
+int cli_parse_sampling(const char *cmd, const char *opt, const char *val, tela_sampler_params *sp, uint64_t *seed,
+                       int *have_seed) {
+    static const char *const names[] = {"--top-k", "--repeat-last-n", "--seed", "--temp", "--top-p", "--min-p",
+                                        "--repeat-penalty", "--frequency-penalty", "--presence-penalty", NULL};
+    int known = 0;
+    for (const char *const *o = names; *o; o++) known |= !strcmp(opt, *o);
+    if (!known) return 0;
+    if (!val) {
+        fprintf(stderr, "tela %s: %s needs a value (see tela %s --help)\n", cmd, opt, cmd);
+        return -1;
     }
-    return 0;
+    long long iv;
+    double fv;
+    if (!strcmp(opt, "--top-k")) {
+        if (cli_parse_int(opt, val, 0, INT32_MAX, &iv)) return -1;
+        sp->top_k = (int32_t)iv;
+    } else if (!strcmp(opt, "--repeat-last-n")) {
+        if (cli_parse_int(opt, val, -1, INT32_MAX, &iv)) return -1;
+        sp->repeat_last_n = (int32_t)iv;
+    } else if (!strcmp(opt, "--seed")) {
+        if (cli_parse_int(opt, val, 0, INT64_MAX, &iv)) return -1;
+        *seed = (uint64_t)iv;
+        *have_seed = 1;
+    } else {
+        if (cli_parse_float(opt, val, &fv)) return -1;
+        if (!strcmp(opt, "--temp")) sp->temperature = (float)fv;
+        else if (!strcmp(opt, "--top-p")) sp->top_p = (float)fv;
+        else if (!strcmp(opt, "--min-p")) sp->min_p = (float)fv;
+        else if (!strcmp(opt, "--frequency-penalty")) sp->frequency_penalty = (float)fv;
+        else if (!strcmp(opt, "--presence-penalty")) sp->presence_penalty = (float)fv;
+        else {
+            if (!(fv > 0.0)) {
+                fprintf(stderr, "tela %s: --repeat-penalty must be positive\n", cmd);
+                return -1;
+            }
+            sp->repeat_penalty = (float)fv;
+        }
+    }
+    return 1;
 }
 
-static uint64_t random_seed(void) {
+uint64_t cli_random_seed(void) {
     uint64_t seed = 0;
     FILE *f = fopen("/dev/urandom", "rb");
     if (f) {
@@ -71,13 +96,135 @@ static uint64_t random_seed(void) {
     return seed & 0xFFFFFFFFULL; /* short enough to retype */
 }
 
-static double now_seconds(void) {
+double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static const char *stop_name(tela_stop_reason r) {
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* The model in dir: the demo model by name, else the alphabetically first
+ * *q8_0.gguf, else the first *.gguf. 1 when found (path in buf). */
+static int model_in_dir(const char *dir, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s/%s", dir, CLI_DEFAULT_MODEL_NAME);
+    if (is_file(buf)) return 1;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    char best_q8[256] = "", best_any[256] = "";
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *nm = e->d_name;
+        if (nm[0] == '.' || !ends_with(nm, ".gguf") || strlen(nm) >= sizeof best_q8) continue;
+        if (ends_with(nm, "q8_0.gguf") && (!best_q8[0] || strcmp(nm, best_q8) < 0)) strcpy(best_q8, nm);
+        if (!best_any[0] || strcmp(nm, best_any) < 0) strcpy(best_any, nm);
+    }
+    closedir(d);
+    const char *pick = best_q8[0] ? best_q8 : best_any;
+    if (!pick[0]) return 0;
+    snprintf(buf, cap, "%s/%s", dir, pick);
+    return is_file(buf);
+}
+
+/* The default model rule (for -m left out): $TELA_MODEL when set (set but
+ * empty: no default); else models/ of the source tree the binary was built
+ * in (build/bin/tela -> ../../models); else ./models. */
+const char *cli_default_model(void) {
+    static char path[PATH_MAX + 300];
+    const char *env = getenv("TELA_MODEL");
+    if (env) return env[0] ? env : NULL;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            char dir[PATH_MAX + 32];
+            snprintf(dir, sizeof dir, "%s/../../models", exe);
+            if (model_in_dir(dir, path, sizeof path)) return path;
+        }
+    }
+    if (model_in_dir("models", path, sizeof path)) return path;
+    return NULL;
+}
+
+char *cli_read_text_file(const char *cmd, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "tela %s: cannot open %s: %s\n", cmd, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(TEMPLATE_MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, TEMPLATE_MAX_BYTES + 1, f) : 0;
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err || n > TEMPLATE_MAX_BYTES || memchr(buf, '\0', n)) {
+        fprintf(stderr, "tela %s: %s: %s\n", cmd, path,
+                !buf ? "out of memory" : err ? "read error" : n > TEMPLATE_MAX_BYTES ? "larger than 1 MiB" : "contains NUL bytes");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* --------------------------------------------------------------- run */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tela run [-m MODEL] (-p TEXT | --tokens 1,2,3) [options]\n\n"
+            "Generates a continuation of the prompt and streams it to stdout (the prompt\n"
+            "itself is not echoed), then prints timings to stderr.\n\n"
+            "options:\n"
+            "  -m, --model PATH         GGUF file, .safetensors file or Hugging Face checkpoint directory\n"
+            "                           (default: $TELA_MODEL, else the model in models/; see below)\n"
+            "  -p, --prompt TEXT        the prompt, tokenized with the model's tokenizer (special\n"
+            "                           tokens written in the text are recognized)\n"
+            "      --tokens LIST        the prompt as token ids, comma-separated (no BOS is added)\n"
+            "      --no-bos             do not add the BOS token to a text prompt\n"
+            "      --chat               -p is a user message: render it with the model's chat template\n"
+            "                           (as the start of an assistant reply) before generating\n"
+            "      --system TEXT        with --chat: a system message before the user message\n"
+            "      --template-file F    with --chat: use the Jinja chat template in F instead of the model's\n"
+            "  -n, --n-predict N        tokens to generate (default %d; 0 = only evaluate the prompt;\n"
+            "                           -1 = until end of generation or a full context)\n",
+            RUN_DEFAULT_N);
+    cli_print_sampling_help(f);
+    fprintf(f,
+            "      --stop TEXT          stop when TEXT is generated (not printed; may repeat, up to %d)\n"
+            "      --ignore-eos         keep generating after end-of-generation tokens\n"
+            "      --print-ids          print the generated token ids as one JSON array line instead of text\n"
+            "  -t, --threads N          computation threads (default: all cores)\n"
+            "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
+            "  -h, --help               this help\n\n"
+            "Sampling stages, in order: logit bias, penalties, top-k, top-p, min-p, temperature, draw.\n\n"
+            "Default model: with no -m, $TELA_MODEL is used when set (set but empty: none);\n"
+            "else the models/ directory of the source tree this binary was built in\n"
+            "(<binary dir>/../../models), else ./models: %s there, else its\n"
+            "first *q8_0.gguf, else its first *.gguf.\n",
+            RUN_MAX_STOPS, CLI_DEFAULT_MODEL_NAME);
+}
+
+static int print_piece(void *user, int32_t token, const char *piece, size_t len) {
+    (void)user;
+    (void)token;
+    if (len) {
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+const char *cli_stop_name(tela_stop_reason r) {
     switch (r) {
     case TELA_STOP_MAX_TOKENS: return "token limit";
     case TELA_STOP_EOS: return "end-of-generation token";
@@ -89,11 +236,11 @@ static const char *stop_name(tela_stop_reason r) {
 }
 
 int tela_cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL;
+    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *system = NULL, *template_file = NULL;
     const char *stops[RUN_MAX_STOPS + 1] = {0};
-    int n_stops = 0, no_bos = 0, print_ids = 0, ignore_eos = 0, have_seed = 0;
-    long long n_predict = RUN_DEFAULT_N, n_threads = 0, n_ctx = 0, top_k, repeat_last_n, seed = 0;
-    double temp, top_p, min_p, repeat_penalty, freq_pen, pres_pen;
+    int n_stops = 0, no_bos = 0, print_ids = 0, ignore_eos = 0, have_seed = 0, chat = 0;
+    long long n_predict = RUN_DEFAULT_N, n_threads = 0, n_ctx = 0;
+    uint64_t seed = 0;
     tela_sampler_params sp = tela_sampler_default_params();
 
     for (int i = 1; i < argc; i++) {
@@ -112,12 +259,20 @@ int tela_cmd_run(int argc, char **argv) {
         } else if (IS("--ignore-eos")) {
             ignore_eos = 1;
             continue;
+        } else if (IS("--chat")) {
+            chat = 1;
+            continue;
+        }
+        int r = cli_parse_sampling("run", a, val, &sp, &seed, &have_seed);
+        if (r < 0) return 2;
+        if (r > 0) {
+            i++;
+            continue;
         }
         /* everything below takes a value */
-        static const char *const with_value[] = {
-            "-m", "--model", "-p", "--prompt", "--tokens", "--stop", "-n", "--n-predict", "-t", "--threads",
-            "-c", "--ctx-size", "--top-k", "--repeat-last-n", "--seed", "--temp", "--top-p", "--min-p",
-            "--repeat-penalty", "--frequency-penalty", "--presence-penalty", NULL};
+        static const char *const with_value[] = {"-m", "--model", "-p", "--prompt", "--tokens", "--stop", "-n",
+                                                 "--n-predict", "-t", "--threads", "-c", "--ctx-size", "--system",
+                                                 "--template-file", NULL};
         int known = 0;
         for (const char *const *o = with_value; *o; o++) known |= IS(*o);
         if (!known) {
@@ -132,6 +287,8 @@ int tela_cmd_run(int argc, char **argv) {
         if (IS("-m") || IS("--model")) model_path = val;
         else if (IS("-p") || IS("--prompt")) prompt = val;
         else if (IS("--tokens")) tokens_arg = val;
+        else if (IS("--system")) system = val;
+        else if (IS("--template-file")) template_file = val;
         else if (IS("--stop")) {
             if (n_stops == RUN_MAX_STOPS || !val[0]) {
                 fprintf(stderr, "tela run: --stop: at most %d non-empty stop strings\n", RUN_MAX_STOPS);
@@ -144,50 +301,29 @@ int tela_cmd_run(int argc, char **argv) {
             if (cli_parse_int(a, val, 1, 1024, &n_threads)) return 2;
         } else if (IS("-c") || IS("--ctx-size")) {
             if (cli_parse_int(a, val, 0, INT32_MAX, &n_ctx)) return 2;
-        } else if (IS("--top-k")) {
-            if (cli_parse_int(a, val, 0, INT32_MAX, &top_k)) return 2;
-            sp.top_k = (int32_t)top_k;
-        } else if (IS("--repeat-last-n")) {
-            if (cli_parse_int(a, val, -1, INT32_MAX, &repeat_last_n)) return 2;
-            sp.repeat_last_n = (int32_t)repeat_last_n;
-        } else if (IS("--seed")) {
-            if (cli_parse_int(a, val, 0, INT64_MAX, &seed)) return 2;
-            have_seed = 1;
-        } else if (IS("--temp")) {
-            if (cli_parse_float(a, val, &temp)) return 2;
-            sp.temperature = (float)temp;
-        } else if (IS("--top-p")) {
-            if (cli_parse_float(a, val, &top_p)) return 2;
-            sp.top_p = (float)top_p;
-        } else if (IS("--min-p")) {
-            if (cli_parse_float(a, val, &min_p)) return 2;
-            sp.min_p = (float)min_p;
-        } else if (IS("--repeat-penalty")) {
-            if (cli_parse_float(a, val, &repeat_penalty)) return 2;
-            if (!(repeat_penalty > 0.0)) {
-                fprintf(stderr, "tela run: --repeat-penalty must be positive\n");
-                return 2;
-            }
-            sp.repeat_penalty = (float)repeat_penalty;
-        } else if (IS("--frequency-penalty")) {
-            if (cli_parse_float(a, val, &freq_pen)) return 2;
-            sp.frequency_penalty = (float)freq_pen;
-        } else if (IS("--presence-penalty")) {
-            if (cli_parse_float(a, val, &pres_pen)) return 2;
-            sp.presence_penalty = (float)pres_pen;
-        } else {
-            fprintf(stderr, "tela run: unknown option '%s' (see tela run --help)\n", a);
-            return 2;
         }
 #undef IS
-    }
-    if (!model_path) {
-        fprintf(stderr, "tela run: -m MODEL is required (see tela run --help)\n");
-        return 2;
     }
     if (!prompt == !tokens_arg) {
         fprintf(stderr, "tela run: give the prompt as either -p TEXT or --tokens LIST\n");
         return 2;
+    }
+    if (chat && (tokens_arg || no_bos)) {
+        fprintf(stderr, "tela run: --chat takes the user message as -p TEXT (not --tokens or --no-bos)\n");
+        return 2;
+    }
+    if (!chat && (system || template_file)) {
+        fprintf(stderr, "tela run: --system and --template-file go with --chat\n");
+        return 2;
+    }
+    if (!model_path) {
+        model_path = cli_default_model();
+        if (!model_path) {
+            fprintf(stderr, "tela run: -m MODEL is required: no default model was found (set TELA_MODEL, or see "
+                            "tela run --help)\n");
+            return 2;
+        }
+        fprintf(stderr, "tela run: using the default model %s\n", model_path);
     }
     int32_t *prompt_ids = NULL;
     size_t n_prompt = 0;
@@ -197,6 +333,8 @@ int tela_cmd_run(int argc, char **argv) {
     tela_model *model = NULL;
     tela_session *session = NULL;
     int32_t *out_ids = NULL;
+    char *template_src = NULL;
+    if (template_file && !(template_src = cli_read_text_file("run", template_file))) goto done;
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = (int)n_threads;
     mp.verbose = 1;
@@ -205,11 +343,21 @@ int tela_cmd_run(int argc, char **argv) {
         goto done;
     }
     const tela_model_info *info = tela_model_get_info(model);
-    if (prompt) {
-        if (!info->has_tokenizer) {
-            fprintf(stderr, "tela run: this model has no tokenizer, so -p cannot be used; give token ids with --tokens\n");
+    if (prompt && !info->has_tokenizer) {
+        fprintf(stderr, "tela run: this model has no tokenizer, so -p cannot be used; give token ids with --tokens\n");
+        goto done;
+    }
+    if (chat) {
+        if (!template_src && !info->has_chat_template) {
+            fprintf(stderr, "tela run: the model has no chat template: drop --chat to continue plain text, or give "
+                            "a Jinja template with --template-file\n");
             goto done;
         }
+        if (tela_chat_prompt_tokens(model, template_src, system, prompt, &prompt_ids, &n_prompt) != TELA_OK) {
+            fprintf(stderr, "tela run: applying the chat template: %s\n", tela_last_error());
+            goto done;
+        }
+    } else if (prompt) {
         size_t len = strlen(prompt), cap = len + 16;
         prompt_ids = malloc(cap * sizeof *prompt_ids);
         if (!prompt_ids) {
@@ -220,10 +368,10 @@ int tela_cmd_run(int argc, char **argv) {
             fprintf(stderr, "tela run: tokenizing the prompt: %s\n", tela_last_error());
             goto done;
         }
-        if (n_prompt == 0) {
-            fprintf(stderr, "tela run: the prompt is empty\n");
-            goto done;
-        }
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "tela run: the prompt is empty\n");
+        goto done;
     }
     if (n_prompt > (size_t)INT32_MAX) {
         fprintf(stderr, "tela run: the prompt is too long\n");
@@ -241,9 +389,9 @@ int tela_cmd_run(int argc, char **argv) {
                 n_prompt, ctx);
         goto done;
     }
-    if (!have_seed) seed = (long long)random_seed();
-    sp.seed = (uint64_t)seed;
-    if (sp.temperature > 0.0f) fprintf(stderr, "tela run: seed %lld\n", seed);
+    if (!have_seed) seed = cli_random_seed();
+    sp.seed = seed;
+    if (sp.temperature > 0.0f) fprintf(stderr, "tela run: seed %llu\n", (unsigned long long)seed);
 
     tela_generate_params gp = tela_generate_default_params();
     gp.max_tokens = n_predict < 0 ? 0 : (int32_t)n_predict;
@@ -260,14 +408,14 @@ int tela_cmd_run(int argc, char **argv) {
     tela_generate_result res;
     if (gp.max_tokens == 0 && n_predict != -1) {
         /* -n 0: evaluate the prompt only */
-        double t0 = now_seconds();
+        double t0 = cli_now();
         if (tela_session_eval(session, prompt_ids, (int32_t)n_prompt, NULL, 0) != TELA_OK) {
             fprintf(stderr, "tela run: %s\n", tela_last_error());
             goto done;
         }
         memset(&res, 0, sizeof res);
         res.n_prompt = (int32_t)n_prompt;
-        res.prompt_seconds = now_seconds() - t0;
+        res.prompt_seconds = cli_now() - t0;
     } else if (tela_generate(session, prompt_ids, (int32_t)n_prompt, &gp, out_ids, cap, &res) != TELA_OK) {
         fflush(stdout);
         fprintf(stderr, "\ntela run: %s\n", tela_last_error());
@@ -284,11 +432,12 @@ int tela_cmd_run(int argc, char **argv) {
     fprintf(stderr, "prompt: %d tokens in %.2f s (%.1f tok/s) | generation: %d tokens in %.2f s (%.1f tok/s) | stop: %s\n",
             res.n_prompt, res.prompt_seconds, res.prompt_seconds > 0 ? res.n_prompt / res.prompt_seconds : 0.0,
             res.n_generated, res.generate_seconds,
-            res.generate_seconds > 0 ? res.n_generated / res.generate_seconds : 0.0, stop_name(res.stop_reason));
+            res.generate_seconds > 0 ? res.n_generated / res.generate_seconds : 0.0, cli_stop_name(res.stop_reason));
     rc = 0;
 done:
     free(prompt_ids);
     free(out_ids);
+    free(template_src);
     tela_session_free(session);
     tela_model_free(model);
     return rc;

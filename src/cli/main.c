@@ -13,6 +13,7 @@ typedef struct {
 
 static const command commands[] = {
     {"run", tela_cmd_run, "generate text from a prompt"},
+    {"chat", tela_cmd_chat, "chat with a model, turn by turn, through its chat template"},
     {"logits", tela_cmd_logits, "write the logits of a token sequence to a file"},
     {"tokenize", tela_cmd_tokenize, "turn text into token ids with the model's tokenizer"},
     {"detokenize", tela_cmd_detokenize, "turn token ids into text"},

@@ -608,25 +608,31 @@ typedef struct lexer {
     jerr *err;
     const char *src;
     size_t n, pos;
-    const size_t *line_starts;
-    size_t n_lines;
+    size_t cur_off;      /* position cursor for line/column numbers */
+    int cur_line, cur_col;
     tela_jinja_options opt;
     token *toks;
     size_t ntoks, cap;
 } lexer;
 
-static void offset_to_lc(const lexer *L, size_t off, int *line, int *col) {
-    size_t lo = 0, hi = L->n_lines;
-    while (hi - lo > 1) {
-        size_t mid = (lo + hi) / 2;
-        if (L->line_starts[mid] <= off) lo = mid;
-        else hi = mid;
+/* Line and column (1-based, columns in code points) of a source offset.
+ * Tokens arrive in source order, so a cursor makes this linear overall. */
+static void offset_to_lc(lexer *L, size_t off, int *line, int *col) {
+    if (off < L->cur_off || L->cur_line == 0) {
+        L->cur_off = 0;
+        L->cur_line = L->cur_col = 1;
     }
-    size_t c = 1;
-    for (size_t i = L->line_starts[lo]; i < off && i < L->n; i++)
-        if (((unsigned char)L->src[i] & 0xc0) != 0x80) c++;
-    *line = lo + 1 > INT_MAX ? INT_MAX : (int)(lo + 1);
-    *col = c > INT_MAX ? INT_MAX : (int)c;
+    for (; L->cur_off < off && L->cur_off < L->n; L->cur_off++) {
+        unsigned char c = (unsigned char)L->src[L->cur_off];
+        if (c == '\n') {
+            if (L->cur_line < INT_MAX) L->cur_line++;
+            L->cur_col = 1;
+        } else if ((c & 0xc0) != 0x80 && L->cur_col < INT_MAX) {
+            L->cur_col++;
+        }
+    }
+    *line = L->cur_line;
+    *col = L->cur_col;
 }
 
 static _Noreturn void lex_fail(lexer *L, size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -4643,15 +4649,6 @@ tela_status tela_jinja_parse(const char *source, size_t len, const char *name, c
     L.err = &t->err;
     L.opt = o;
     L.src = normalize_source(&t->arena, source ? source : "", len, o.keep_trailing_newline, &L.n);
-    size_t nl = 1;
-    for (size_t i = 0; i < L.n; i++) nl += L.src[i] == '\n';
-    size_t *ls = ja_alloc(&t->arena, ja_mul(&t->arena, nl, sizeof(size_t)));
-    ls[0] = 0;
-    size_t k = 1;
-    for (size_t i = 0; i < L.n; i++)
-        if (L.src[i] == '\n') ls[k++] = i + 1;
-    L.line_starts = ls;
-    L.n_lines = nl;
     lex_all(&L);
     parser P;
     memset(&P, 0, sizeof P);

@@ -369,18 +369,20 @@ static float vec_dot_q6_K_scalar(const void *vw, const void *vx, int64_t n) {
         int32_t isum = 0;
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = w + OFF(tela_block_q6_K, ql) + 64 * h, *qh = w + OFF(tela_block_q6_K, qh) + 32 * h;
-            /* sums per 16-element sub-block: g*2 + l/16 within this half */
-            int32_t sum[8] = {0};
-            for (int l = 0; l < 32; l++) {
-                const int s = l / 16;
-                const int q0 = ((ql[l] & 0xF) | ((qh[l] >> 0) & 3) << 4) - 32;
-                const int q1 = ((ql[l + 32] & 0xF) | ((qh[l] >> 2) & 3) << 4) - 32;
-                const int q2 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
-                const int q3 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
-                sum[s] += q0 * qx[128 * h + l];
-                sum[s + 2] += q1 * qx[128 * h + l + 32];
-                sum[s + 4] += q2 * qx[128 * h + l + 64];
-                sum[s + 6] += q3 * qx[128 * h + l + 96];
+            /* sums per 16-element sub-block k = 2g + s of this half: group g
+             * of 32 takes the low (g < 2) or high nibbles of ql[32(g%2) + l]
+             * and bits 2g..2g+1 of qh[l] */
+            int32_t sum[8];
+            for (int k = 0; k < 8; k++) {
+                const int g = k / 2, l0 = 16 * (k % 2);
+                const uint8_t *qlg = ql + 32 * (g % 2);
+                const int8_t *xg = qx + 128 * h + 32 * g;
+                int32_t t = 0;
+                for (int l = l0; l < l0 + 16; l++) {
+                    const int lo4 = g < 2 ? qlg[l] & 0xF : qlg[l] >> 4;
+                    t += ((lo4 | ((qh[l] >> (2 * g)) & 3) << 4) - 32) * xg[l];
+                }
+                sum[k] = t;
             }
             for (int k = 0; k < 8; k++) isum += scales[8 * h + k] * sum[k];
         }

@@ -1,0 +1,286 @@
+/* cmd_chat.c: 'tela chat': an interactive multi-turn conversation. Reads
+ * user lines (with line editing and history when stdin is a terminal and
+ * libedit is available; plain lines otherwise, so it can be scripted
+ * through a pipe), streams each reply to stdout and prints a timing line to
+ * stderr. The conversation logic (template, reuse of the evaluated state
+ * across turns through snapshots) is runtime/chat_session.c. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef TELA_HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
+
+#include "cli/cli.h"
+#include "runtime/chat_session.h"
+#include "tela/tela.h"
+
+#define CHAT_DEFAULT_N 1024
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tela chat [-m MODEL] [options]\n\n"
+            "Chats with a model: each line you type is a user message; the whole\n"
+            "conversation is rendered with the model's chat template and the reply is\n"
+            "streamed to stdout, followed by a timing line on stderr. Only the part of\n"
+            "the conversation the model has not seen yet is evaluated each turn.\n"
+            "Lines come from a terminal (with line editing) or from a pipe, one message\n"
+            "per line.\n\n"
+            "commands (typed as a line):\n"
+            "  /help    this list\n"
+            "  /reset   forget the conversation (the system prompt stays)\n"
+            "  /exit    quit (so does end of input, Ctrl-D)\n\n"
+            "options:\n"
+            "  -m, --model PATH         GGUF file or Hugging Face checkpoint directory with a tokenizer\n"
+            "                           (default: as for tela run, see tela run --help)\n"
+            "      --system TEXT        system prompt\n"
+            "      --template-file F    use the Jinja chat template in F instead of the model's\n"
+            "  -n, --n-predict N        most tokens per reply (default %d; -1 = until end of\n"
+            "                           generation or a full context)\n",
+            CHAT_DEFAULT_N);
+    cli_print_sampling_help(f);
+    fprintf(f,
+            "  -t, --threads N          computation threads (default: all cores)\n"
+            "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
+            "      --show-prompt        print each turn's rendered conversation to stderr\n"
+            "      --no-reuse           evaluate the whole conversation every turn (slow; for checking\n"
+            "                           that reusing the state changes nothing)\n"
+            "  -h, --help               this help\n\n"
+            "Ctrl-C stops a reply early.\n");
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+static int print_piece(void *user, int32_t token, const char *piece, size_t len) {
+    (void)user;
+    (void)token;
+    if (len) {
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
+    return interrupted != 0;
+}
+
+/* One input line without its line ending, malloc'd; NULL at end of input. */
+static char *read_line(int interactive) {
+#ifdef TELA_HAVE_LIBEDIT
+    if (interactive) {
+        char *line = readline("> ");
+        if (line && line[0]) add_history(line);
+        return line;
+    }
+#else
+    if (interactive) {
+        fputs("> ", stdout);
+        fflush(stdout);
+    }
+#endif
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    return line;
+}
+
+static void print_commands(void) {
+    fprintf(stderr, "commands: /help (this), /reset (forget the conversation, keep the system prompt), "
+                    "/exit (quit; also Ctrl-D)\n");
+}
+
+int tela_cmd_chat(int argc, char **argv) {
+    const char *model_path = NULL, *system = NULL, *template_file = NULL;
+    int have_seed = 0, show_prompt = 0, no_reuse = 0;
+    long long n_predict = CHAT_DEFAULT_N, n_threads = 0, n_ctx = 0;
+    uint64_t seed = 0;
+    tela_sampler_params sp = tela_sampler_default_params();
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define IS(s) (!strcmp(a, s))
+        if (IS("-h") || IS("--help")) {
+            usage(stdout);
+            return 0;
+        } else if (IS("--show-prompt")) {
+            show_prompt = 1;
+            continue;
+        } else if (IS("--no-reuse")) {
+            no_reuse = 1;
+            continue;
+        }
+        int r = cli_parse_sampling("chat", a, val, &sp, &seed, &have_seed);
+        if (r < 0) return 2;
+        if (r > 0) {
+            i++;
+            continue;
+        }
+        static const char *const with_value[] = {"-m", "--model", "--system", "--template-file", "-n", "--n-predict",
+                                                 "-t", "--threads", "-c", "--ctx-size", NULL};
+        int known = 0;
+        for (const char *const *o = with_value; *o; o++) known |= IS(*o);
+        if (!known) {
+            fprintf(stderr, "tela chat: unknown option '%s' (see tela chat --help)\n", a);
+            return 2;
+        }
+        if (!val) {
+            fprintf(stderr, "tela chat: %s needs a value (see tela chat --help)\n", a);
+            return 2;
+        }
+        i++;
+        if (IS("-m") || IS("--model")) model_path = val;
+        else if (IS("--system")) system = val;
+        else if (IS("--template-file")) template_file = val;
+        else if (IS("-n") || IS("--n-predict")) {
+            if (cli_parse_int(a, val, -1, INT32_MAX, &n_predict)) return 2;
+        } else if (IS("-t") || IS("--threads")) {
+            if (cli_parse_int(a, val, 1, 1024, &n_threads)) return 2;
+        } else if (IS("-c") || IS("--ctx-size")) {
+            if (cli_parse_int(a, val, 0, INT32_MAX, &n_ctx)) return 2;
+        }
+#undef IS
+    }
+    if (n_predict == 0) {
+        fprintf(stderr, "tela chat: -n must be positive, or -1 for no limit\n");
+        return 2;
+    }
+    if (!model_path) {
+        model_path = cli_default_model();
+        if (!model_path) {
+            fprintf(stderr, "tela chat: -m MODEL is required: no default model was found (set TELA_MODEL, or see "
+                            "tela run --help)\n");
+            return 2;
+        }
+        fprintf(stderr, "tela chat: using the default model %s\n", model_path);
+    }
+
+    int rc = 1;
+    char *template_src = NULL;
+    tela_model *model = NULL;
+    tela_session *session = NULL;
+    tela_chat_session *chat = NULL;
+    if (template_file && !(template_src = cli_read_text_file("chat", template_file))) goto done;
+    tela_model_params mp = tela_model_default_params();
+    mp.n_threads = (int)n_threads;
+    mp.verbose = 1;
+    if (tela_model_load(model_path, &mp, &model) != TELA_OK) {
+        fprintf(stderr, "tela chat: %s\n", tela_last_error());
+        goto done;
+    }
+    const tela_model_info *info = tela_model_get_info(model);
+    if (!info->has_tokenizer) {
+        fprintf(stderr, "tela chat: this model has no tokenizer, so it cannot chat (tela run --tokens works without "
+                        "one)\n");
+        goto done;
+    }
+    if (!template_src && !info->has_chat_template) {
+        fprintf(stderr, "tela chat: the model has no chat template: use 'tela run -p TEXT' to continue plain text, "
+                        "or give a Jinja chat template with --template-file\n");
+        goto done;
+    }
+    tela_session_params ssp = tela_session_default_params();
+    ssp.n_ctx = (int32_t)n_ctx;
+    if (tela_session_create(model, &ssp, &session) != TELA_OK) {
+        fprintf(stderr, "tela chat: %s\n", tela_last_error());
+        goto done;
+    }
+    tela_chat_session_params cp;
+    memset(&cp, 0, sizeof cp);
+    cp.system = system;
+    cp.template_src = template_src;
+    cp.no_reuse = no_reuse != 0;
+    if (tela_chat_session_create(session, &cp, &chat) != TELA_OK) {
+        fprintf(stderr, "tela chat: %s\n", tela_last_error());
+        goto done;
+    }
+    if (!have_seed) seed = cli_random_seed();
+    sp.seed = seed;
+    if (sp.temperature > 0.0f) fprintf(stderr, "tela chat: seed %llu\n", (unsigned long long)seed);
+    tela_generate_params gp = tela_generate_default_params();
+    gp.max_tokens = n_predict < 0 ? 0 : (int32_t)n_predict;
+    gp.sampler = sp;
+    gp.on_token = print_piece;
+
+    int interactive = isatty(STDIN_FILENO);
+    if (interactive)
+        fprintf(stderr, "tela chat: %s (%s, context %d tokens). /help for commands, /exit or Ctrl-D to quit.\n",
+                info->name && info->name[0] ? info->name : model_path, info->arch, tela_session_n_ctx(session));
+    rc = 0;
+    for (;;) {
+        char *line = read_line(interactive);
+        if (!line) break;
+        const char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) {
+            free(line);
+            continue;
+        }
+        if (*p == '/') {
+            int quit = !strcmp(p, "/exit") || !strcmp(p, "/quit");
+            if (!strcmp(p, "/reset")) {
+                tela_chat_session_reset(chat);
+                fprintf(stderr, "[conversation forgotten%s]\n", system && system[0] ? "; the system prompt stays" : "");
+            } else if (!strcmp(p, "/help")) {
+                print_commands();
+            } else if (!quit) {
+                fprintf(stderr, "tela chat: unknown command '%s'\n", p);
+                print_commands();
+            }
+            free(line);
+            if (quit) break;
+            continue;
+        }
+        /* Ctrl-C during a reply stops the reply, not the program. */
+        struct sigaction sa, old_sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigint;
+        sigemptyset(&sa.sa_mask);
+        interrupted = 0;
+        sigaction(SIGINT, &sa, &old_sa);
+        tela_chat_turn_result tr;
+        tela_status st = tela_chat_session_turn(chat, line, &gp, &tr);
+        sigaction(SIGINT, &old_sa, NULL);
+        free(line);
+        if (st == TELA_ERR_CONTEXT && tr.gen.n_generated == 0) {
+            fprintf(stderr, "tela chat: the conversation no longer fits in the context: %s. Type /reset to start over "
+                            "(or restart with a larger -c).\n", tela_last_error());
+            continue;
+        }
+        if (st != TELA_OK) {
+            fflush(stdout);
+            fprintf(stderr, "\ntela chat: %s\n", tela_last_error());
+            rc = 1;
+            break;
+        }
+        if (show_prompt) fprintf(stderr, "[rendered conversation]\n%s[end]\n", tr.prompt);
+        printf("\n");
+        fflush(stdout);
+        const tela_generate_result *g = &tr.gen;
+        fprintf(stderr, "[prompt: %d new tokens (%d reused) in %.2f s | reply: %d tokens in %.2f s, %.1f tok/s]\n",
+                tr.n_new, tr.n_reused, tr.prompt_seconds, g->n_generated, g->generate_seconds,
+                g->generate_seconds > 0 ? g->n_generated / g->generate_seconds : 0.0);
+        if (g->stop_reason == TELA_STOP_CONTEXT)
+            fprintf(stderr, "[the context is full (%d tokens): the reply was cut; type /reset to start over]\n",
+                    tela_session_n_ctx(session));
+        else if (g->stop_reason == TELA_STOP_CALLBACK)
+            fprintf(stderr, "[reply interrupted]\n");
+    }
+done:
+    tela_chat_session_free(chat);
+    tela_session_free(session);
+    tela_model_free(model);
+    free(template_src);
+    return rc;
+}
