@@ -4,7 +4,6 @@
  * through a pipe), streams each reply to stdout and prints a timing line to
  * stderr. The conversation logic (template, reuse of the evaluated state
  * across turns through snapshots) is runtime/chat_session.c. */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +57,12 @@ static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) {
     (void)sig;
     interrupted = 1;
+}
+
+static void show_rendered(void *user, const char *text, int32_t n_tokens, int32_t n_reused) {
+    (void)user;
+    fprintf(stderr, "[rendered conversation: %d tokens, %d of them reused]\n%s[end of rendered conversation]\n",
+            n_tokens, n_reused, text);
 }
 
 static int print_piece(void *user, int32_t token, const char *piece, size_t len) {
@@ -201,6 +206,7 @@ int tela_cmd_chat(int argc, char **argv) {
     cp.system = system;
     cp.template_src = template_src;
     cp.no_reuse = no_reuse != 0;
+    if (show_prompt) cp.on_rendered = show_rendered;
     if (tela_chat_session_create(session, &cp, &chat) != TELA_OK) {
         fprintf(stderr, "tela chat: %s\n", tela_last_error());
         goto done;
@@ -264,7 +270,6 @@ int tela_cmd_chat(int argc, char **argv) {
             rc = 1;
             break;
         }
-        if (show_prompt) fprintf(stderr, "[rendered conversation]\n%s[end]\n", tr.prompt);
         printf("\n");
         fflush(stdout);
         const tela_generate_result *g = &tr.gen;

@@ -212,6 +212,8 @@ struct tela_chat_session {
     char *template_src;     /* NULL: the model's */
     bool no_reuse;
     bool has_system;
+    void (*on_rendered)(void *user, const char *text, int32_t n_tokens, int32_t n_reused);
+    void *user;
     cJSON *messages;
     int32_t *gen;           /* [n_ctx + 1] generated tokens */
     char *reply;            /* the last reply's text */
@@ -247,6 +249,8 @@ tela_status tela_chat_session_create(tela_session *session, const tela_chat_sess
     if (!c) return tela_errorf(TELA_ERR_NOMEM, "chat: out of memory");
     c->session = session;
     c->no_reuse = p.no_reuse;
+    c->on_rendered = p.on_rendered;
+    c->user = p.user;
     tela_status st = TELA_OK;
     c->messages = cJSON_CreateArray();
     c->gen = malloc(((size_t)session->n_ctx + 1) * sizeof *c->gen);
@@ -355,6 +359,7 @@ tela_status tela_chat_session_turn(tela_chat_session *chat, const char *user, co
     result->n_new = (int32_t)n - reused;
     result->prompt_seconds = now_seconds() - t0;
     result->prompt = chat->prompt;
+    if (chat->on_rendered) chat->on_rendered(chat->user, chat->prompt, result->n_tokens, reused);
 
     tela_generate_params gp = *params;
     gp.on_token = collect_piece;

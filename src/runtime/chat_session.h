@@ -66,6 +66,10 @@ typedef struct tela_chat_session_params {
     const char *template_src;  /* a Jinja chat template replacing the model's, or NULL */
     bool no_reuse;             /* evaluate each turn's whole rendering in an empty session */
     int max_snapshots;         /* for the prefix cache; 0 = the default */
+    /* Called in each turn with the rendered conversation before the reply
+     * is generated (for showing or logging it), or NULL. */
+    void (*on_rendered)(void *user, const char *text, int32_t n_tokens, int32_t n_reused);
+    void *user;
 } tela_chat_session_params;
 
 /* Starts a conversation on session (not owned). Fails with

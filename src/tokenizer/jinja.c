@@ -14,7 +14,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>

@@ -14,10 +14,13 @@
  * namespace attributes, blocks), macro with defaults/varargs/kwargs, call
  * blocks and caller(), filter blocks, with, break/continue, generation;
  * the usual operators, literals, slicing, attribute/item access, python-style
- * string/dict/list methods, most built-in filters and tests. Not supported:
- * template inheritance and inclusion (extends, block, include, import),
- * recursive loops, and arbitrary-precision integers (64-bit, with overflow
- * reported as an error).
+ * string/dict/list methods, most built-in filters and tests, markupsafe's
+ * rule that adding a plain string to a |safe one escapes the plain one.
+ * Not supported: template inheritance and inclusion (extends, block,
+ * include, import), recursive loops, format specs in str.format(), and
+ * arbitrary-precision integers (64-bit, with overflow reported as an error).
+ * Limits (nesting, macro recursion, 10 million steps, output and memory
+ * caps) turn runaway templates into errors.
  *
  * Numbers from cJSON: an integral value that fits in 2^53 becomes an int,
  * anything else a float (cJSON does not keep "1.0" apart from "1").
