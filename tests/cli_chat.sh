@@ -55,7 +55,7 @@ import re, subprocess, sys
 tela, model_path, model, tmp, sys_msg, u1, u2 = sys.argv[1:8]
 llama = model.startswith('llama')
 def read(name):
-    return open(tmp + '/' + name, encoding='utf-8', errors='surrogateescape').read()
+    return open(tmp + '/' + name, encoding='utf-8', errors='surrogateescape', newline='').read()
 def render(turns):  # turns: [(user, reply or None)], last reply None
     if llama:
         s = '<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n' + sys_msg + '<|eot_id|>'
@@ -184,4 +184,33 @@ fi
 printf 'hi\n' | TELA_MODEL="$M" "$TELA" chat -n 2 --temp 0 -t 1 >/dev/null 2>"$tmp/def2.err" &&
     grep -q "using the default model $M" "$tmp/def2.err" && ok "chat without -m uses \$TELA_MODEL" ||
     bad "chat default model: $(tail -3 "$tmp/def2.err")"
+
+# the default model without $TELA_MODEL: models/ of the source tree the
+# binary was built in (when this binary was built in one, as ctest's is)
+DEMO="$SRC/models/tela-kjv-q8_0.gguf"
+if [ -f "$DEMO" ] && [ "$(cd "$(dirname "$TELA")/../../models" 2>/dev/null && pwd -P)" = "$(cd "$SRC/models" && pwd -P)" ]; then
+    if env -u TELA_MODEL "$TELA" run -p "In the beginning" -n 2 --temp 0 -t 1 >/dev/null 2>"$tmp/demo.err" &&
+       grep -q "using the default model $(cd "$SRC/models" && pwd -P)/tela-kjv-q8_0.gguf" "$tmp/demo.err"; then
+        ok "run without -m or \$TELA_MODEL uses models/tela-kjv-q8_0.gguf"
+    else
+        bad "default demo model: $(tail -3 "$tmp/demo.err")"
+    fi
+    # the demo model's ChatML template writes no BOS; its tokenizer adds one
+    for flag in "" --no-reuse; do
+        printf 'Who was Moses?\nWhat did he do?\n' |
+            "$TELA" chat -m "$DEMO" -n 24 --temp 0 -t 1 $flag >"$tmp/d$flag.out" 2>"$tmp/d$flag.err"
+    done
+    if python3 - "$tmp" <<'EOF'
+import re, sys
+tmp = sys.argv[1]
+timing = re.compile(r'^\[prompt: (\d+) new tokens \((\d+) reused\)', re.M)
+a = [tuple(map(int, m)) for m in timing.findall(open(tmp + '/d.err').read())]
+b = [tuple(map(int, m)) for m in timing.findall(open(tmp + '/d--no-reuse.err').read())]
+same = open(tmp + '/d.out', 'rb').read() == open(tmp + '/d--no-reuse.out', 'rb').read()
+sys.exit(0 if len(a) == 2 and len(b) == 2 and a[1][1] > 0 and a[1][0] + a[1][1] == b[1][0] and b[1][1] == 0
+         and same else 1)
+EOF
+    then ok "demo model: chat turn 2 reuses turn 1 and replies as a fresh evaluation does"
+    else bad "demo model chat: $(grep -h '^\[prompt' "$tmp/d.err" "$tmp/d--no-reuse.err")"; fi
+fi
 exit $fail

@@ -80,7 +80,7 @@ expect_error() { # description, expected stderr pattern, command...
     if "$@" >"$tmp/out" 2>"$tmp/err"; then bad "$what: exit status 0"; return; fi
     grep -qi -- "$pat" "$tmp/err" && ok "$what" || bad "$what: stderr was: $(cat "$tmp/err")"
 }
-expect_error "run without a model" "-m MODEL" "$TELA" run --tokens 1,2
+expect_error "run without a model" "-m MODEL" env TELA_MODEL= "$TELA" run --tokens 1,2  # TELA_MODEL set empty: no default model
 expect_error "run with a missing file" "no such file" "$TELA" run -m "$tmp/none.gguf" --tokens 1,2
 expect_error "run with an out-of-range token" "vocabulary" "$TELA" run -m "$FIX/llama-d1.gguf" --tokens 1,999999 -n 2
 expect_error "run with a bad option" "unknown option" "$TELA" run -m "$FIX/llama-d1.gguf" --bogus

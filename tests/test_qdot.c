@@ -210,7 +210,7 @@ static double rounding_bound(tela_type type, int64_t n, double abs_sum) {
 }
 
 /* Checks vec_dot of every ISA for nr weight rows x nc activation columns of
- * length n, rows placed `misalign` bytes off a 64-byte boundary, plus gemm
+ * length n, rows placed `misalign` bytes off malloc's alignment, plus gemm
  * bit-identity with vec_dot. */
 static void check_type(tela_type type, int64_t n, int mode, int misalign) {
     const tela_qdot_traits *sc = tela_qdot_get_isa(type, TELA_ISA_SCALAR);
@@ -220,7 +220,9 @@ static void check_type(tela_type type, int64_t n, int mode, int misalign) {
     enum { NR = 6, NC = 5 };
     const size_t wrb = tela_type_row_bytes(type, n), xrb = tela_type_row_bytes(act, n);
     const size_t ws = wrb + 32, xs = xrb + 64; /* strides larger than a row */
-    uint8_t *wbuf = aligned_alloc(64, (ws * NR / 64 + 2) * 64), *xbuf = aligned_alloc(64, (xs * NC / 64 + 2) * 64);
+    /* the last row ends where the allocation does, so an over-read of a
+     * kernel shows under AddressSanitizer */
+    uint8_t *wbuf = malloc(misalign + ws * (NR - 1) + wrb), *xbuf = malloc(misalign + xs * (NC - 1) + xrb);
     uint8_t *w = wbuf + misalign, *xq = xbuf + misalign;
     float *x = malloc(sizeof(float) * n * NC);
     for (int r = 0; r < NR; r++) make_weight_row(type, w + r * ws, n, mode);

@@ -14,6 +14,7 @@ int tela_cmd_logits(int argc, char **argv);
 int tela_cmd_tokenize(int argc, char **argv);
 int tela_cmd_detokenize(int argc, char **argv);
 int tela_cmd_convert(int argc, char **argv);
+int tela_cmd_quantize(int argc, char **argv);
 int tela_cmd_perplexity(int argc, char **argv);
 int tela_cmd_chat(int argc, char **argv);
 

@@ -226,7 +226,10 @@ int tela_cmd_chat(int argc, char **argv) {
     rc = 0;
     for (;;) {
         char *line = read_line(interactive);
-        if (!line) break;
+        if (!line) {
+            if (interactive) fputc('\n', stderr); /* after Ctrl-D, end the prompt's line */
+            break;
+        }
         const char *p = line;
         while (*p == ' ' || *p == '\t') p++;
         if (!*p) {

@@ -134,6 +134,14 @@ static int model_in_dir(const char *dir, char *buf, size_t cap) {
     return is_file(buf);
 }
 
+/* model_in_dir, with the path made canonical for the message that names it. */
+static int find_model_in_dir(const char *dir, char *buf, size_t cap) {
+    char found[PATH_MAX + 300], real[PATH_MAX];
+    if (!model_in_dir(dir, found, sizeof found)) return 0;
+    snprintf(buf, cap, "%s", realpath(found, real) ? real : found);
+    return 1;
+}
+
 /* The default model rule (for -m left out): $TELA_MODEL when set (set but
  * empty: no default); else models/ of the source tree the binary was built
  * in (build/bin/tela -> ../../models); else ./models. */
@@ -150,10 +158,10 @@ const char *cli_default_model(void) {
             *slash = '\0';
             char dir[PATH_MAX + 32];
             snprintf(dir, sizeof dir, "%s/../../models", exe);
-            if (model_in_dir(dir, path, sizeof path)) return path;
+            if (find_model_in_dir(dir, path, sizeof path)) return path;
         }
     }
-    if (model_in_dir("models", path, sizeof path)) return path;
+    if (find_model_in_dir("models", path, sizeof path)) return path;
     return NULL;
 }
 

@@ -215,7 +215,6 @@ struct tela_chat_session {
     void (*on_rendered)(void *user, const char *text, int32_t n_tokens, int32_t n_reused);
     void *user;
     cJSON *messages;
-    int32_t *gen;           /* [n_ctx + 1] generated tokens */
     char *reply;            /* the last reply's text */
     size_t reply_len, reply_cap;
     char *prompt;           /* the last rendered conversation */
@@ -253,15 +252,15 @@ tela_status tela_chat_session_create(tela_session *session, const tela_chat_sess
     c->user = p.user;
     tela_status st = TELA_OK;
     c->messages = cJSON_CreateArray();
-    c->gen = malloc(((size_t)session->n_ctx + 1) * sizeof *c->gen);
     if (p.template_src) c->template_src = dup_str(p.template_src);
-    if (!c->messages || !c->gen || (p.template_src && !c->template_src))
+    if (!c->messages || (p.template_src && !c->template_src))
         st = tela_errorf(TELA_ERR_NOMEM, "chat: out of memory");
     if (st == TELA_OK && p.system && p.system[0]) {
         st = add_message(c->messages, "system", p.system);
         c->has_system = true;
     }
-    if (st == TELA_OK && !p.no_reuse) st = tela_prefix_cache_create(session, p.max_snapshots, &c->cache);
+    if (st == TELA_OK && !p.no_reuse)
+        st = tela_prefix_cache_create(session, p.max_snapshots ? p.max_snapshots : 2, &c->cache);
     if (st != TELA_OK) {
         tela_chat_session_free(c);
         return st;
@@ -275,7 +274,6 @@ void tela_chat_session_free(tela_chat_session *chat) {
     tela_prefix_cache_free(chat->cache);
     cJSON_Delete(chat->messages);
     free(chat->template_src);
-    free(chat->gen);
     free(chat->reply);
     free(chat->prompt);
     free(chat);
@@ -368,7 +366,7 @@ tela_status tela_chat_session_turn(tela_chat_session *chat, const char *user, co
     chat->reply_len = 0;
     chat->reply_oom = false;
     if (chat->reply) chat->reply[0] = '\0';
-    st = tela_generate(s, NULL, 0, &gp, chat->gen, (size_t)s->n_ctx + 1, &result->gen);
+    st = tela_generate(s, NULL, 0, &gp, NULL, 0, &result->gen);
     chat->user_params = NULL;
     if (st == TELA_OK && chat->reply_oom) st = tela_errorf(TELA_ERR_NOMEM, "chat: out of memory for the reply");
     if (st == TELA_OK && !chat->no_reuse) st = tela_prefix_cache_save(chat->cache);

@@ -65,7 +65,9 @@ typedef struct tela_chat_session_params {
     const char *system;        /* system prompt, or NULL / "" for none */
     const char *template_src;  /* a Jinja chat template replacing the model's, or NULL */
     bool no_reuse;             /* evaluate each turn's whole rendering in an empty session */
-    int max_snapshots;         /* for the prefix cache; 0 = the default */
+    int max_snapshots;         /* for the prefix cache; 0 = 2: the latest turn's after-prompt
+                                * and after-reply states, which is what the next turn can use
+                                * (each snapshot holds a copy of the KV cache) */
     /* Called in each turn with the rendered conversation before the reply
      * is generated (for showing or logging it), or NULL. */
     void (*on_rendered)(void *user, const char *text, int32_t n_tokens, int32_t n_reused);

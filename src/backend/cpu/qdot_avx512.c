@@ -28,6 +28,7 @@
 
 #include <immintrin.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "quant/quant.h"
@@ -229,30 +230,38 @@ INL __m512i q4_0_levels(const uint8_t *p, int two) {
 }
 
 /* The fp16 scales of blocks b, b+1 of up to four rows of bsize-byte blocks
- * (scale first), converted at once: lane 2r = block b, 2r+1 = block b+1. */
-INL __m256 pair_scales(const uint8_t *p, size_t stride, size_t bsize, int two, const int N) {
-    int u[4] = {0, 0, 0, 0};
-    UNROLL for (int i = 0; i < N; i++) u[i] = (int)((uint32_t)rd16(p + i * stride) | (two ? (uint32_t)rd16(p + i * stride + bsize) << 16 : 0u));
-    return _mm256_cvtph_ps(_mm_setr_epi32(u[0], u[1], u[2], u[3]));
+ * (scale first) as floats, block-major: lane 4 * blk + i. */
+INL __m256 gather_scales(const uint8_t *p, size_t stride, size_t bsize, int two, const int N) {
+    /* pairs of 16-bit scales in 32-bit words: the cheapest way into a
+     * vector from scalar loads (16-bit inserts are slower) */
+    uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    UNROLL for (int i = 0; i < N; i++) {
+        h[i] = rd16(p + i * stride);
+        if (two) h[4 + i] = rd16(p + i * stride + bsize);
+    }
+    return _mm256_cvtph_ps(_mm_setr_epi32((int)(h[0] | h[1] << 16), (int)(h[2] | h[3] << 16), (int)(h[4] | h[5] << 16),
+                                          (int)(h[6] | h[7] << 16)));
 }
 
-/* Row i's two scales spread over 16 lanes (8 each). */
+/* Element i's two scales spread over 16 lanes: 8 of block b, 8 of b+1. */
 INL __m512 spread_scales(__m256 s, int i) {
-    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(2 * i),
-                                         _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(i),
+                                         _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4));
     return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(s));
 }
 
 /* Q8_0 and Q4_0 weights (q4 = 1), two blocks a step. Weight levels are
  * made unsigned (Q8_0: w + 128 by flipping the sign bit; Q4_0: the stored
  * nibble, i.e. w + 8), so dpbusd(-off * sum(x), u, x) = sum(w * x) per
- * lane, the start -off * sum(x) being computed once per column. */
+ * lane, the start -off * sum(x) being computed once per column. The
+ * scales come from wsc/xsc (pre-converted, 4 per block, see b32_gemm) if
+ * pre, else straight from the blocks. */
 INL void b32_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
-                  const int R, const int C, const int q4) {
+                  const float *wsc, const float *xsc, const int pre, const int R, const int C, const int q4) {
     const size_t wsize = q4 ? Q4_0_SIZE : Q8_0_SIZE;
     const __m512i off = _mm512_set1_epi8(q4 ? 8 : (char)0x80);
     if (q4 ? (b & 3) == 0 : 1) prefetch_rows(w + b * wsize, ws, (q4 ? 4 : 2) * wsize, R, C);
-    const __m256 wd_all = pair_scales(w + b * wsize, ws, wsize, two, R);
+    const __m256 wd_all = pre ? _mm256_loadu_ps(wsc + 4 * b) : gather_scales(w + b * wsize, ws, wsize, two, R);
     __m512i wq[4];
     __m512 wd[4];
     UNROLL for (int r = 0; r < R; r++) {
@@ -260,7 +269,7 @@ INL void b32_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int6
         wq[r] = q4 ? q4_0_levels(p, two) : _mm512_xor_si512(q8_0_levels(p, two), off);
         wd[r] = spread_scales(wd_all, r);
     }
-    const __m256 xd_all = pair_scales(x + b * Q8_0_SIZE, xs, Q8_0_SIZE, two, C);
+    const __m256 xd_all = pre ? _mm256_loadu_ps(xsc + 4 * b) : gather_scales(x + b * Q8_0_SIZE, xs, Q8_0_SIZE, two, C);
     UNROLL for (int c = 0; c < C; c++) {
         const __m512i xq = q8_0_levels(x + c * xs + b * Q8_0_SIZE, two);
         const __m512i xneg =
@@ -273,32 +282,94 @@ INL void b32_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int6
     }
 }
 
-INL void q8_0_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
-                   const int R, const int C) {
-    b32_step(w, ws, x, xs, b, two, acc, R, C, 0);
-}
-INL void q4_0_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
-                   const int R, const int C) {
-    b32_step(w, ws, x, xs, b, two, acc, R, C, 1);
-}
-
 /* Two blocks a step; an odd last block runs as a half step whose upper
  * lanes are all zero (and add exactly 0 to each lane). */
-#define BLOCK32_TILE(NAME)                                                                                       \
-    INL void NAME##_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out,      \
-                         int64_t os, const int R, const int C) {                                                  \
-        __m512 acc[16];                                                                                            \
-        UNROLL for (int p = 0; p < R * C; p++) acc[p] = _mm512_setzero_ps();                                     \
-        const int64_t nb = n / 32;                                                                                 \
-        int64_t b = 0;                                                                                             \
-        for (; b + 2 <= nb; b += 2) NAME##_step(w, ws, x, xs, b, 1, acc, R, C);                                   \
-        if (b < nb) NAME##_step(w, ws, x, xs, b, 0, acc, R, C);                                                   \
-        UNROLL for (int r = 0; r < R; r++)                                                                         \
-            UNROLL for (int c = 0; c < C; c++) out[c * os + r] = hsum_ps(acc[r * C + c]);                        \
-    }
+INL void b32_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
+                  const float *wsc, const float *xsc, const int pre, const int R, const int C, const int q4) {
+    __m512 acc[16];
+    UNROLL for (int p = 0; p < R * C; p++) acc[p] = _mm512_setzero_ps();
+    const int64_t nb = n / 32;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) b32_step(w, ws, x, xs, b, 1, acc, wsc, xsc, pre, R, C, q4);
+    if (b < nb) b32_step(w, ws, x, xs, b, 0, acc, wsc, xsc, pre, R, C, q4);
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int c = 0; c < C; c++) out[c * os + r] = hsum_ps(acc[r * C + c]);
+}
 
-BLOCK32_TILE(q8_0)
-BLOCK32_TILE(q4_0)
+INL void q8_0_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
+                   const int R, const int C) {
+    b32_tile(w, ws, x, xs, n, out, os, NULL, NULL, 0, R, C, 0);
+}
+INL void q4_0_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
+                   const int R, const int C) {
+    b32_tile(w, ws, x, xs, n, out, os, NULL, NULL, 0, R, C, 1);
+}
+
+/* Full 4x4 tiles with the scales pre-converted to floats, 4 per block
+ * (block-major, plus 4 zeros after the last block for a half step). */
+static TGT void q8_0_4x4_pre(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out,
+                             int64_t os, const float *wsc, const float *xsc) {
+    b32_tile(w, ws, x, xs, n, out, os, wsc, xsc, 1, 4, 4, 0);
+}
+static TGT void q4_0_4x4_pre(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out,
+                             int64_t os, const float *wsc, const float *xsc) {
+    b32_tile(w, ws, x, xs, n, out, os, wsc, xsc, 1, 4, 4, 1);
+}
+
+/* Converts the scales of blocks 0..nb-1 of four rows (stride apart) to
+ * floats at sc[4b + i], then four zeros. */
+static TGT void convert_scales(const uint8_t *p, size_t stride, size_t bsize, int64_t nb, float *sc) {
+    for (int64_t b = 0; b < nb; b++)
+        for (int i = 0; i < 4; i++) sc[4 * b + i] = _cvtsh_ss(rd16(p + i * stride + b * bsize));
+    for (int i = 0; i < 4; i++) sc[4 * nb + i] = 0.0f;
+}
+
+typedef void (*tile_fn)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t, float *, int64_t);
+typedef void (*pre_fn)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t, float *, int64_t, const float *,
+                       const float *);
+
+/* The block scales are read once per weight-row tile and once per column
+ * panel instead of once per tile: panels of columns walked by every row
+ * tile, as in tela_qdot_run_tiles, with the panel's activation scales
+ * converted up front (on the stack: B32_SC floats). Edges use the plain
+ * kernels; all compute the same per-output float steps. */
+#define B32_SC 12288
+#define B32_MAX_BLOCKS 1023
+static void b32_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size_t xs, int64_t nc, int64_t n,
+                     float *out, int64_t os, size_t wsize, pre_fn full, tile_fn full_plain, tile_fn rows_only,
+                     tile_fn cols_only, tile_fn single) {
+    const uint8_t *w = vw, *x = vx;
+    const int64_t nb = n / 32, per_tile = 4 * (nb + 1);
+    if (nb > B32_MAX_BLOCKS || nr < 4 || nc < 4) {
+        tela_qdot_run_tiles(vw, ws, nr, vx, xs, nc, n, out, os, 4, 4, full_plain, rows_only, cols_only, single);
+        return;
+    }
+    float wsc[4 * (B32_MAX_BLOCKS + 1)], xsc[B32_SC];
+    int64_t panel = (int64_t)((384 * 1024) / (xs ? xs : 1));
+    if (panel > B32_SC / per_tile * 4) panel = B32_SC / per_tile * 4;
+    panel -= panel % 4;
+    if (panel < 4) panel = 4;
+    for (int64_t c0 = 0; c0 < nc; c0 += panel) {
+        const int64_t c1 = c0 + panel < nc ? c0 + panel : nc, tiles = (c1 - c0) / 4;
+        for (int64_t t = 0; t < tiles; t++) convert_scales(x + (size_t)(c0 + 4 * t) * xs, xs, Q8_0_SIZE, nb, xsc + t * per_tile);
+        int64_t r = 0;
+        for (; r + 4 <= nr; r += 4) {
+            const uint8_t *wr = w + (size_t)r * ws;
+            convert_scales(wr, ws, wsize, nb, wsc);
+            for (int64_t t = 0; t < tiles; t++) {
+                const int64_t c = c0 + 4 * t;
+                full(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os, wsc, xsc + t * per_tile);
+            }
+            for (int64_t c = c0 + 4 * tiles; c < c1; c++) rows_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+        }
+        for (; r < nr; r++) {
+            const uint8_t *wr = w + (size_t)r * ws;
+            int64_t c = c0;
+            for (; c + 4 <= c1; c += 4) cols_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+            for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+        }
+    }
+}
 
 /* ----------------------------------------- K-quants x Q8_K activations */
 
@@ -424,148 +495,226 @@ INL __m512i k_scale_ctrl(int a, int b) {
 
 #define Q4K_SIZE 144 /* fp16 d, dmin; 12 bytes scales; 128 bytes nibbles */
 #define Q5K_SIZE 176 /* fp16 d, dmin; 12 bytes scales; 32 bytes qh; 128 bytes nibbles */
+#define Q6K_SIZE 210 /* ql[128], qh[64], int8 scales[16], fp16 d */
 
-/* Q4_K and Q5_K (five = 1): per super-block and output, four maddubs of 64
- * levels, each scaled per 32-element half by dpwssd. Weight vector k holds
- * the low (k even) or high (k odd) nibbles of qs[64(k/2)..+63], i.e.
- * sub-blocks (0|2), (1|3), (4|6), (5|7); the activation halves are
- * rearranged to match. */
-INL void q45_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
-                    const int R, const int C, const int five) {
-    const size_t bsize = five ? Q5K_SIZE : Q4K_SIZE;
-    const size_t qs_off = five ? 48 : 16;
+/* The three K-quant kernels share one template; kind is a constant. */
+enum { KQ4 = 0, KQ5 = 1, KQ6 = 2 };
+
+INL size_t k_block_size(const int kind) { return kind == KQ4 ? Q4K_SIZE : kind == KQ5 ? Q5K_SIZE : Q6K_SIZE; }
+
+/* Per super-block and output, four 64-level vectors k = 0..3 of the weight
+ * row meet four 64-level activation vectors: maddubs, then dpwssd with the
+ * scales of the sub-blocks each lane belongs to.
+ *  - Q4_K/Q5_K: vector k holds the low (k even) or high (k odd) nibbles of
+ *    qs[64(k/2)..+63] (+ the fifth bit from qh for Q5_K), i.e. sub-blocks
+ *    (0|2), (1|3), (4|6), (5|7) of 32; the activation halves are
+ *    rearranged to match. The mins' part sum_j m_j * B_j is computed apart.
+ *  - Q6_K: vector v holds elements 64v..64v+63 (sub-blocks 4v..4v+3 of 16)
+ *    in natural order; the -32 offset's part, -32 * sum_k scale_k * bsum_k,
+ *    starts the int32 accumulator. */
+
+/* What the row side of a super-block needs besides the level vectors. */
+typedef struct {
+    __m256 dd;          /* d (and dmin) of row r in lanes 2r (2r+1) */
+    __m512i mall;       /* Q4_K/Q5_K: row r's mins as int16 in 128-bit block r */
+    __m512i sc[4];      /* Q4_K/Q5_K: row r's scales/mins in every 128-bit block;
+                         * Q6_K: row r's 16 scales as (s, s) int16 pairs */
+    __m256i scneg[4];   /* Q6_K: -32 * row r's scales as int16 */
+} k_rowinfo;
+
+INL void k_row_info(const uint8_t *w, size_t ws, int64_t b, k_rowinfo *ri, const int R, const int kind) {
+    const size_t bsize = k_block_size(kind);
+    /* (the fields a kind does not use are zeroed, which costs nothing once
+     * inlined, so no path reads an unset one) */
+    ri->mall = _mm512_setzero_si512();
+    for (int r = 0; r < 4; r++) {
+        ri->sc[r] = _mm512_setzero_si512();
+        ri->scneg[r] = _mm256_setzero_si256();
+    }
+    if (kind == KQ6) {
+        ri->dd = rows_scales(w, ws, b, Q6K_SIZE, 208, 0, R);
+        UNROLL for (int r = 0; r < R; r++) {
+            const uint8_t *p = w + r * ws + b * Q6K_SIZE;
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192)));
+            ri->scneg[r] = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32));
+            const __m512i sc = _mm512_cvtepu16_epi32(sc16);
+            ri->sc[r] = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
+        }
+        return;
+    }
     const __m512i mins_ctrl = _mm512_broadcast_i32x4(
         _mm_setr_epi8(8, (char)0x80, 9, (char)0x80, 10, (char)0x80, 11, (char)0x80, 12, (char)0x80, 13, (char)0x80,
                       14, (char)0x80, 15, (char)0x80));
+    ri->dd = rows_scales(w, ws, b, bsize, 0, 1, R);
+    __m512i sb = _mm512_setzero_si512();
+    UNROLL for (int r = 0; r < R; r++) sb = insert128(sb, _mm_loadu_si128((const __m128i *)(w + r * ws + b * bsize + 4)), r);
+    const __m512i sm = k4_unpack(sb);
+    ri->mall = _mm512_shuffle_epi8(sm, mins_ctrl);
+    UNROLL for (int r = 0; r < R; r++) ri->sc[r] = bcast128(sm, r);
+}
+
+/* Level vector k of the super-block at p, and its scale vector. */
+INL void k_row_vec(const uint8_t *p, const __m512i sc, int k, __m512i *wq, __m512i *sk, const int kind) {
+    if (kind == KQ6) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+        const int h = k / 2;
+        const __m512i l = _mm512_loadu_si512(p + 64 * h);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+        if (k % 2 == 0) {
+            /* elements 0-31: low nibbles of ql[l], bits 0-1 of qh; 32-63:
+             * low nibbles of ql[l+32], bits 2-3 */
+            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(qh, 4)), _mm256_slli_epi16(qh, 2), 1);
+            *wq = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(hh, m30));
+        } else {
+            /* high nibbles; bits 4-5 and 6-7 */
+            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+            *wq = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(hh, m30));
+        }
+        const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * k),
+                                             _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+        *sk = _mm512_permutexvar_epi32(idx, sc);
+        return;
+    }
+    const size_t qs_off = kind == KQ5 ? 48 : 16;
+    const int a = (k / 2) * 4 + (k % 2);
+    __m512i z = _mm512_loadu_si512(p + qs_off + 64 * (k / 2));
+    if (k % 2) z = _mm512_srli_epi16(z, 4);
+    *wq = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+    if (kind == KQ5) {
+        /* fifth bits: bit 2c of qh[l] for the low nibbles of chunk c, bit
+         * 2c+1 for the high ones */
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16)));
+        const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << a)), _mm256_set1_epi8((char)(1 << (a + 2))), 1);
+        *wq = _mm512_mask_add_epi8(*wq, _mm512_test_epi8_mask(qh, sel), *wq, _mm512_set1_epi8(16));
+    }
+    *sk = _mm512_shuffle_epi8(sc, k_scale_ctrl(a, a + 2));
+}
+
+/* Activation vector k of a Q8_K block's levels q, matched to k_row_vec
+ * (kind KQ6: elements 64k..64k+63, the natural order). */
+INL __m512i k_col_vec(const uint8_t *q, int k, const int kind) {
+    if (kind == KQ6) return _mm512_loadu_si512(q + 64 * k);
+    const __m512i x0 = _mm512_loadu_si512(q + 128 * (k / 2)), x1 = _mm512_loadu_si512(q + 128 * (k / 2) + 64);
+    return (k % 2) ? _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 2, 3, 2)) : _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
+}
+
+/* A super-block of four rows prepared once (k_prepare) for the 4x4 tiles
+ * of a whole column panel: what k_row_info and k_row_vec compute, with
+ * the Q4_K/Q5_K vectors in the activation's natural order. */
+typedef struct {
+    __m512i wq[4][4]; /* [vector][row] */
+    __m512i sk[4][4];
+    __m512i mall;
+    __m256i scneg[4];
+    __m256 dd;
+} k_prep;
+
+static TGT void k_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *out, const int kind) {
+    for (int64_t b = 0; b < nb; b++) {
+        k_rowinfo ri;
+        k_row_info(w, ws, b, &ri, 4, kind);
+        for (int k = 0; k < 4; k++)
+            for (int r = 0; r < 4; r++) k_row_vec(w + r * ws + b * k_block_size(kind), ri.sc[r], k, &out[b].wq[k][r], &out[b].sk[k][r], kind);
+        if (kind != KQ6) {
+            /* rearranged to the activation's order, sub-blocks (2k | 2k+1),
+             * so the tiles need not shuffle the activations */
+            for (int r = 0; r < 4; r++)
+                for (int h = 0; h < 2; h++) {
+                    const __m512i w0 = out[b].wq[2 * h][r], w1 = out[b].wq[2 * h + 1][r];
+                    const __m512i s0 = out[b].sk[2 * h][r], s1 = out[b].sk[2 * h + 1][r];
+                    out[b].wq[2 * h][r] = _mm512_shuffle_i64x2(w0, w1, _MM_SHUFFLE(1, 0, 1, 0));
+                    out[b].wq[2 * h + 1][r] = _mm512_shuffle_i64x2(w0, w1, _MM_SHUFFLE(3, 2, 3, 2));
+                    out[b].sk[2 * h][r] = _mm512_shuffle_i64x2(s0, s1, _MM_SHUFFLE(1, 0, 1, 0));
+                    out[b].sk[2 * h + 1][r] = _mm512_shuffle_i64x2(s0, s1, _MM_SHUFFLE(3, 2, 3, 2));
+                }
+        }
+        out[b].mall = ri.mall;
+        for (int r = 0; r < 4; r++) out[b].scneg[r] = ri.scneg[r];
+        out[b].dd = ri.dd;
+    }
+}
+
+/* R rows x C columns; the row side comes from prep if pre (R = 4). */
+INL void k_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
+                const k_prep *prep, const int pre, const int R, const int C, const int kind) {
+    const size_t bsize = k_block_size(kind);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
-        const __m256 dd = rows_scales(w, ws, b, bsize, 0, 1, R);
-        const __m128 dx = cols_scales(x, xs, b, C);
-        __m512i sb = _mm512_setzero_si512(), ball = _mm512_setzero_si512();
-        prefetch_rows(w + b * bsize, ws, bsize, R, C);
-        UNROLL for (int r = 0; r < R; r++) {
-            const uint8_t *p = w + r * ws + b * bsize;
-            sb = insert128(sb, _mm_loadu_si128((const __m128i *)(p + 4)), r);
+        k_rowinfo ri;
+        if (pre) {
+            ri.dd = prep[b].dd;
+            ri.mall = prep[b].mall;
+            UNROLL for (int r = 0; r < R; r++) ri.scneg[r] = prep[b].scneg[r];
+        } else {
+            prefetch_rows(w + b * bsize, ws, bsize, R, C);
+            k_row_info(w, ws, b, &ri, R, kind);
         }
-        const __m512i sm = k4_unpack(sb);
-        const __m512i mall = _mm512_shuffle_epi8(sm, mins_ctrl); /* row r's mins as int16 in block r */
-        UNROLL for (int c = 0; c < C; c++) ball = insert128(ball, q8K_sums32(x + c * xs + b * Q8K_SIZE), c);
-        __m512i srow[4];
-        UNROLL for (int r = 0; r < R; r++) srow[r] = bcast128(sm, r);
-
-        __m512i isum[16];
+        const __m128 dx = cols_scales(x, xs, b, C);
+        __m512i isum[16], ball = _mm512_setzero_si512();
+        if (kind == KQ6) {
+            UNROLL for (int c = 0; c < C; c++) {
+                const __m256i bsums = _mm256_loadu_si256((const __m256i *)(x + c * xs + b * Q8K_SIZE + Q8K_BSUMS));
+                UNROLL for (int r = 0; r < R; r++)
+                    isum[r * C + c] = _mm512_zextsi256_si512(_mm256_madd_epi16(ri.scneg[r], bsums));
+            }
+        } else {
+            UNROLL for (int c = 0; c < C; c++) ball = insert128(ball, q8K_sums32(x + c * xs + b * Q8K_SIZE), c);
+        }
         UNROLL for (int k = 0; k < 4; k++) {
             __m512i wq[4], sk[4];
-            const int a = (k / 2) * 4 + (k % 2);
-            const __m512i ctrl = k_scale_ctrl(a, a + 2);
             UNROLL for (int r = 0; r < R; r++) {
-                const uint8_t *p = w + r * ws + b * bsize;
-                __m512i z = _mm512_loadu_si512(p + qs_off + 64 * (k / 2));
-                if (k % 2) z = _mm512_srli_epi16(z, 4);
-                wq[r] = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
-                if (five) {
-                    /* fifth bits: bit 2c of qh[l] for the low nibbles of
-                     * chunk c, bit 2c+1 for the high ones */
-                    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16)));
-                    const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << a)),
-                                                           _mm256_set1_epi8((char)(1 << (a + 2))), 1);
-                    wq[r] = _mm512_mask_add_epi8(wq[r], _mm512_test_epi8_mask(qh, sel), wq[r], _mm512_set1_epi8(16));
+                if (pre) {
+                    wq[r] = prep[b].wq[k][r];
+                    sk[r] = prep[b].sk[k][r];
+                } else {
+                    k_row_vec(w + r * ws + b * bsize, ri.sc[r], k, &wq[r], &sk[r], kind);
                 }
-                sk[r] = _mm512_shuffle_epi8(srow[r], ctrl);
             }
             UNROLL for (int c = 0; c < C; c++) {
-                const uint8_t *p = x + c * xs + b * Q8K_SIZE + Q8K_QS + 128 * (k / 2);
-                const __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64);
-                const __m512i xk = (k % 2) ? _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 2, 3, 2))
-                                           : _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
+                const __m512i xk = k_col_vec(x + c * xs + b * Q8K_SIZE + Q8K_QS, k, pre ? KQ6 : kind);
                 UNROLL for (int r = 0; r < R; r++) {
                     const __m512i d = _mm512_maddubs_epi16(wq[r], xk);
-                    isum[r * C + c] = k == 0 ? _mm512_madd_epi16(d, sk[r]) : _mm512_dpwssd_epi32(isum[r * C + c], d, sk[r]);
+                    isum[r * C + c] = kind != KQ6 && k == 0 ? _mm512_madd_epi16(d, sk[r])
+                                                            : _mm512_dpwssd_epi32(isum[r * C + c], d, sk[r]);
                 }
             }
         }
-        acc = k_float_step(acc, reduce_lanes(isum, R * C), k_min_sums(mall, ball, C), dd, dx, 1, C);
+        const __m512i msum = kind == KQ6 ? _mm512_setzero_si512() : k_min_sums(ri.mall, ball, C);
+        acc = k_float_step(acc, reduce_lanes(isum, R * C), msum, ri.dd, dx, kind != KQ6, C);
     }
     store_tile(acc, out, os, R, C);
 }
 
 INL void q4_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
                    const int R, const int C) {
-    q45_K_tile(w, ws, x, xs, n, out, os, R, C, 0);
+    k_tile(w, ws, x, xs, n, out, os, NULL, 0, R, C, KQ4);
 }
 INL void q5_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
                    const int R, const int C) {
-    q45_K_tile(w, ws, x, xs, n, out, os, R, C, 1);
+    k_tile(w, ws, x, xs, n, out, os, NULL, 0, R, C, KQ5);
 }
-
-#define Q6K_SIZE 210 /* ql[128], qh[64], int8 scales[16], fp16 d */
-
-/* Q6_K: 6-bit levels q with offset -32; the offset's part of each output,
- * -32 * sum_k scale_k * bsum_k, starts the int32 accumulator. Weight vector
- * v = 0..3 holds elements 64v..64v+63, i.e. sub-blocks 4v..4v+3 of 16, in
- * natural order. */
 INL void q6_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
                    const int R, const int C) {
-    __m512 acc = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    for (int64_t b = 0; b < n / 256; b++) {
-        prefetch_rows(w + b * Q6K_SIZE, ws, Q6K_SIZE, R, C);
-        const __m256 dd = rows_scales(w, ws, b, Q6K_SIZE, 208, 0, R);
-        const __m128 dx = cols_scales(x, xs, b, C);
-        __m512i sc32[4];
-        __m256i scneg[4], bsums[4];
-        UNROLL for (int r = 0; r < R; r++) {
-            const uint8_t *p = w + r * ws + b * Q6K_SIZE;
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192)));
-            scneg[r] = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32));
-            /* each int32 lane: the scale in both int16 halves */
-            const __m512i sc = _mm512_cvtepu16_epi32(sc16);
-            sc32[r] = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
-        }
-        UNROLL for (int c = 0; c < C; c++) {
-            bsums[c] = _mm256_loadu_si256((const __m256i *)(x + c * xs + b * Q8K_SIZE + Q8K_BSUMS));
-        }
-        __m512i isum[16];
-        UNROLL for (int r = 0; r < R; r++)
-            UNROLL for (int c = 0; c < C; c++)
-                isum[r * C + c] = _mm512_zextsi256_si512(_mm256_madd_epi16(scneg[r], bsums[c]));
-        UNROLL for (int v = 0; v < 4; v++) {
-            __m512i wq[4], sk[4];
-            const int h = v / 2;
-            UNROLL for (int r = 0; r < R; r++) {
-                const uint8_t *p = w + r * ws + b * Q6K_SIZE;
-                const __m512i l = _mm512_loadu_si512(p + 64 * h);
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
-                if (v % 2 == 0) {
-                    /* elements 0-31: low nibbles of ql[l], bits 0-1 of qh;
-                     * 32-63: low nibbles of ql[l+32], bits 2-3 */
-                    const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(qh, 4)),
-                                                          _mm256_slli_epi16(qh, 2), 1);
-                    wq[r] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(hh, m30));
-                } else {
-                    /* high nibbles; bits 4-5 and 6-7 */
-                    const __m512i hh =
-                        _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-                    wq[r] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(hh, m30));
-                }
-                const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * v),
-                                                     _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-                sk[r] = _mm512_permutexvar_epi32(idx, sc32[r]);
-            }
-            UNROLL for (int c = 0; c < C; c++) {
-                const __m512i xv = _mm512_loadu_si512(x + c * xs + b * Q8K_SIZE + Q8K_QS + 64 * v);
-                UNROLL for (int r = 0; r < R; r++)
-                    isum[r * C + c] = _mm512_dpwssd_epi32(isum[r * C + c], _mm512_maddubs_epi16(wq[r], xv), sk[r]);
-            }
-        }
-        acc = k_float_step(acc, reduce_lanes(isum, R * C), _mm512_setzero_si512(), dd, dx, 0, C);
-    }
-    store_tile(acc, out, os, R, C);
+    k_tile(w, ws, x, xs, n, out, os, NULL, 0, R, C, KQ6);
 }
+
+typedef void (*kpre_fn)(const k_prep *, const uint8_t *, size_t, int64_t, float *, int64_t);
+static TGT void q4_K_4x4_pre(const k_prep *prep, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os) {
+    k_tile(NULL, 0, x, xs, n, out, os, prep, 1, 4, 4, KQ4);
+}
+static TGT void q5_K_4x4_pre(const k_prep *prep, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os) {
+    k_tile(NULL, 0, x, xs, n, out, os, prep, 1, 4, 4, KQ5);
+}
+static TGT void q6_K_4x4_pre(const k_prep *prep, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os) {
+    k_tile(NULL, 0, x, xs, n, out, os, prep, 1, 4, 4, KQ6);
+}
+static TGT void q4_K_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *out) { k_prepare(w, ws, nb, out, KQ4); }
+static TGT void q5_K_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *out) { k_prepare(w, ws, nb, out, KQ5); }
+static TGT void q6_K_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *out) { k_prepare(w, ws, nb, out, KQ6); }
 
 /* ------------------------------------------------------------ instances */
 
-#define INSTANCES(NAME)                                                                                            \
+#define TILES(NAME)                                                                                            \
     static TGT void NAME##_4x4(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
                                int64_t os) {                                                                      \
         NAME##_tile(w, ws, x, xs, n, out, os, 4, 4);                                                              \
@@ -586,7 +735,10 @@ INL void q6_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int
         float r;                                                                                                   \
         NAME##_tile((const uint8_t *)w, 0, (const uint8_t *)x, 0, n, &r, 0, 1, 1);                                \
         return r;                                                                                                  \
-    }                                                                                                              \
+    }
+
+#define INSTANCES(NAME)                                                                                            \
+    TILES(NAME)                                                                                                    \
     static void NAME##_gemm(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,          \
                             int64_t n, float *out, int64_t os) {                                                  \
         tela_qdot_run_tiles(w, ws, nr, x, xs, nc, n, out, os, 4, 4, NAME##_4x4, NAME##_4x1, NAME##_1x4,           \
@@ -596,11 +748,70 @@ INL void q6_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int
 INSTANCES(f32)
 INSTANCES(f16)
 INSTANCES(bf16)
-INSTANCES(q8_0)
-INSTANCES(q4_0)
-INSTANCES(q4_K)
-INSTANCES(q5_K)
-INSTANCES(q6_K)
+TILES(q8_0)
+TILES(q4_0)
+
+static void q8_0_gemm(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc, int64_t n,
+                      float *out, int64_t os) {
+    b32_gemm(w, ws, nr, x, xs, nc, n, out, os, Q8_0_SIZE, q8_0_4x4_pre, q8_0_4x4, q8_0_4x1, q8_0_1x4, q8_0_1x1);
+}
+static void q4_0_gemm(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc, int64_t n,
+                      float *out, int64_t os) {
+    b32_gemm(w, ws, nr, x, xs, nc, n, out, os, Q4_0_SIZE, q4_0_4x4_pre, q4_0_4x4, q4_0_4x1, q4_0_1x4, q4_0_1x1);
+}
+TILES(q4_K)
+TILES(q5_K)
+TILES(q6_K)
+
+/* K-quant gemm with several columns: each 4-row tile is prepared
+ * (k_prepare: levels split out, scale vectors built) once per column
+ * panel into a buffer, then every 4x4 tile of the panel reads it instead
+ * of unpacking the blocks again. The buffer is ~2.3 KB per super-block;
+ * without it (or for few columns, or edges) the direct kernels run. Both
+ * compute the same integers and float steps. */
+static void k_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size_t xs, int64_t nc, int64_t n,
+                   float *out, int64_t os, void (*prepare)(const uint8_t *, size_t, int64_t, k_prep *), kpre_fn full_pre,
+                   tile_fn full, tile_fn rows_only, tile_fn cols_only, tile_fn single) {
+    const uint8_t *w = vw, *x = vx;
+    const int64_t nb = n / 256;
+    k_prep *prep = NULL;
+    if (nr >= 4 && nc >= 8 && nb > 0) prep = aligned_alloc(64, sizeof(k_prep) * (size_t)nb);
+    if (!prep) {
+        tela_qdot_run_tiles(vw, ws, nr, vx, xs, nc, n, out, os, 4, 4, full, rows_only, cols_only, single);
+        return;
+    }
+    int64_t panel = (int64_t)((384 * 1024) / (xs ? xs : 1));
+    panel -= panel % 4;
+    if (panel < 4) panel = 4;
+    for (int64_t c0 = 0; c0 < nc; c0 += panel) {
+        const int64_t c1 = c0 + panel < nc ? c0 + panel : nc;
+        int64_t r = 0;
+        for (; r + 4 <= nr; r += 4) {
+            const uint8_t *wr = w + (size_t)r * ws;
+            prepare(wr, ws, nb, prep);
+            int64_t c = c0;
+            for (; c + 4 <= c1; c += 4) full_pre(prep, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+            for (; c < c1; c++) rows_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+        }
+        for (; r < nr; r++) {
+            const uint8_t *wr = w + (size_t)r * ws;
+            int64_t c = c0;
+            for (; c + 4 <= c1; c += 4) cols_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+            for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+        }
+    }
+    free(prep);
+}
+
+#define K_GEMM(NAME)                                                                                               \
+    static void NAME##_gemm(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc,          \
+                            int64_t n, float *out, int64_t os) {                                                  \
+        k_gemm(w, ws, nr, x, xs, nc, n, out, os, NAME##_prepare, NAME##_4x4_pre, NAME##_4x4, NAME##_4x1,          \
+               NAME##_1x4, NAME##_1x1);                                                                           \
+    }
+K_GEMM(q4_K)
+K_GEMM(q5_K)
+K_GEMM(q6_K)
 
 #define SET(TYPE, NAME) t->fns[TYPE] = (tela_qdot_fns){NAME##_vec_dot, NAME##_gemm, 4, 4}
 
