@@ -9,9 +9,10 @@
  *  - matvec: GB/s of weight bytes streamed by gemm with one activation
  *    column over a 64 MB matrix (decode's memory-bound case), beside a plain
  *    streaming read of the same buffer (the machine's bandwidth floor);
- *  - gemm: GFLOP/s (2 * rows * cols * n) of a matrix product whose weights
- *    sit in cache (prefill's compute-bound case), and of one tile kernel
- *    (4 rows x 4 columns) called repeatedly on L1-resident data.
+ *  - gemm: GFLOP/s (2 * rows * cols * n) of a 256 x 256 (n = 4096) matrix
+ *    product, weights in cache (prefill's compute-bound case), and of a
+ *    gemm of one 4 x 4 tile per call on L1-resident data (n = 1024; no
+ *    reuse across tiles, so per-call preparation is not amortized).
  * Rows are split among the threads as a caller would (multiples of the
  * tile height). Times are each thread's CPU time (the slowest thread's),
  * best of several repetitions, so that other processes on a shared machine
@@ -169,7 +170,7 @@ static void bench_type(tela_type type, tela_isa isa) {
     }
     const double flop_tile = 2.0 * 16 * 1024 * reps;
 
-    printf("%-6s %-7s matvec %5.1f GB/s (%3.0f%% of read %5.1f GB/s; in L2 %5.1f GB/s)  gemm %6.1f GFLOP/s  tile 4x4 %6.1f GFLOP/s/thread\n",
+    printf("%-6s %-7s matvec %5.1f GB/s (%3.0f%% of read %5.1f GB/s; in L2 %5.1f GB/s)  gemm %6.1f GFLOP/s  4x4/call %6.1f GFLOP/s/thread\n",
            tela_type_name(type), tela_isa_name(q->isa), bytes / t_mv * 1e-9, 100.0 * t_read / t_mv,
            bytes / t_read * 1e-9, bytes2 / t_mv2 * 1e-9, flop_mm / t_mm * 1e-9, flop_tile / t_tile * 1e-9);
     fflush(stdout);

@@ -179,7 +179,8 @@ static void build_llama(const char *path) {
  * hidden 256; Gated DeltaNet with 2 key heads of 32 and 4 value heads of 24
  * (attn_qkv rows 2*64+96 = 224, ssm_out rows of 96); attention 2 heads of 64
  * (attn_q with its gate: 256 rows; attn_output rows of 128), 1 KV head;
- * ff 256; vocab 32, tied embeddings. Tensors in llama.cpp's converter order. */
+ * ff 32 (ffn_down rows of 32); vocab 32, tied embeddings. Tensors in
+ * llama.cpp's converter order. */
 #define QW_LAYERS 8
 static void build_qwen(const char *path) {
     static model_def m;
@@ -211,9 +212,9 @@ static void build_qwen(const char *path) {
             add_t(&m, TELA_TYPE_F32, 1, 24, 1, "blk.%d.ssm_norm.weight", l);
             add_t(&m, TELA_TYPE_F16, 2, 96, 256, "blk.%d.ssm_out.weight", l);
         }
-        add_t(&m, TELA_TYPE_F16, 2, 256, 256, "blk.%d.ffn_down.weight", l);
-        add_t(&m, TELA_TYPE_F16, 2, 256, 256, "blk.%d.ffn_gate.weight", l);
-        add_t(&m, TELA_TYPE_F16, 2, 256, 256, "blk.%d.ffn_up.weight", l);
+        add_t(&m, TELA_TYPE_F16, 2, 32, 256, "blk.%d.ffn_down.weight", l);
+        add_t(&m, TELA_TYPE_F16, 2, 256, 32, "blk.%d.ffn_gate.weight", l);
+        add_t(&m, TELA_TYPE_F16, 2, 256, 32, "blk.%d.ffn_up.weight", l);
         add_t(&m, TELA_TYPE_F32, 1, 256, 1, "blk.%d.post_attention_norm.weight", l);
         if (full) {
             add_t(&m, TELA_TYPE_F32, 1, 64, 1, "blk.%d.attn_k_norm.weight", l);
@@ -230,7 +231,8 @@ static void build_qwen(const char *path) {
 }
 
 /* 12 layers of small tensors: block numbers past 9 (sorted as numbers, not
- * text) and use_more_bits with n = 12 (layers 0, 3, 6, 9, 10, 11). */
+ * text) and use_more_bits with n = 12 (layers 0, 3, 6, 9, 10, 11), for
+ * attn_v with rows of 32 and ffn_down with rows of 256. */
 static void build_deep(const char *path) {
     static model_def m;
     m.n = 0;
@@ -240,7 +242,10 @@ static void build_deep(const char *path) {
     CHECK_OK(tela_gguf_writer_add_u32(w, "llama.attention.head_count", 2));
     CHECK_OK(tela_gguf_writer_add_u32(w, "llama.attention.head_count_kv", 2));
     add_t(&m, TELA_TYPE_F16, 2, 32, 8, "token_embd.weight", 0);
-    for (int l = 0; l < 12; l++) add_t(&m, TELA_TYPE_F16, 2, 32, 8, "blk.%d.attn_v.weight", l);
+    for (int l = 0; l < 12; l++) {
+        add_t(&m, TELA_TYPE_F16, 2, 32, 8, "blk.%d.attn_v.weight", l);
+        add_t(&m, TELA_TYPE_F16, 2, 256, 4, "blk.%d.ffn_down.weight", l);
+    }
     write_model(&m, w, path);
     free_model(&m);
 }
@@ -305,19 +310,19 @@ static const expect LLAMA_EXPECT[] = {
 };
 
 /* qwen35: tied embeddings (token_embd is the output: Q6_K), ffn_down rows
- * of 256, ssm_out rows of 96, attn_output rows of 128. The attn_v-like
+ * of 32, ssm_out rows of 96, attn_output rows of 128. The attn_v-like
  * counter runs over blk0..2 attn_qkv, blk3 attn_v, blk4..6 attn_qkv, blk7
  * attn_v = indices 0..7, so use_more_bits picks blk 0, 3, 6, 7. */
 static const expect QWEN_EXPECT[] = {
     {"Q4_K_M", NULL, "q6_K", "q4_K", "q4_K", "q5_0", "q4_K", "q4_K",
      {"q6_K", "q4_K", "q4_K", "q6_K", "q4_K", "q4_K", "q6_K", "q6_K"},
-     {"q6_K", "q4_K", "q4_K", "q6_K", "q4_K", "q4_K", "q6_K", "q6_K"}, "q4_K", "q4_K", "q4_K", "q5_0"},
+     {"q8_0", "q5_0", "q5_0", "q8_0", "q5_0", "q5_0", "q8_0", "q8_0"}, "q4_K", "q4_K", "q4_K", "q5_0"},
     {"Q4_K_S", NULL, "q6_K", "q4_K", "q4_K", "q5_0", "q4_K", "q4_K",
      {"q5_K", "q5_K", "q5_K", "q5_K", "q4_K", "q4_K", "q4_K", "q4_K"},
-     {"q5_K", "q4_K", "q4_K", "q4_K", "q4_K", "q4_K", "q4_K", "q4_K"}, "q4_K", "q4_K", "q4_K", "q5_0"},
+     {"q5_1", "q5_0", "q5_0", "q5_0", "q5_0", "q5_0", "q5_0", "q5_0"}, "q4_K", "q4_K", "q4_K", "q5_0"},
     {"Q5_K_M", NULL, "q6_K", "q5_K", "q5_K", "q5_1", "q5_K", "q5_K",
      {"q6_K", "q5_K", "q5_K", "q6_K", "q5_K", "q5_K", "q6_K", "q6_K"},
-     {"q6_K", "q5_K", "q5_K", "q6_K", "q5_K", "q5_K", "q6_K", "q6_K"}, "q5_K", "q5_K", "q5_K", "q5_1"},
+     {"q8_0", "q5_1", "q5_1", "q8_0", "q5_1", "q5_1", "q8_0", "q8_0"}, "q5_K", "q5_K", "q5_K", "q5_1"},
     {"Q4_0", NULL, "q6_K", "q4_0", "q4_0", "q4_0", "q4_0", "q4_0",
      {"q4_0", "q4_0", "q4_0", "q4_0", "q4_0", "q4_0", "q4_0", "q4_0"},
      {"q4_0", "q4_0", "q4_0", "q4_0", "q4_0", "q4_0", "q4_0", "q4_0"}, "q4_0", "q4_0", "q4_0", "q4_0"},
@@ -571,7 +576,7 @@ static void run_table(const char *in_path, const expect *tab, size_t n, bool qwe
 }
 
 /* (a) on a 12-layer model: numeric block order and use_more_bits with n = 12;
- * the 32-element rows make Q6_K fall back to Q8_0 and Q4_K to Q5_0. */
+ * attn_v's 32-element rows make Q6_K fall back to Q8_0 and Q4_K to Q5_0. */
 static void test_deep(void) {
     char in_path[512], out_path[512];
     path_in(in_path, sizeof in_path, "deep.gguf");
@@ -584,14 +589,22 @@ static void test_deep(void) {
     /* token_embd: with no output.weight the embeddings are tied, so the
      * output rule applies, and rows of 32 are not a multiple of Q4_K's 256:
      * Q8_0 directly */
-    static const char *const want[13][2] = {
+    static const char *const want[25][2] = {
         {"token_embd.weight", "q8_0"},
-        {"blk.0.attn_v.weight", "q8_0"}, {"blk.1.attn_v.weight", "q5_0"}, {"blk.2.attn_v.weight", "q5_0"},
-        {"blk.3.attn_v.weight", "q8_0"}, {"blk.4.attn_v.weight", "q5_0"}, {"blk.5.attn_v.weight", "q5_0"},
-        {"blk.6.attn_v.weight", "q8_0"}, {"blk.7.attn_v.weight", "q5_0"}, {"blk.8.attn_v.weight", "q5_0"},
-        {"blk.9.attn_v.weight", "q8_0"}, {"blk.10.attn_v.weight", "q8_0"}, {"blk.11.attn_v.weight", "q8_0"}};
-    CHECK_EQ_INT(out->n_tensors, 13);
-    for (uint64_t i = 0; i < out->n_tensors && i < 13; i++) {
+        {"blk.0.attn_v.weight", "q8_0"},  {"blk.0.ffn_down.weight", "q6_K"},
+        {"blk.1.attn_v.weight", "q5_0"},  {"blk.1.ffn_down.weight", "q4_K"},
+        {"blk.2.attn_v.weight", "q5_0"},  {"blk.2.ffn_down.weight", "q4_K"},
+        {"blk.3.attn_v.weight", "q8_0"},  {"blk.3.ffn_down.weight", "q6_K"},
+        {"blk.4.attn_v.weight", "q5_0"},  {"blk.4.ffn_down.weight", "q4_K"},
+        {"blk.5.attn_v.weight", "q5_0"},  {"blk.5.ffn_down.weight", "q4_K"},
+        {"blk.6.attn_v.weight", "q8_0"},  {"blk.6.ffn_down.weight", "q6_K"},
+        {"blk.7.attn_v.weight", "q5_0"},  {"blk.7.ffn_down.weight", "q4_K"},
+        {"blk.8.attn_v.weight", "q5_0"},  {"blk.8.ffn_down.weight", "q4_K"},
+        {"blk.9.attn_v.weight", "q8_0"},  {"blk.9.ffn_down.weight", "q6_K"},
+        {"blk.10.attn_v.weight", "q8_0"}, {"blk.10.ffn_down.weight", "q6_K"},
+        {"blk.11.attn_v.weight", "q8_0"}, {"blk.11.ffn_down.weight", "q6_K"}};
+    CHECK_EQ_INT(out->n_tensors, 25);
+    for (uint64_t i = 0; i < out->n_tensors && i < 25; i++) {
         CHECK_MSG(!strcmp(out->tensors[i].t.name, want[i][0]), "deep: tensor %llu is %s, expected %s",
                   (unsigned long long)i, out->tensors[i].t.name, want[i][0]);
         CHECK_MSG(!strcmp(tela_type_name(out->tensors[i].t.type), want[i][1]), "deep: %s is %s, expected %s",
@@ -851,8 +864,8 @@ int main(void) {
               ",Q4_K_M,Q4_K_S,Q2_K,Q3_K_M,Q6_K,Q8_0,Q4_0,BF16,F16,");
     run_table(qwen, QWEN_EXPECT, sizeof QWEN_EXPECT / sizeof QWEN_EXPECT[0], true, ",Q4_K_M,Q8_0,");
     test_deep();
-    test_determinism(qwen, "Q4_K_M");
-    test_determinism(llama, "Q4_K_S");
+    test_determinism(llama, "Q4_K_M");
+    test_determinism(qwen, "Q5_K_M");
     test_errors(llama);
     test_disk_full();
 

@@ -130,18 +130,20 @@ static tela_status gguf_read_u64(gguf_reader *r, const char *what, uint64_t *out
  * string arrays in messages (UINT64_MAX: not an element). */
 static tela_status gguf_read_str(gguf_reader *r, const char *what, uint64_t index, tela_gguf_str *out) {
     size_t at = r->pos;
-    uint64_t len;
     char num[32] = "";
-    if (index != UINT64_MAX) snprintf(num, sizeof num, " %llu", (unsigned long long)index);
-    if (gguf_left(r) < 8)
+    if (gguf_left(r) < 8) {
+        if (index != UINT64_MAX) snprintf(num, sizeof num, " %llu", (unsigned long long)index);
         return tela_errorf(TELA_ERR_FORMAT, "%s: %struncated: length of %s%s at byte offset %zu needs 8 bytes, %zu left",
                            r->name, r->ctx, what, num, at, gguf_left(r));
-    len = gguf_le64(r->data + at);
+    }
+    uint64_t len = gguf_le64(r->data + at);
     r->pos += 8;
-    if (len > gguf_left(r))
+    if (len > gguf_left(r)) {
+        if (index != UINT64_MAX) snprintf(num, sizeof num, " %llu", (unsigned long long)index);
         return tela_errorf(TELA_ERR_FORMAT,
                            "%s: %s%s%s at byte offset %zu has length %llu, past the end of the file (%zu bytes left)",
                            r->name, r->ctx, what, num, at, (unsigned long long)len, gguf_left(r));
+    }
     out->ptr = (const char *)r->data + r->pos;
     out->len = len;
     r->pos += (size_t)len;

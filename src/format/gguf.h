@@ -65,7 +65,11 @@ typedef struct tela_gguf {
     uint64_t data_offset;   /* file offset of the tensor data section */
 } tela_gguf;
 
-/* Maps and parses a GGUF file. */
+/* Maps and parses a GGUF file. Tensors have 0 to 4 dimensions (unused ne are
+ * 1) and ne >= 0 (a zero dimension is an empty tensor); their data is
+ * aligned and inside the file. The handle must come from open/parse (the
+ * lookups use private indexes kept beside the struct). docs/FORMATS.md lists
+ * every check. */
 tela_status tela_gguf_open(const char *path, tela_gguf **out);
 /* Parses a buffer the caller keeps alive (fuzzing, tests); name is used in
  * error messages. */

@@ -14,21 +14,31 @@
  *   q->gemm(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tok, n, y, y_stride);
  *
  * gemm computes a block of outputs at once (tile_rows weight rows against
- * tile_cols activation rows share their loads), walking the activations in
- * cache-sized panels; with n_cols == 1 it is the matrix-vector product of
- * decoding. A caller splitting rows among threads should give each thread a
- * multiple of tile_rows rows.
+ * tile_cols activation rows share their loads: 4 x 4 with AVX-512, 4 x 1
+ * with AVX2 and NEON), walking the activations in cache-sized panels; with
+ * n_cols == 1 it is the matrix-vector product of decoding (prefetching the
+ * weight rows ahead). With several columns the AVX-512 gemm prepares each
+ * 4-row tile once per panel (block scales converted, K-quant levels and
+ * scale vectors unpacked) into a small heap buffer (~2.3 KB per K-quant
+ * super-block of a row tile; it falls back to the direct kernels if that
+ * allocation fails). A caller splitting rows among threads should give
+ * each thread a multiple of tile_rows rows and all the columns.
  *
  * Determinism: every function is a pure function of its inputs. For a given
  * ISA, gemm's out[c][r] is bit-identical to vec_dot(row r, column c)
  * whatever n_rows, n_cols and the position of (r, c) in the tiles, so no
  * result depends on how rows are split among threads or tokens batched.
- * Different ISAs agree to float rounding (and the activation quantizers
- * give identical bytes on every ISA).
+ * Moreover every ISA follows the float steps of the scalar kernels (see
+ * qdot.c), so all ISAs give bit-identical results too (tests/test_qdot.c
+ * checks both), and for finite input the activation quantizers give
+ * exactly the bytes of the quant layer's reference quantizers.
  *
  * Rows may sit at any address (a tensor in a mapped GGUF file is only 32-byte
- * aligned): the kernels use unaligned loads. n must be a multiple of
- * block_size; the functions do not check (callers validate shapes once). */
+ * aligned): the kernels use unaligned loads; F32 rows (weights or
+ * activations) must be 4-byte aligned. n must be a multiple of block_size;
+ * the functions do not check (callers validate shapes once). Activation
+ * rows are expected to come from from_float: the AVX2 kernels rely on its
+ * levels lying in [-127, 127]. */
 #ifndef TELA_BACKEND_CPU_QDOT_H
 #define TELA_BACKEND_CPU_QDOT_H
 
@@ -108,10 +118,11 @@ void tela_qdot_fill_avx512(tela_qdot_isa_table *t);
 void tela_qdot_fill_avx2(tela_qdot_isa_table *t);
 void tela_qdot_fill_neon(tela_qdot_isa_table *t);
 
-/* Runs a gemm as column panels of rows x tiles, calling kernels for full
- * tiles (tr x tc) and edges (tr x 1, 1 x tc, 1 x 1), each of the form
- * k(w, w_stride, x, x_stride, n, out, out_stride) for a fixed shape. The
- * SIMD files share it so their gemms tile alike. */
+/* Runs a gemm as column panels (~384 KB of activations, kept in L2 while
+ * every row tile passes over them) of row tiles x column tiles, calling
+ * kernels for full tiles (tr x tc) and edges (tr x 1, 1 x tc, 1 x 1), each
+ * of the form k(w, w_stride, x, x_stride, n, out, out_stride) for a fixed
+ * shape. The SIMD files share it so their gemms tile alike. */
 typedef void (*tela_qdot_tile_fn)(const uint8_t *w, size_t w_stride, const uint8_t *x, size_t x_stride, int64_t n,
                                   float *out, int64_t out_stride);
 void tela_qdot_run_tiles(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride,

@@ -3,25 +3,26 @@
  * carries its own target attribute, so the file compiles without
  * -march=native and the dispatcher (qdot.c) picks it by CPUID.
  *
- * Integer products use VPDPBUSD (u8 x s8, four products summed into each
- * int32 lane). It needs one unsigned operand:
- *  - 4-bit and 6-bit weight levels are unsigned; their offsets (-8, -32)
- *    are folded into the accumulator's start, -offset * sum(x), computed
- *    once per activation block;
- *  - signed Q8_0 weights are shifted to unsigned (w + 128, a sign-bit flip)
- *    the same way, with -128 * sum(x) as the start.
- * The K-quants' levels (at most 6 bits) instead go through VPMADDUBSW (u8 x
- * s8 pairs summed to int16, which cannot saturate: 2 * 63 * 128 < 2^15),
- * then VPDPWSSD multiplies those by the sub-block scales and accumulates
- * in int32; both write a fresh register, so no accumulator needs zeroing.
+ * Integer products of Q4_0/Q8_0 use VPDPBUSD (u8 x s8, four products
+ * summed into each int32 lane), which needs one unsigned operand: Q4_0's
+ * nibbles are unsigned (w + 8) and signed Q8_0 weights are shifted to
+ * unsigned (w + 128, a sign-bit flip); the offset is removed by starting
+ * the accumulator at -offset * sum(x), computed once per activation block.
+ * The K-quants' levels (at most 6 bits) go through VPMADDUBSW (u8 x s8
+ * pairs summed to int16, which cannot saturate: 2 * 63 * 128 < 2^15), then
+ * VPDPWSSD multiplies those by the sub-block scales and accumulates in
+ * int32; both write a fresh register, so no accumulator needs zeroing.
  *
  * A tile kernel computes R weight rows x C activation rows (R, C in {1, 4})
- * from one always-inline template, so each output of a 4x4 tile is computed
- * by exactly the same operations as the 1x1 vec_dot:
+ * from one always-inline template, so each output of a 4x4 tile goes
+ * through exactly the float operations of the 1x1 vec_dot, which are the
+ * scalar kernels' (qdot.c):
  *  - 32-element block types and float types keep a 16-lane float
  *    accumulator per output, summed in a fixed order at the end;
  *  - K-quants sum each super-block's integer result across lanes exactly,
- *    then do the scalar float step of qdot.c (one lane per output). */
+ *    then do the scalar float step (one lane per output).
+ * Decoding (C = 1) prefetches the weight rows; gemms with several columns
+ * prepare each 4-row tile once per column panel (b32_gemm, k_gemm). */
 #include "backend/cpu/qdot.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -331,20 +332,22 @@ typedef void (*pre_fn)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t
 /* The block scales are read once per weight-row tile and once per column
  * panel instead of once per tile: panels of columns walked by every row
  * tile, as in tela_qdot_run_tiles, with the panel's activation scales
- * converted up front (on the stack: B32_SC floats). Edges use the plain
- * kernels; all compute the same per-output float steps. */
+ * converted up front into a buffer (B32_SC floats, with the row tile's).
+ * Edges use the plain kernels; all compute the same per-output float
+ * steps. Without the buffer the plain kernels do everything. */
 #define B32_SC 12288
-#define B32_MAX_BLOCKS 1023
 static void b32_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size_t xs, int64_t nc, int64_t n,
                      float *out, int64_t os, size_t wsize, pre_fn full, tile_fn full_plain, tile_fn rows_only,
                      tile_fn cols_only, tile_fn single) {
     const uint8_t *w = vw, *x = vx;
     const int64_t nb = n / 32, per_tile = 4 * (nb + 1);
-    if (nb > B32_MAX_BLOCKS || nr < 4 || nc < 4) {
+    float *wsc = NULL;
+    if (nr >= 4 && nc >= 4 && per_tile <= B32_SC / 4) wsc = malloc(sizeof(float) * (size_t)(per_tile + B32_SC));
+    if (!wsc) {
         tela_qdot_run_tiles(vw, ws, nr, vx, xs, nc, n, out, os, 4, 4, full_plain, rows_only, cols_only, single);
         return;
     }
-    float wsc[4 * (B32_MAX_BLOCKS + 1)], xsc[B32_SC];
+    float *xsc = wsc + per_tile;
     int64_t panel = (int64_t)((384 * 1024) / (xs ? xs : 1));
     if (panel > B32_SC / per_tile * 4) panel = B32_SC / per_tile * 4;
     panel -= panel % 4;
@@ -369,6 +372,7 @@ static void b32_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size
             for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
         }
     }
+    free(wsc);
 }
 
 /* ----------------------------------------- K-quants x Q8_K activations */
