@@ -704,7 +704,10 @@ static tela_status quantize_open(const char *in_path, const char *out_path, cons
         const tela_quantize_item *it = &plan.items[i];
         const tela_tensor *t = &it->src->t;
         const void *data = it->convert ? (const void *)(map + offsets[i]) : t->data;
-        st = tela_gguf_writer_add_tensor(w, t->name, it->type, t->ne, t->n_dims, data, it->nbytes);
+        /* a 0-dimensional (scalar) tensor is written with one dimension, as
+         * ggml writes every tensor */
+        st = tela_gguf_writer_add_tensor(w, t->name, it->type, t->ne, t->n_dims < 1 ? 1 : t->n_dims, data,
+                                         it->nbytes);
     }
     if (st == TELA_OK) st = tela_gguf_writer_write(w, out_path);
     if (st == TELA_OK && stats) {

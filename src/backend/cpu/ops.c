@@ -1,7 +1,6 @@
-/* ops.c: scalar reference implementations of the CPU backend's operations
- * (matrix products over stored weight types, RMSNorm, RoPE, softmax, SwiGLU,
- * causal grouped-query attention). Plain C, written for clarity; faster
- * kernels can replace the bodies later behind the same signatures. */
+/* ops.c: the CPU backend's operations (matrix products over stored weight
+ * types through the qdot kernels, with an exact dequantizing reference path;
+ * RMSNorm, RoPE, softmax, SwiGLU, causal grouped-query attention). */
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qdot.h"
 #include "quant/quant.h"
@@ -9,6 +8,8 @@
 #include "util/fp16.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef __F16C__
@@ -111,6 +112,24 @@ float tela_dot_f32(const float *a, const float *b, int64_t n) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+/* The exact reference path for quantized weights: off unless
+ * tela_ops_set_exact_matmul(true) or TELA_EXACT_MATMUL=1 in the environment
+ * (read on first use). 0 = unset, 1 = fast, 2 = exact. */
+static atomic_int exact_mode;
+
+void tela_ops_set_exact_matmul(bool exact) { atomic_store(&exact_mode, exact ? 2 : 1); }
+
+bool tela_ops_exact_matmul(void) {
+    int m = atomic_load(&exact_mode);
+    if (m == 0) {
+        const char *e = getenv("TELA_EXACT_MATMUL");
+        m = e && e[0] && strcmp(e, "0") != 0 ? 2 : 1;
+        int expected = 0;
+        if (!atomic_compare_exchange_strong(&exact_mode, &expected, m)) m = expected;
+    }
+    return m == 2;
+}
+
 typedef struct {
     const tela_mat *w;
     const float *x;
@@ -119,26 +138,26 @@ typedef struct {
     int64_t y_stride;
     int n_tok;
     tela_threadpool *pool;
-    const tela_qdot_traits *q; /* SIMD kernels for float weights, or NULL */
+    const tela_qdot_traits *q; /* the qdot kernels, or NULL for the exact path */
+    const void *xq;            /* activation rows in q's vec_dot type */
+    size_t xq_stride;          /* bytes between them */
+    long long chunk_rows;      /* rows per chunk (a multiple of tile_rows) */
+    int tok_per_chunk;         /* for the activation quantization */
 } matmul_job;
 
-static void matmul_task(void *arg, int ith, int nth) {
+/* One chunk of weight rows against all tokens. Chunks are fixed by the
+ * shape, and the kernels' results do not depend on the tiling, so the
+ * output does not depend on which thread ran which chunk. */
+static void matmul_chunk(void *arg, int chunk, int ith) {
     const matmul_job *job = arg;
     const tela_mat *w = job->w;
+    long long r0 = (long long)chunk * job->chunk_rows;
+    long long r1 = r0 + job->chunk_rows < w->n_rows ? r0 + job->chunk_rows : w->n_rows;
     if (job->q) {
-        /* Whole tiles of rows per thread; the kernel's result for an
-         * element does not depend on where it falls in a tile. */
-        long long tr = job->q->tile_rows > 0 ? job->q->tile_rows : 1;
-        long long t0, t1;
-        tela_split_range((w->n_rows + tr - 1) / tr, ith, nth, &t0, &t1);
-        long long r0 = t0 * tr, r1 = t1 * tr < w->n_rows ? t1 * tr : w->n_rows;
-        if (r1 > r0)
-            job->q->gemm((const unsigned char *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, job->x,
-                         (size_t)job->x_stride * sizeof(float), job->n_tok, w->n_cols, job->y + r0, job->y_stride);
+        job->q->gemm((const unsigned char *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, job->xq,
+                     job->xq_stride, job->n_tok, w->n_cols, job->y + r0, job->y_stride);
         return;
     }
-    long long r0, r1;
-    tela_split_range(w->n_rows, ith, nth, &r0, &r1);
     float *buf = tela_threadpool_scratch(job->pool, ith);
     for (long long r = r0; r < r1; r++) {
         const float *row = mat_row_f32(w, r, buf);
@@ -147,20 +166,56 @@ static void matmul_task(void *arg, int ith, int nth) {
     }
 }
 
-/* Float weights (F32, F16, BF16) go to the qdot kernels, which take f32
- * activations as they are. Quantized weights are dequantized row by row
- * and dotted in f32 here: exact, but slow; the int8 kernels of qdot.h
- * (activations quantized to Q8_0/Q8_K per token, as llama.cpp does) trade
- * some accuracy for speed and are left for the speed work to switch on. */
+/* Activation rows of one chunk of tokens -> the vec_dot type. */
+static void quantize_chunk(void *arg, int chunk, int ith) {
+    const matmul_job *job = arg;
+    (void)ith;
+    int t0 = chunk * job->tok_per_chunk;
+    int t1 = t0 + job->tok_per_chunk < job->n_tok ? t0 + job->tok_per_chunk : job->n_tok;
+    for (int t = t0; t < t1; t++)
+        job->q->from_float(job->x + t * job->x_stride, (unsigned char *)job->xq + (size_t)t * job->xq_stride,
+                           job->w->n_cols);
+}
+
+/* Every weight type goes to the qdot kernels. Float weights (F32, F16,
+ * BF16) take the f32 activations as they are; quantized ones take them
+ * quantized once per op to Q8_0 / Q8_K (as llama.cpp does), so the dot
+ * products run in int8 (VNNI): faster, at the cost of the activations'
+ * 8-bit rounding. The exact path (tela_ops_set_exact_matmul) dequantizes
+ * each weight row and dots it in f32, for parity tests. Rows are handed
+ * out in chunks (a multiple of the kernel's tile rows, about 8 per thread)
+ * to whichever thread is free. */
 void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, int64_t x_stride, float *y,
                     int64_t y_stride, int n_tok) {
-    const tela_qdot_traits *q = NULL;
-    if (w->type == TELA_TYPE_F32 || w->type == TELA_TYPE_F16 || w->type == TELA_TYPE_BF16) {
-        q = tela_qdot_get(w->type);
-        if (q && (q->vec_dot_type != TELA_TYPE_F32 || w->n_cols % q->block_size != 0)) q = NULL;
+    if (n_tok <= 0) return;
+    matmul_job job = {w, x, x_stride, y, y_stride, n_tok, pool, NULL, x, (size_t)x_stride * sizeof(float), 0, 1};
+    const tela_qdot_traits *q = tela_qdot_get(w->type);
+    if (q && w->n_cols % q->block_size == 0) {
+        if (q->vec_dot_type == TELA_TYPE_F32) {
+            job.q = q;
+        } else if (!tela_ops_exact_matmul()) {
+            size_t rb = tela_type_row_bytes(q->vec_dot_type, w->n_cols);
+            size_t bytes = rb > 0 && (size_t)n_tok <= SIZE_MAX / rb ? rb * (size_t)n_tok : 0;
+            void *buf = bytes ? tela_threadpool_shared(pool, bytes) : NULL;
+            if (buf) { /* else: out of memory, take the exact path */
+                job.q = q;
+                job.xq = buf;
+                job.xq_stride = rb;
+                int nth = tela_threadpool_n_threads(pool);
+                int n_qchunks = n_tok < 4 * nth ? n_tok : 4 * nth;
+                job.tok_per_chunk = (n_tok + n_qchunks - 1) / n_qchunks;
+                n_qchunks = (n_tok + job.tok_per_chunk - 1) / job.tok_per_chunk;
+                tela_threadpool_run_chunks(pool, quantize_chunk, &job, n_qchunks);
+            }
+        }
     }
-    matmul_job job = {w, x, x_stride, y, y_stride, n_tok, pool, q};
-    tela_threadpool_run(pool, matmul_task, &job);
+    long long tr = job.q && job.q->tile_rows > 0 ? job.q->tile_rows : 1;
+    long long per = w->n_rows / (8LL * tela_threadpool_n_threads(pool));
+    per = (per + tr - 1) / tr * tr;
+    if (per < tr) per = tr;
+    if (per < 4 && !job.q) per = 4;
+    job.chunk_rows = per;
+    tela_threadpool_run_chunks(pool, matmul_chunk, &job, (int)((w->n_rows + per - 1) / per));
 }
 
 void tela_op_get_rows(const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {

@@ -40,9 +40,18 @@ size_t tela_op_matmul_scratch(int64_t n_cols);
 
 /* y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tok, o < W.n_rows.
  * x rows are x_stride floats apart, y rows y_stride floats apart. Parallel
- * over output rows; each row is dequantized once and applied to all tokens. */
+ * over chunks of output rows. For quantized weights the activations are
+ * first quantized to 8 bits (Q8_0 / Q8_K, the qdot kernels' vec_dot type)
+ * unless the exact mode is on; float weights use f32 activations. */
 void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, int64_t x_stride, float *y,
                     int64_t y_stride, int n_tok);
+
+/* The exact mode for quantized weights: each weight row is dequantized and
+ * dotted with the f32 activations (slow; for parity tests). Process-wide;
+ * defaults to TELA_EXACT_MATMUL=1 in the environment, else off. Set it
+ * before creating sessions, not while another thread runs a matmul. */
+void tela_ops_set_exact_matmul(bool exact);
+bool tela_ops_exact_matmul(void);
 
 /* out[t] = row ids[t] of W (dequantized), e.g. the token embedding lookup.
  * The ids must be in [0, W.n_rows). */

@@ -1,17 +1,24 @@
-/* threadpool.c: persistent worker threads that run one job at a time.
+/* threadpool.c: persistent worker threads that run one job at a time,
+ * handing out its chunks dynamically.
  *
- * Protocol: the caller publishes (fn, ctx), sets the count of workers still
- * running and bumps a generation counter. Workers spin briefly watching the
- * generation, then sleep on a condition variable; the caller only signals
- * when someone sleeps. The caller runs share 0 itself, then waits for the
- * count to reach zero (spinning briefly, then sleeping on a second condition
- * variable that the last worker signals). */
+ * Protocol: one 64-bit atomic word holds (generation << 32 | next chunk).
+ * The caller publishes (fn, ctx, n_chunks), zeroes the done count and
+ * stores a new generation with chunk 0. Workers spin briefly watching the
+ * generation, then sleep on a condition variable (the caller only signals
+ * when someone sleeps). Everyone, the caller included, claims chunks by a
+ * compare-and-swap on the word that also checks the generation, so a worker
+ * waking late finds either the job's remaining chunks or a job that has
+ * moved on, and never touches a finished job's context. The caller returns
+ * when the done count reaches n_chunks (spinning briefly, then sleeping on
+ * a second condition variable that the worker finishing the last chunk
+ * signals); it never waits for a worker that has claimed nothing. */
 #include "backend/cpu/threadpool.h"
 #include "util/error.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,15 +50,20 @@ struct tela_threadpool {
     pthread_cond_t wake;   /* workers sleep here between jobs */
     pthread_cond_t done;   /* the caller sleeps here until a job ends */
 
-    tela_task_fn fn;       /* the current job; published by `generation` */
+    tela_chunk_fn fn;      /* the current job; published by `state` */
     void *ctx;
-    atomic_uint generation;
-    atomic_int pending;    /* workers (excluding the caller) still running */
+    atomic_int n_chunks;
+    atomic_uint_least64_t state; /* generation << 32 | next chunk to claim */
+    atomic_int n_done;     /* chunks of the current job finished */
     atomic_int n_sleeping;
+    atomic_bool caller_waiting;
     atomic_bool stop;
+    uint32_t generation;   /* the caller's copy */
 
     float **scratch;       /* [n_threads] */
     size_t scratch_floats;
+    void *shared;
+    size_t shared_bytes;
 };
 
 int tela_cpu_count(void) {
@@ -59,32 +71,47 @@ int tela_cpu_count(void) {
     return n > 0 ? (int)n : 1;
 }
 
+/* Claims and runs chunks of job `gen` until none are left or the job is
+ * over. fn and ctx are read only after a successful claim: the job cannot
+ * end while a claimed chunk is unfinished, so they are still this job's. */
+static void work(tela_threadpool *pool, uint32_t gen, int ith) {
+    for (;;) {
+        uint_least64_t s = atomic_load(&pool->state);
+        if ((uint32_t)(s >> 32) != gen) return;
+        int n = atomic_load(&pool->n_chunks);
+        int c = (int)(uint32_t)s;
+        if (c >= n) return;
+        if (!atomic_compare_exchange_weak(&pool->state, &s, s + 1)) continue;
+        pool->fn(pool->ctx, c, ith);
+        if (atomic_fetch_add(&pool->n_done, 1) + 1 == n && ith != 0 && atomic_load(&pool->caller_waiting)) {
+            pthread_mutex_lock(&pool->mutex);
+            pthread_cond_broadcast(&pool->done);
+            pthread_mutex_unlock(&pool->mutex);
+        }
+    }
+}
+
 static void *worker_main(void *arg) {
     tela_worker *w = arg;
     tela_threadpool *pool = w->pool;
-    unsigned seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        unsigned gen = atomic_load(&pool->generation);
+        uint32_t gen = (uint32_t)(atomic_load(&pool->state) >> 32);
         for (int i = 0; i < TELA_SPIN_ITERS && gen == seen && !atomic_load(&pool->stop); i++) {
             TELA_CPU_RELAX();
-            gen = atomic_load(&pool->generation);
+            gen = (uint32_t)(atomic_load(&pool->state) >> 32);
         }
         if (gen == seen) {
             pthread_mutex_lock(&pool->mutex);
             atomic_fetch_add(&pool->n_sleeping, 1);
-            while ((gen = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stop))
+            while ((gen = (uint32_t)(atomic_load(&pool->state) >> 32)) == seen && !atomic_load(&pool->stop))
                 pthread_cond_wait(&pool->wake, &pool->mutex);
             atomic_fetch_sub(&pool->n_sleeping, 1);
             pthread_mutex_unlock(&pool->mutex);
         }
         if (atomic_load(&pool->stop)) break;
         seen = gen;
-        pool->fn(pool->ctx, w->ith, pool->n_threads);
-        if (atomic_fetch_sub(&pool->pending, 1) == 1) {
-            pthread_mutex_lock(&pool->mutex);
-            pthread_cond_broadcast(&pool->done);
-            pthread_mutex_unlock(&pool->mutex);
-        }
+        work(pool, gen, w->ith);
     }
     return NULL;
 }
@@ -107,9 +134,11 @@ tela_status tela_threadpool_create(int n_threads, tela_threadpool **out) {
     pthread_mutex_init(&pool->mutex, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
-    atomic_init(&pool->generation, 0);
-    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->state, 0);
+    atomic_init(&pool->n_chunks, 0);
+    atomic_init(&pool->n_done, 0);
     atomic_init(&pool->n_sleeping, 0);
+    atomic_init(&pool->caller_waiting, false);
     atomic_init(&pool->stop, false);
     pool->n_started = 1;
     for (int i = 1; i < n_threads; i++) {
@@ -139,21 +168,26 @@ void tela_threadpool_free(tela_threadpool *pool) {
     pthread_cond_destroy(&pool->done);
     for (int i = 0; i < pool->n_threads; i++) free(pool->scratch[i]);
     free(pool->scratch);
+    free(pool->shared);
     free(pool->workers);
     free(pool);
 }
 
 int tela_threadpool_n_threads(const tela_threadpool *pool) { return pool ? pool->n_threads : 1; }
 
-void tela_threadpool_run(tela_threadpool *pool, tela_task_fn fn, void *ctx) {
-    if (pool->n_threads == 1) {
-        fn(ctx, 0, 1);
+void tela_threadpool_run_chunks(tela_threadpool *pool, tela_chunk_fn fn, void *ctx, int n_chunks) {
+    if (n_chunks <= 0) return;
+    if (pool->n_threads == 1 || n_chunks == 1) {
+        for (int c = 0; c < n_chunks; c++) fn(ctx, c, 0);
         return;
     }
     pool->fn = fn;
     pool->ctx = ctx;
-    atomic_store(&pool->pending, pool->n_threads - 1);
-    atomic_fetch_add(&pool->generation, 1);
+    atomic_store(&pool->n_chunks, n_chunks);
+    atomic_store(&pool->n_done, 0);
+    uint32_t gen = ++pool->generation;
+    if (gen == 0) gen = ++pool->generation; /* 0 is the workers' initial "seen" */
+    atomic_store(&pool->state, (uint_least64_t)gen << 32);
     /* A worker counts itself as sleeping before re-reading the generation
      * under the mutex, so either it sees the new generation or we see it. */
     if (atomic_load(&pool->n_sleeping) > 0) {
@@ -161,13 +195,44 @@ void tela_threadpool_run(tela_threadpool *pool, tela_task_fn fn, void *ctx) {
         pthread_cond_broadcast(&pool->wake);
         pthread_mutex_unlock(&pool->mutex);
     }
-    fn(ctx, 0, pool->n_threads);
-    for (int i = 0; i < TELA_SPIN_ITERS && atomic_load(&pool->pending) != 0; i++) TELA_CPU_RELAX();
-    if (atomic_load(&pool->pending) != 0) {
+    work(pool, gen, 0);
+    for (int i = 0; i < TELA_SPIN_ITERS && atomic_load(&pool->n_done) != n_chunks; i++) TELA_CPU_RELAX();
+    if (atomic_load(&pool->n_done) != n_chunks) {
         pthread_mutex_lock(&pool->mutex);
-        while (atomic_load(&pool->pending) != 0) pthread_cond_wait(&pool->done, &pool->mutex);
+        atomic_store(&pool->caller_waiting, true);
+        while (atomic_load(&pool->n_done) != n_chunks) pthread_cond_wait(&pool->done, &pool->mutex);
+        atomic_store(&pool->caller_waiting, false);
         pthread_mutex_unlock(&pool->mutex);
     }
+}
+
+typedef struct {
+    tela_task_fn fn;
+    void *ctx;
+    int nth;
+} share_job;
+
+static void share_chunk(void *arg, int chunk, int ith) {
+    const share_job *job = arg;
+    (void)ith;
+    job->fn(job->ctx, chunk, job->nth);
+}
+
+void tela_threadpool_run(tela_threadpool *pool, tela_task_fn fn, void *ctx) {
+    share_job job = {fn, ctx, pool->n_threads};
+    tela_threadpool_run_chunks(pool, share_chunk, &job, pool->n_threads);
+}
+
+void *tela_threadpool_shared(tela_threadpool *pool, size_t bytes) {
+    if (bytes <= pool->shared_bytes) return pool->shared;
+    if (bytes > ((size_t)1 << 40)) return NULL;
+    size_t cap = (bytes + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, cap) != 0) return NULL;
+    free(pool->shared);
+    pool->shared = p;
+    pool->shared_bytes = cap;
+    return p;
 }
 
 tela_status tela_threadpool_reserve(tela_threadpool *pool, size_t n_floats) {

@@ -2,10 +2,15 @@
  *
  * The calling thread is worker 0 and the pool owns workers 1..n-1, created
  * once and parked between jobs (a short spin, then a condition variable), so
- * running an op costs no thread creation. A job is one function called on
- * every worker with (ith, nth); the function splits its work by ith. Each
- * worker also has a scratch buffer of floats, sized by
- * tela_threadpool_reserve() before the jobs that need it.
+ * running an op costs no thread creation. A job is a number of chunks; every
+ * worker claims chunks from a shared counter until none are left, and the
+ * job ends when all chunks are done. A worker that is not scheduled in time
+ * (a loaded machine) simply claims nothing: the others, the caller
+ * included, do its share, and nobody waits for it. Which thread runs which
+ * chunk varies from run to run, so a chunk's result must depend only on the
+ * chunk index. Each worker also has a scratch buffer of floats, sized by
+ * tela_threadpool_reserve() before the jobs that need it, and the pool has
+ * one shared buffer for data a whole job reads (quantized activations).
  *
  * A pool is used by one thread at a time (a session owns its pool). */
 #ifndef TELA_BACKEND_CPU_THREADPOOL_H
@@ -23,9 +28,22 @@ tela_status tela_threadpool_create(int n_threads, tela_threadpool **out);
 void tela_threadpool_free(tela_threadpool *pool);
 int tela_threadpool_n_threads(const tela_threadpool *pool);
 
-/* Calls fn(ctx, ith, nth) for ith = 0..nth-1, one call per worker, and
- * returns when all have finished. */
+/* Calls fn(ctx, ith, nth) for ith = 0..nth-1 (nth = the thread count) and
+ * returns when all have finished. Each call is a chunk: it may run on any
+ * thread, but calls with different ith never run at once on the same
+ * thread, so fn may use tela_threadpool_scratch(pool, ith). */
 void tela_threadpool_run(tela_threadpool *pool, tela_task_fn fn, void *ctx);
+
+/* Calls fn(ctx, chunk, ith) for chunk = 0..n_chunks-1, each once, on
+ * whichever thread claims it first (ith: that thread, for its scratch), and
+ * returns when all chunks are done. */
+typedef void (*tela_chunk_fn)(void *ctx, int chunk, int ith);
+void tela_threadpool_run_chunks(tela_threadpool *pool, tela_chunk_fn fn, void *ctx, int n_chunks);
+
+/* A buffer of at least `bytes` bytes (64-byte aligned) shared by the jobs'
+ * workers; grown as needed, so a previous pointer is invalidated. NULL if
+ * it cannot be allocated. Call between jobs, from the pool's user. */
+void *tela_threadpool_shared(tela_threadpool *pool, size_t bytes);
 
 /* Makes every worker's scratch hold at least n_floats floats (64-byte
  * aligned). Never shrinks. */
