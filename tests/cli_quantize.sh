@@ -3,7 +3,8 @@
 # fixture (F32 GGUF): --help and usage errors (no file left behind); Q8_0 and
 # Q4_K_M outputs that 'tela run' loads and runs; the Q8_0 file gives
 # transformers' greedy tokens and logits for the same model with Q8_0 weights
-# (llama-gqa-q8_0.json, computed from ggml's Q8_0 rounding of each weight);
+# (llama-gqa-q8_0.json, computed from ggml's Q8_0 rounding of each weight,
+# compared in tela's exact matmul mode);
 # --threads 1 and 2 give identical files; --dry-run writes nothing.
 set -u
 tela=${TELA_BIN:?TELA_BIN not set}
@@ -44,7 +45,9 @@ check "general.file_type is 15 (MOSTLY_Q4_K_M)" "grep -Eq 'general.file_type +ui
 "$tela" inspect "$tmp/q8.gguf" > "$tmp/inspect" 2>&1
 check "general.file_type is 7 (MOSTLY_Q8_0)" "grep -Eq 'general.file_type +uint32 += 7' '$tmp/inspect'"
 
-# The Q8_0 model against its exact reference
+# The Q8_0 model against its exact reference, with tela's exact matmul mode
+# (weights dequantized, f32 activations) so the 1e-4 bound applies
+export TELA_EXACT_MATMUL=1
 ids=$(python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['prompts'][1]; print(','.join(map(str,p['ids'])))" \
       "$fix/llama-gqa-q8_0.json")
 if "$tela" run -m "$tmp/q8.gguf" --tokens "$ids" -n 24 --temp 0 --print-ids -t 1 > "$tmp/ids" 2> "$tmp/run.err"; then
@@ -81,6 +84,8 @@ EOF
 else
     check "tela logits on the Q8_0 file: $(cat "$tmp/lg.err")" false
 fi
+
+unset TELA_EXACT_MATMUL
 
 # Q4_K_M: the mixture falls back to 32-element types on this small model;
 # greedy tokens may differ from the F32 model, so only the count is checked

@@ -84,7 +84,7 @@ for preset in llama-tiny qwen3.5-tiny; do
         out="$tmp/$preset-$type.gguf"
         "$tela" quantize "$tmp/$preset.gguf" "$out" "$type" -q
         check "$preset quantizes to $type" "[ $? -eq 0 ] && [ -s '$out' ]"
-        if "$tela" run -m "$out" --tokens 1,2,3,4 -n 6 --temp 0 --print-ids -t 2 > "$tmp/ids" 2> "$tmp/err"; then
+        if "$tela" run -m "$out" --tokens 1,2,3,4 -n 6 --temp 0 --print-ids -t 1 > "$tmp/ids" 2> "$tmp/err"; then
             check "$preset $type runs and gives 6 tokens" \
                 "python3 -c \"import json,sys; a=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); sys.exit(0 if len(a)==6 and all(0<=x<512 for x in a) else 1)\" '$tmp/ids'"
         else

@@ -1,6 +1,9 @@
 /* test_ops.c: the CPU backend's ops and thread pool against naive
  * double-precision implementations written here from the definitions:
- * matmul over F32/F16/BF16/Q8_0 weights (Q8_0 blocks built by hand), row
+ * matmul over F32/F16/BF16/Q8_0 weights (Q8_0 blocks built by hand; for
+ * Q8_0 both the fast path, against the Q8_0 activations computed here from
+ * the format's definition and within the activation-rounding bound of the
+ * f32 product, and the exact path), row
  * lookup, RMSNorm, both RoPE layouts (and the row permutation that relates
  * them), softmax, SwiGLU, causal GQA attention; bit-identical results for
  * any thread count. */
@@ -146,13 +149,40 @@ static void test_matmul_type(tela_type type) {
         tela_op_matmul(pool, &tw.m, x, xs, y[nt - 1], ys, n_tok);
         tela_threadpool_free(pool);
     }
-    int bad = 0, pad_bad = 0, thread_diff = 0;
+    /* Quantized weights take 8-bit activations unless in exact mode. */
+    int quantized = type == TELA_TYPE_Q8_0 && !tela_ops_exact_matmul();
+    int bad = 0, pad_bad = 0, thread_diff = 0, bound_bad = 0;
     for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + t * xs;
         for (int o = 0; o < rows; o++) {
-            double ref = 0.0, mag = 0.0;
-            for (int i = 0; i < cols; i++) {
-                ref += tw.w[(size_t)o * cols + i] * x[t * xs + i];
-                mag += fabs(tw.w[(size_t)o * cols + i] * x[t * xs + i]);
+            const double *wo = tw.w + (size_t)o * cols;
+            double ref = 0.0, mag = 0.0, exact = 0.0, bound = 0.0;
+            if (quantized) {
+                /* Q8_0 by its definition: per 32 values d = amax / 127
+                 * stored as f16, q = round(x / d); the dot product is then
+                 * sum over blocks of d_x * sum(w * q). */
+                for (int k = 0; k < cols; k += 32) {
+                    double amax = 0.0, wsum = 0.0;
+                    for (int i = k; i < k + 32; i++)
+                        if (fabs(xt[i]) > amax) amax = fabs(xt[i]);
+                    float d = (float)(amax / 127.0);
+                    double dh = tela_f16_to_f32(tela_f32_to_f16(d));
+                    for (int i = k; i < k + 32; i++) {
+                        double q = d > 0 ? round(xt[i] / d) : 0.0;
+                        ref += wo[i] * q * dh;
+                        mag += fabs(wo[i] * q * dh);
+                        exact += wo[i] * xt[i];
+                        wsum += fabs(wo[i]);
+                    }
+                    /* |x - q d_h| <= d/2 (rounding) + 127 |d - d_h| (f16 scale, relative error <= 2^-11) */
+                    bound += wsum * (0.5 * d + 127.0 * d / 2048.0);
+                }
+                if (fabs(y[0][t * ys + o] - exact) > bound * 1.0001 + 1e-6 * mag) bound_bad++;
+            } else {
+                for (int i = 0; i < cols; i++) {
+                    ref += wo[i] * xt[i];
+                    mag += fabs(wo[i] * xt[i]);
+                }
             }
             if (fabs(y[0][t * ys + o] - ref) > 2e-6 * mag + 1e-30) bad++;
         }
@@ -161,7 +191,8 @@ static void test_matmul_type(tela_type type) {
     }
     for (int nt = 2; nt <= 4; nt++)
         if (memcmp(y[0], y[nt - 1], sizeof(float) * n_tok * ys)) thread_diff++;
-    CHECK_MSG(bad == 0, "type %d: %d outputs off", (int)type, bad);
+    CHECK_MSG(bad == 0, "type %d%s: %d outputs off", (int)type, quantized ? " (8-bit activations)" : "", bad);
+    CHECK_MSG(bound_bad == 0, "type %d: %d outputs beyond the activation-quantization bound", (int)type, bound_bad);
     CHECK_EQ_INT(pad_bad, 0);
     CHECK_MSG(thread_diff == 0, "type %d: results differ between thread counts", (int)type);
     for (int nt = 0; nt < 4; nt++) free(y[nt]);
@@ -377,7 +408,10 @@ int main(void) {
     test_matmul_type(TELA_TYPE_F32);
     test_matmul_type(TELA_TYPE_F16);
     test_matmul_type(TELA_TYPE_BF16);
-    test_matmul_type(TELA_TYPE_Q8_0);
+    test_matmul_type(TELA_TYPE_Q8_0); /* fast: 8-bit activations */
+    tela_ops_set_exact_matmul(true);
+    test_matmul_type(TELA_TYPE_Q8_0); /* exact: dequantized rows, f32 activations */
+    tela_ops_set_exact_matmul(false);
     test_mat_view_errors();
     test_get_rows();
     test_misaligned();

@@ -11,12 +11,13 @@
  *  (b) converted data equals tela_quantize_row of the source row, row by
  *      row, copied data equals the source, and the dequantized result is
  *      within the type's expected error of the source;
- *  (c) --threads 1 and 3 give byte-identical files;
+ *  (c) --threads 1 and 3 give byte-identical files (and the same error
+ *      sums when measuring the quantization error);
  *  (d) metadata is carried in order, split keys dropped, then
  *      general.quantization_version = 2 and general.file_type = llama.cpp's
  *      ftype number;
  *  (e) errors: unknown type names, input that is not GGUF or is truncated,
- *      a row length with no fallback (Q8_0 of 80-element rows),
+ *      a row length with no fallback (Q8_0 of 80-element rows), a NaN weight,
  *      requantization without permission, an output directory that does not
  *      exist and a full disk (RLIMIT_FSIZE) fail cleanly and leave no file. */
 #include <dirent.h>
@@ -631,6 +632,75 @@ static void test_determinism(const char *in_path, const char *type) {
     unlink(c);
 }
 
+/* measure_error: the callback sees every tensor once, in output order, with
+ * the squared error of the dequantized output against the source as this
+ * test computes it from the two files; the same sums for 1 and 3 threads. */
+typedef struct err_rec {
+    int n;
+    char name[MAX_T][64];
+    double err[MAX_T], src[MAX_T];
+} err_rec;
+
+static void record_err(void *user, const tela_quantize_item *it, double sq_err, double sq_src) {
+    err_rec *r = user;
+    if (r->n >= MAX_T) return;
+    snprintf(r->name[r->n], 64, "%s", it->src->t.name);
+    r->err[r->n] = sq_err;
+    r->src[r->n] = sq_src;
+    r->n++;
+}
+
+static void test_measure_error(const char *in_path) {
+    char out[512];
+    path_in(out, sizeof out, "err.gguf");
+    static err_rec r1, r3;
+    tela_quantize_params p = tela_quantize_default_params();
+    p.measure_error = 1;
+    p.on_tensor = record_err;
+    p.n_threads = 3;
+    p.user = &r3;
+    r3.n = 0;
+    CHECK_OK(tela_quantize_gguf(in_path, out, &p, NULL));
+    p.n_threads = 1;
+    p.user = &r1;
+    r1.n = 0;
+    CHECK_OK(tela_quantize_gguf(in_path, out, &p, NULL));
+    tela_gguf *in = NULL, *o = NULL;
+    CHECK_OK(tela_gguf_open(in_path, &in));
+    CHECK_OK(tela_gguf_open(out, &o));
+    if (!in || !o) return;
+    CHECK_EQ_INT(r1.n, o->n_tensors);
+    CHECK_EQ_INT(r3.n, o->n_tensors);
+    for (int i = 0; i < r1.n && (uint64_t)i < o->n_tensors; i++) {
+        const tela_tensor *t = &o->tensors[i].t;
+        CHECK(!strcmp(r1.name[i], t->name));
+        CHECK_MSG(r1.err[i] == r3.err[i] && r1.src[i] == r3.src[i], "%s: sums differ with 3 threads", t->name);
+        const tela_gguf_tensor *s = tela_gguf_find_tensor(in, t->name);
+        if (!s) continue;
+        double err = 0, src = 0;
+        if (s->t.type != t->type) {
+            int64_t ne0 = t->ne[0], rows = tela_tensor_nelements(t) / ne0;
+            float *x = malloc((size_t)ne0 * sizeof *x), *y = malloc((size_t)ne0 * sizeof *y);
+            for (int64_t row = 0; row < rows; row++) {
+                tela_dequantize_row(s->t.type, (const char *)s->t.data + row * tela_type_row_bytes(s->t.type, ne0), x, ne0);
+                tela_dequantize_row(t->type, (const char *)t->data + row * tela_type_row_bytes(t->type, ne0), y, ne0);
+                for (int64_t k = 0; k < ne0; k++) {
+                    err += ((double)y[k] - x[k]) * ((double)y[k] - x[k]);
+                    src += (double)x[k] * x[k];
+                }
+            }
+            free(x);
+            free(y);
+            CHECK_MSG(err > 0, "%s: no error measured", t->name);
+        }
+        CHECK_NEAR(r1.err[i], err, 1e-9 * (err + 1e-30));
+        CHECK_NEAR(r1.src[i], src, 1e-9 * (src + 1e-30));
+    }
+    tela_gguf_close(in);
+    tela_gguf_close(o);
+    unlink(out);
+}
+
 /* ----------------------------------------------------------------- errors */
 
 static void test_names(void) {
@@ -751,6 +821,18 @@ static void test_errors(const char *good_path) {
     free_model(&m);
     expect_fail(in, out, "Q4_K_M", "output.weight", "Q4_K_M of an 80-column output");
 
+    /* a NaN in the weights: a clean error naming the tensor and row */
+    m.n = 0;
+    w = tela_gguf_writer_create();
+    tela_gguf_writer_add_str(w, "general.architecture", "llama");
+    tela_gguf_writer_add_u32(w, "llama.block_count", 1);
+    add_t(&m, TELA_TYPE_F32, 2, 256, 4, "blk.0.ffn_up.weight", 0);
+    ((float *)m.data[0])[2 * 256 + 7] = NAN;
+    path_in(in, sizeof in, "nan.gguf");
+    write_model(&m, w, in);
+    free_model(&m);
+    expect_fail(in, out, "Q4_K_M", "blk.0.ffn_up.weight, row 2", "NaN weight");
+
     /* an already-quantized tensor: refused, unless allowed */
     m.n = 0;
     w = tela_gguf_writer_create();
@@ -866,6 +948,7 @@ int main(void) {
     test_deep();
     test_determinism(llama, "Q4_K_M");
     test_determinism(qwen, "Q5_K_M");
+    test_measure_error(llama);
     test_errors(llama);
     test_disk_full();
 

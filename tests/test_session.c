@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/cpu/ops.h"
 #include "model/model.h"
 #include "tela/tela.h"
 #include "test.h"
@@ -300,6 +301,7 @@ static void test_generate(tela_model *m) {
 }
 
 int main(void) {
+    tela_ops_set_exact_matmul(true); /* compares Q8_0 with the naive f32 forward at 1e-5 */
     const char *dir = tiny_tmpdir();
     if (!dir) {
         fprintf(stderr, "cannot make a temporary directory\n");

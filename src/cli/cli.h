@@ -17,6 +17,7 @@ int tela_cmd_convert(int argc, char **argv);
 int tela_cmd_quantize(int argc, char **argv);
 int tela_cmd_perplexity(int argc, char **argv);
 int tela_cmd_chat(int argc, char **argv);
+int tela_cmd_bench(int argc, char **argv);
 
 /* Parses "1,2,3" (spaces allowed) into a malloc'd array. Returns 0 on
  * success, prints an error and returns -1 otherwise. */

@@ -1,5 +1,6 @@
 /* cmd_quantize.c: 'tela quantize': a GGUF file to a GGUF file with smaller
  * weight types, with llama-quantize's per-tensor mixture rules. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tela quantize IN.gguf OUT.gguf TYPE [--threads N] [--allow-requantize] [-q]\n"
+            "usage: tela quantize IN.gguf OUT.gguf TYPE [--threads N] [--allow-requantize] [--rmse] [-q]\n"
             "       tela quantize --dry-run IN.gguf TYPE\n\n"
             "Quantizes a GGUF model (F32, F16 or BF16 weights) into a smaller GGUF file,\n"
             "choosing each tensor's type as llama.cpp's llama-quantize does: the _S/_M/_L\n"
@@ -27,11 +28,46 @@ static void usage(FILE *f) {
             "  -t, --threads N       threads (default: all cores)\n"
             "  --allow-requantize    also convert tensors that are already quantized (lossy)\n"
             "  --dry-run             print each tensor's type and the sizes; write nothing\n"
+            "  --rmse                print each converted tensor's RMSE against the source\n"
+            "                        (dequantized output vs input), and totals per type\n"
             "  -q, --quiet           no progress line, warnings or summary\n"
             "  -h, --help            show this help\n");
 }
 
 static double mib(uint64_t n) { return (double)n / (1024.0 * 1024.0); }
+
+/* --rmse: squared errors summed per output type, printed at the end. */
+typedef struct rmse_acc {
+    double err[TELA_TYPE_COUNT], src[TELA_TYPE_COUNT], n[TELA_TYPE_COUNT];
+    int count[TELA_TYPE_COUNT];
+} rmse_acc;
+
+static void on_tensor(void *user, const tela_quantize_item *it, double sq_err, double sq_src) {
+    rmse_acc *a = user;
+    if (!it->convert) return;
+    double n = (double)tela_tensor_nelements(&it->src->t);
+    printf("%-36s %-6s -> %-6s rmse %.4e  relative %.4e\n", it->src->t.name, tela_type_name(it->src->t.type),
+           tela_type_name(it->type), n > 0 ? sqrt(sq_err / n) : 0.0, sq_src > 0 ? sqrt(sq_err / sq_src) : 0.0);
+    fflush(stdout);
+    a->err[it->type] += sq_err;
+    a->src[it->type] += sq_src;
+    a->n[it->type] += n;
+    a->count[it->type]++;
+}
+
+static void print_rmse_totals(const rmse_acc *a) {
+    double err = 0, src = 0, n = 0;
+    for (int t = 0; t < TELA_TYPE_COUNT; t++) {
+        if (!a->count[t]) continue;
+        printf("total %-6s %4d tensors %14.0f weights  rmse %.4e  relative %.4e\n", tela_type_name((tela_type)t),
+               a->count[t], a->n[t], sqrt(a->err[t] / a->n[t]), a->src[t] > 0 ? sqrt(a->err[t] / a->src[t]) : 0.0);
+        err += a->err[t];
+        src += a->src[t];
+        n += a->n[t];
+    }
+    if (n > 0)
+        printf("total all    %14.0f weights  rmse %.4e  relative %.4e\n", n, sqrt(err / n), src > 0 ? sqrt(err / src) : 0.0);
+}
 
 /* The table llama-quantize --dry-run prints: what each tensor becomes. */
 static int dry_run(const char *in, tela_ftype ftype, int allow_requantize) {
@@ -64,7 +100,7 @@ static int dry_run(const char *in, tela_ftype ftype, int allow_requantize) {
 int tela_cmd_quantize(int argc, char **argv) {
     tela_quantize_params p = tela_quantize_default_params();
     const char *pos[3] = {NULL, NULL, NULL};
-    int n_pos = 0, quiet = 0, dry = 0;
+    int n_pos = 0, quiet = 0, dry = 0, rmse = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -79,6 +115,8 @@ int tela_cmd_quantize(int argc, char **argv) {
             p.allow_requantize = 1;
         } else if (!strcmp(a, "--dry-run")) {
             dry = 1;
+        } else if (!strcmp(a, "--rmse")) {
+            rmse = 1;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -107,8 +145,23 @@ int tela_cmd_quantize(int argc, char **argv) {
     if (dry) return dry_run(in, p.ftype, p.allow_requantize);
     p.progress = !quiet && isatty(2);
     p.verbose = !quiet;
+    rmse_acc *acc = NULL;
+    if (rmse) {
+        acc = calloc(1, sizeof *acc);
+        if (!acc) {
+            fprintf(stderr, "tela quantize: out of memory\n");
+            return 1;
+        }
+        p.measure_error = 1;
+        p.on_tensor = on_tensor;
+        p.user = acc;
+        p.progress = 0;  /* the table goes to stdout, line by line */
+    }
     tela_quantize_stats s;
-    if (tela_quantize_gguf(in, out, &p, &s) != TELA_OK) {
+    tela_status st = tela_quantize_gguf(in, out, &p, &s);
+    if (st == TELA_OK && acc) print_rmse_totals(acc);
+    free(acc);
+    if (st != TELA_OK) {
         fprintf(stderr, "tela quantize: %s\n", tela_last_error());
         return 1;
     }

@@ -20,6 +20,7 @@ static const command commands[] = {
     {"perplexity", tela_cmd_perplexity, "measure a model's perplexity on a text (llama-perplexity's rules)"},
     {"convert", tela_cmd_convert, "convert a Hugging Face checkpoint to GGUF"},
     {"quantize", tela_cmd_quantize, "quantize a GGUF model to smaller weight types (llama-quantize's rules)"},
+    {"bench", tela_cmd_bench, "measure prompt and generation speed (llama-bench's tests)"},
     {"inspect", tela_cmd_inspect, "print the metadata and tensors of a GGUF file or HF checkpoint"},
 };
 

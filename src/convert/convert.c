@@ -555,12 +555,17 @@ static tela_status convert(conv_ctx *c, const char *out_path) {
     TELA_TRY(tela_gguf_writer_add_str(c->w, "general.size_label", label));
     TELA_TRY(arch->params(c));
     TELA_TRY(tela_gguf_writer_add_u32(c->w, "general.quantization_version", 2));
+    tela_status vs = TELA_ERR_NOT_FOUND;
     if (!c->params->no_vocab) {
         int64_t n_vocab = 0;
         if (conv_cfg_int(c, "vocab_size", &n_vocab) != TELA_OK) n_vocab = 0;
-        tela_status vs = conv_vocab(c, tela_checkpoint_dir(c->ck), n_vocab);
+        vs = conv_vocab(c, tela_checkpoint_dir(c->ck), n_vocab);
         if (vs != TELA_OK && vs != TELA_ERR_NOT_FOUND) return vs;
     }
+    /* Without a tokenizer, say so the way llama.cpp's converter does
+     * (_set_vocab_none): llama.cpp refuses a file with no tokenizer.ggml.model
+     * at all, and loads "none" as a token-ids-only model. */
+    if (vs == TELA_ERR_NOT_FOUND) TELA_TRY(tela_gguf_writer_add_str(c->w, "tokenizer.ggml.model", "none"));
 
     /* tensor data: converted one tensor at a time into an unlinked scratch
      * file beside the output, then mapped for the writer (which references

@@ -37,25 +37,24 @@ static const struct {
     const char *name;
     tela_ftype ftype;
     tela_type base;
-    const char *what;
 } FTYPES[] = {
-    {"Q4_0", TELA_FTYPE_MOSTLY_Q4_0, TELA_TYPE_Q4_0, "4.5 bits per weight"},
-    {"Q4_1", TELA_FTYPE_MOSTLY_Q4_1, TELA_TYPE_Q4_1, "5.0 bits per weight"},
-    {"Q5_0", TELA_FTYPE_MOSTLY_Q5_0, TELA_TYPE_Q5_0, "5.5 bits per weight"},
-    {"Q5_1", TELA_FTYPE_MOSTLY_Q5_1, TELA_TYPE_Q5_1, "6.0 bits per weight"},
-    {"Q2_K", TELA_FTYPE_MOSTLY_Q2_K, TELA_TYPE_Q2_K, "Q2_K mixture"},
-    {"Q3_K_S", TELA_FTYPE_MOSTLY_Q3_K_S, TELA_TYPE_Q3_K, "Q3_K mixture, small"},
-    {"Q3_K_M", TELA_FTYPE_MOSTLY_Q3_K_M, TELA_TYPE_Q3_K, "Q3_K mixture, medium"},
-    {"Q3_K_L", TELA_FTYPE_MOSTLY_Q3_K_L, TELA_TYPE_Q3_K, "Q3_K mixture, large"},
-    {"Q4_K_S", TELA_FTYPE_MOSTLY_Q4_K_S, TELA_TYPE_Q4_K, "Q4_K mixture, small"},
-    {"Q4_K_M", TELA_FTYPE_MOSTLY_Q4_K_M, TELA_TYPE_Q4_K, "Q4_K mixture, medium (recommended)"},
-    {"Q5_K_S", TELA_FTYPE_MOSTLY_Q5_K_S, TELA_TYPE_Q5_K, "Q5_K mixture, small"},
-    {"Q5_K_M", TELA_FTYPE_MOSTLY_Q5_K_M, TELA_TYPE_Q5_K, "Q5_K mixture, medium"},
-    {"Q6_K", TELA_FTYPE_MOSTLY_Q6_K, TELA_TYPE_Q6_K, "6.56 bits per weight"},
-    {"Q8_0", TELA_FTYPE_MOSTLY_Q8_0, TELA_TYPE_Q8_0, "8.5 bits per weight"},
-    {"F16", TELA_FTYPE_MOSTLY_F16, TELA_TYPE_F16, "16 bits, IEEE half"},
-    {"BF16", TELA_FTYPE_MOSTLY_BF16, TELA_TYPE_BF16, "16 bits, bfloat16"},
-    {"F32", TELA_FTYPE_ALL_F32, TELA_TYPE_F32, "32 bits"},
+    {"Q4_0", TELA_FTYPE_MOSTLY_Q4_0, TELA_TYPE_Q4_0},
+    {"Q4_1", TELA_FTYPE_MOSTLY_Q4_1, TELA_TYPE_Q4_1},
+    {"Q5_0", TELA_FTYPE_MOSTLY_Q5_0, TELA_TYPE_Q5_0},
+    {"Q5_1", TELA_FTYPE_MOSTLY_Q5_1, TELA_TYPE_Q5_1},
+    {"Q2_K", TELA_FTYPE_MOSTLY_Q2_K, TELA_TYPE_Q2_K},
+    {"Q3_K_S", TELA_FTYPE_MOSTLY_Q3_K_S, TELA_TYPE_Q3_K},
+    {"Q3_K_M", TELA_FTYPE_MOSTLY_Q3_K_M, TELA_TYPE_Q3_K},
+    {"Q3_K_L", TELA_FTYPE_MOSTLY_Q3_K_L, TELA_TYPE_Q3_K},
+    {"Q4_K_S", TELA_FTYPE_MOSTLY_Q4_K_S, TELA_TYPE_Q4_K},
+    {"Q4_K_M", TELA_FTYPE_MOSTLY_Q4_K_M, TELA_TYPE_Q4_K},
+    {"Q5_K_S", TELA_FTYPE_MOSTLY_Q5_K_S, TELA_TYPE_Q5_K},
+    {"Q5_K_M", TELA_FTYPE_MOSTLY_Q5_K_M, TELA_TYPE_Q5_K},
+    {"Q6_K", TELA_FTYPE_MOSTLY_Q6_K, TELA_TYPE_Q6_K},
+    {"Q8_0", TELA_FTYPE_MOSTLY_Q8_0, TELA_TYPE_Q8_0},
+    {"F16", TELA_FTYPE_MOSTLY_F16, TELA_TYPE_F16},
+    {"BF16", TELA_FTYPE_MOSTLY_BF16, TELA_TYPE_BF16},
+    {"F32", TELA_FTYPE_ALL_F32, TELA_TYPE_F32},
 };
 #define N_FTYPES (sizeof FTYPES / sizeof FTYPES[0])
 
@@ -427,7 +426,10 @@ tela_status tela_quantize_make_plan(const tela_gguf *in, tela_ftype ftype, int a
         tela_quantize_item *it = &p.items[i];
         const tela_tensor *t = &it->src->t;
         st = tensor_type(&q, t, base, it);
-        if (st != TELA_OK) break;
+        if (st != TELA_OK) {
+            tela_error_prefix(st, "%s: ", path);
+            break;
+        }
         it->convert = it->type != t->type;
         const tela_type_traits *src = tela_type_get_traits(t->type);
         if (it->convert) {
@@ -477,6 +479,7 @@ typedef struct qjob {
     int fd;
     uint64_t offset;          /* of the tensor in the scratch file */
     const char *scratch_path;
+    double *chunk_err, *chunk_src;  /* per chunk, when measuring the error */
     int64_t next_chunk;       /* atomic */
     int failed;               /* atomic */
     pthread_mutex_t lock;
@@ -515,8 +518,9 @@ static void *job_worker(void *arg) {
     qjob *j = arg;
     const tela_tensor *t = &j->it->src->t;
     float *row = malloc((size_t)j->ne0 * sizeof *row + 1);
+    float *back = j->chunk_err ? malloc((size_t)j->ne0 * sizeof *back + 1) : NULL;
     unsigned char *out = malloc((size_t)j->rows_per_chunk * j->dst_row_bytes + 1);
-    if (!row || !out) {
+    if (!row || !out || (j->chunk_err && !back)) {
         job_fail(j, tela_errorf(TELA_ERR_NOMEM, "out of memory converting tensor %s", t->name));
         goto done;
     }
@@ -531,6 +535,14 @@ static void *job_worker(void *arg) {
         for (int64_t r = 0; r < nr && st == TELA_OK; r++) {
             st = tela_dequantize_row(t->type, src + (size_t)r * j->src_row_bytes, row, j->ne0);
             if (st == TELA_OK) st = tela_quantize_row(j->it->type, row, out + (size_t)r * j->dst_row_bytes, j->ne0);
+            if (st == TELA_OK && back) {
+                st = tela_dequantize_row(j->it->type, out + (size_t)r * j->dst_row_bytes, back, j->ne0);
+                for (int64_t k = 0; k < j->ne0; k++) {
+                    double d = (double)back[k] - (double)row[k];
+                    j->chunk_err[c] += d * d;
+                    j->chunk_src[c] += (double)row[k] * (double)row[k];
+                }
+            }
             if (st != TELA_OK) tela_error_prefix(st, "tensor %s, row %lld: ", t->name, (long long)(r0 + r));
         }
         if (st == TELA_OK)
@@ -543,14 +555,16 @@ static void *job_worker(void *arg) {
     }
 done:
     free(row);
+    free(back);
     free(out);
     return NULL;
 }
 
 /* Converts one tensor into the scratch file at offset with up to n_threads
- * threads (the caller's among them). */
+ * threads (the caller's among them); with err non-NULL, also its squared
+ * error and the source's squared sum (in chunk order: deterministic). */
 static tela_status convert_tensor(const tela_quantize_item *it, int fd, uint64_t offset, const char *scratch_path,
-                                  int n_threads) {
+                                  int n_threads, double *err, double *src_sq) {
     const tela_tensor *t = &it->src->t;
     qjob j;
     memset(&j, 0, sizeof j);
@@ -566,6 +580,15 @@ static tela_status convert_tensor(const tela_quantize_item *it, int fd, uint64_t
     j.fd = fd;
     j.offset = offset;
     j.scratch_path = scratch_path;
+    if (err) {
+        j.chunk_err = calloc((size_t)j.n_chunks, sizeof *j.chunk_err);
+        j.chunk_src = calloc((size_t)j.n_chunks, sizeof *j.chunk_src);
+        if (!j.chunk_err || !j.chunk_src) {
+            free(j.chunk_err);
+            free(j.chunk_src);
+            return tela_errorf(TELA_ERR_NOMEM, "out of memory converting tensor %s", t->name);
+        }
+    }
     pthread_mutex_init(&j.lock, NULL);
     int n = n_threads < 1 ? 1 : n_threads;
     if (n > j.n_chunks) n = (int)j.n_chunks;
@@ -579,6 +602,15 @@ static tela_status convert_tensor(const tela_quantize_item *it, int fd, uint64_t
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     free(th);
     pthread_mutex_destroy(&j.lock);
+    if (err) {
+        *err = *src_sq = 0;
+        for (int64_t c = 0; c < j.n_chunks; c++) {
+            *err += j.chunk_err[c];
+            *src_sq += j.chunk_src[c];
+        }
+        free(j.chunk_err);
+        free(j.chunk_src);
+    }
     if (j.status != TELA_OK) return tela_errorf(j.status, "%s", j.message);
     return TELA_OK;
 }
@@ -685,12 +717,16 @@ static tela_status quantize_open(const char *in_path, const char *out_path, cons
     if (n_threads < 1) n_threads = 1;
     for (size_t i = 0; i < plan.n_items; i++) {
         progress(p, i, plan.n_items, &plan.items[i]);
-        if (!plan.items[i].convert) continue;
-        st = convert_tensor(&plan.items[i], fd, offsets[i], scratch, n_threads);
-        if (st != TELA_OK) {
-            if (p->progress) fputc('\n', stderr);
-            goto out;
+        double err = 0, src_sq = 0;
+        if (plan.items[i].convert) {
+            st = convert_tensor(&plan.items[i], fd, offsets[i], scratch, n_threads, p->measure_error ? &err : NULL,
+                                &src_sq);
+            if (st != TELA_OK) {
+                if (p->progress) fputc('\n', stderr);
+                goto out;
+            }
         }
+        if (p->on_tensor) p->on_tensor(p->user, &plan.items[i], err, src_sq);
     }
     if (total > 0) {
         map = mmap(NULL, (size_t)total, PROT_READ, MAP_SHARED, fd, 0);

@@ -74,12 +74,22 @@ tela_status tela_quantize_make_plan(const tela_gguf *in, tela_ftype ftype, int a
                                     tela_quantize_plan *out);
 void tela_quantize_plan_free(tela_quantize_plan *plan);
 
+/* Called after each tensor is written to the scratch file (or skipped, when
+ * copied). With measure_error, sq_err is the sum over its elements of
+ * (dequantized output - source)^2 and sq_src the sum of source^2 (summed in
+ * row order, so the same for any thread count); both 0 otherwise and for
+ * copied tensors. */
+typedef void (*tela_quantize_tensor_cb)(void *user, const tela_quantize_item *item, double sq_err, double sq_src);
+
 typedef struct tela_quantize_params {
     tela_ftype ftype;
     int n_threads;          /* 0: all online CPUs. The output is the same for any count */
     int allow_requantize;   /* convert tensors that are already quantized (lossy) instead of failing */
     int progress;           /* a live "[ 12/147] name type" line on stderr (callers pass isatty(2)) */
     int verbose;            /* warnings (fallbacks, requantization) on stderr */
+    int measure_error;      /* compute each converted tensor's squared error for on_tensor */
+    tela_quantize_tensor_cb on_tensor;  /* may be NULL */
+    void *user;
 } tela_quantize_params;
 
 tela_quantize_params tela_quantize_default_params(void);

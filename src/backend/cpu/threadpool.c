@@ -1,9 +1,10 @@
 /* threadpool.c: persistent worker threads that run one job at a time,
  * handing out its chunks dynamically.
  *
- * Protocol: one 64-bit atomic word holds (generation << 32 | next chunk).
- * The caller publishes (fn, ctx, n_chunks), zeroes the done count and
- * stores a new generation with chunk 0. Workers spin briefly watching the
+ * Protocol: one 64-bit atomic word holds the job: generation (32 bits),
+ * number of chunks and next chunk to claim (16 bits each), so a claim sees
+ * the chunk count of the same job. The caller publishes (fn, ctx), zeroes
+ * the done count and stores the word with a new generation. Workers spin briefly watching the
  * generation, then sleep on a condition variable (the caller only signals
  * when someone sleeps). Everyone, the caller included, claims chunks by a
  * compare-and-swap on the word that also checks the generation, so a worker
@@ -52,8 +53,7 @@ struct tela_threadpool {
 
     tela_chunk_fn fn;      /* the current job; published by `state` */
     void *ctx;
-    atomic_int n_chunks;
-    atomic_uint_least64_t state; /* generation << 32 | next chunk to claim */
+    atomic_uint_least64_t state; /* generation << 32 | n_chunks << 16 | next */
     atomic_int n_done;     /* chunks of the current job finished */
     atomic_int n_sleeping;
     atomic_bool caller_waiting;
@@ -78,8 +78,8 @@ static void work(tela_threadpool *pool, uint32_t gen, int ith) {
     for (;;) {
         uint_least64_t s = atomic_load(&pool->state);
         if ((uint32_t)(s >> 32) != gen) return;
-        int n = atomic_load(&pool->n_chunks);
-        int c = (int)(uint32_t)s;
+        int n = (int)((s >> 16) & 0xffff);
+        int c = (int)(s & 0xffff);
         if (c >= n) return;
         if (!atomic_compare_exchange_weak(&pool->state, &s, s + 1)) continue;
         pool->fn(pool->ctx, c, ith);
@@ -135,7 +135,6 @@ tela_status tela_threadpool_create(int n_threads, tela_threadpool **out) {
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
     atomic_init(&pool->state, 0);
-    atomic_init(&pool->n_chunks, 0);
     atomic_init(&pool->n_done, 0);
     atomic_init(&pool->n_sleeping, 0);
     atomic_init(&pool->caller_waiting, false);
@@ -175,19 +174,38 @@ void tela_threadpool_free(tela_threadpool *pool) {
 
 int tela_threadpool_n_threads(const tela_threadpool *pool) { return pool ? pool->n_threads : 1; }
 
+/* More chunks than the state word can count run as groups of chunks. */
+#define TELA_MAX_CHUNKS 0xffff
+
+typedef struct {
+    tela_chunk_fn fn;
+    void *ctx;
+    int n_chunks, group;
+} group_job;
+
+static void group_chunk(void *arg, int chunk, int ith) {
+    const group_job *job = arg;
+    int c0 = chunk * job->group;
+    for (int c = c0; c < c0 + job->group && c < job->n_chunks; c++) job->fn(job->ctx, c, ith);
+}
+
 void tela_threadpool_run_chunks(tela_threadpool *pool, tela_chunk_fn fn, void *ctx, int n_chunks) {
     if (n_chunks <= 0) return;
     if (pool->n_threads == 1 || n_chunks == 1) {
         for (int c = 0; c < n_chunks; c++) fn(ctx, c, 0);
         return;
     }
+    if (n_chunks > TELA_MAX_CHUNKS) {
+        group_job g = {fn, ctx, n_chunks, (n_chunks + TELA_MAX_CHUNKS - 1) / TELA_MAX_CHUNKS};
+        tela_threadpool_run_chunks(pool, group_chunk, &g, (n_chunks + g.group - 1) / g.group);
+        return;
+    }
     pool->fn = fn;
     pool->ctx = ctx;
-    atomic_store(&pool->n_chunks, n_chunks);
     atomic_store(&pool->n_done, 0);
     uint32_t gen = ++pool->generation;
     if (gen == 0) gen = ++pool->generation; /* 0 is the workers' initial "seen" */
-    atomic_store(&pool->state, (uint_least64_t)gen << 32);
+    atomic_store(&pool->state, (uint_least64_t)gen << 32 | (uint_least64_t)n_chunks << 16);
     /* A worker counts itself as sleeping before re-reading the generation
      * under the mutex, so either it sees the new generation or we see it. */
     if (atomic_load(&pool->n_sleeping) > 0) {

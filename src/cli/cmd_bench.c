@@ -1,0 +1,221 @@
+/* cmd_bench.c: 'tela bench': prompt-processing and decoding speed with
+ * llama-bench's meaning. pp<P> is one prefill of P tokens from an empty
+ * context; tg<N> is N tokens decoded one at a time after an empty context.
+ * Each test runs once as a warm-up, then REPS times; the speed is tokens
+ * per second, mean and sample standard deviation over the repetitions. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/qdot.h"
+#include "backend/cpu/threadpool.h"
+#include "cli/cli.h"
+#include "tela/tela.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tela bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]\n\n"
+            "Measures speed like llama-bench: ppP = one prefill of P tokens from an empty\n"
+            "context, tgN = N tokens decoded one at a time from an empty context. Each test\n"
+            "runs once to warm up, then REPS times; prints tokens/s as mean +- stddev.\n\n"
+            "options:\n"
+            "  -m, --model PATH     GGUF file, .safetensors file or Hugging Face checkpoint directory\n"
+            "  -p, --n-prompt P     prompt tokens for the pp test (default 512; 0 skips it)\n"
+            "  -n, --n-gen N        tokens for the tg test (default 128; 0 skips it)\n"
+            "  -t, --threads N      computation threads (default: all cores)\n"
+            "  -r, --repetitions R  measured repetitions per test (default 5)\n"
+            "      --json           one JSON object per test per line instead of the table\n"
+            "  -h, --help           this help\n");
+}
+
+/* The CPU's model name from /proc/cpuinfo ("unknown" elsewhere). */
+static void cpu_model(char *buf, size_t cap) {
+    snprintf(buf, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *c = strchr(line, ':');
+        if (!c) continue;
+        c++;
+        while (*c == ' ' || *c == '\t') c++;
+        snprintf(buf, cap, "%s", c);
+        buf[strcspn(buf, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+}
+
+static const char *compiler(void) {
+#if defined(__clang__)
+    return "clang " __clang_version__;
+#elif defined(__GNUC__)
+    return "gcc " __VERSION__;
+#else
+    return "unknown";
+#endif
+}
+
+/* Token ids for the runs: a fixed pseudo-random sequence within the vocab
+ * (the speed does not depend on which tokens they are). */
+static void fill_tokens(int32_t *ids, int n, int32_t n_vocab) {
+    uint32_t s = 12345;
+    for (int i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        ids[i] = (int32_t)((s >> 8) % (uint32_t)n_vocab);
+    }
+}
+
+/* One run of a test: seconds for a prefill of n_prompt tokens, or for
+ * n_gen single-token steps; -1 after printing an error. */
+static double run_once(tela_session *s, const int32_t *ids, int n_prompt, int n_gen, float *logits) {
+    tela_session_reset(s);
+    double t0 = cli_now();
+    if (n_prompt > 0) {
+        if (tela_session_eval(s, ids, n_prompt, logits, 0) != TELA_OK) goto fail;
+    } else {
+        for (int i = 0; i < n_gen; i++)
+            if (tela_session_eval(s, ids + i, 1, logits, 0) != TELA_OK) goto fail;
+    }
+    return cli_now() - t0;
+fail:
+    fprintf(stderr, "tela bench: %s\n", tela_last_error());
+    return -1;
+}
+
+int tela_cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL;
+    long long n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!val) {
+                fprintf(stderr, "tela bench: %s needs a value\n", a);
+                return 2;
+            }
+            model_path = val;
+            i++;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+            if (cli_parse_int(a, val, 0, 1 << 20, &n_prompt)) return 2;
+            i++;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+            if (cli_parse_int(a, val, 0, 1 << 20, &n_gen)) return 2;
+            i++;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (cli_parse_int(a, val, 1, 1024, &n_threads)) return 2;
+            i++;
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
+            if (cli_parse_int(a, val, 1, 1000, &reps)) return 2;
+            i++;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else {
+            fprintf(stderr, "tela bench: unknown option '%s' (see tela bench --help)\n", a);
+            return 2;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "tela bench: no model given (-m MODEL; see tela bench --help)\n");
+        return 2;
+    }
+    if (n_prompt == 0 && n_gen == 0) {
+        fprintf(stderr, "tela bench: nothing to measure (-p 0 and -n 0)\n");
+        return 2;
+    }
+
+    tela_model *m = NULL;
+    if (tela_model_load(model_path, NULL, &m) != TELA_OK) {
+        fprintf(stderr, "tela bench: %s\n", tela_last_error());
+        return 1;
+    }
+    const tela_model_info *info = tela_model_get_info(m);
+    tela_session_params sp = tela_session_default_params();
+    long long ctx = n_prompt > n_gen ? n_prompt : n_gen;
+    sp.n_ctx = (int32_t)(ctx < 16 ? 16 : ctx);
+    sp.n_threads = (int)n_threads;
+    tela_session *s = NULL;
+    if (tela_session_create(m, &sp, &s) != TELA_OK) {
+        fprintf(stderr, "tela bench: %s\n", tela_last_error());
+        tela_model_free(m);
+        return 1;
+    }
+    int threads = n_threads > 0 ? (int)n_threads : tela_cpu_count();
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)ctx);
+    float *logits = malloc(sizeof(float) * (size_t)info->n_vocab);
+    if (!ids || !logits) {
+        fprintf(stderr, "tela bench: out of memory\n");
+        free(ids);
+        free(logits);
+        tela_session_free(s);
+        tela_model_free(m);
+        return 1;
+    }
+    fill_tokens(ids, (int)ctx, info->n_vocab);
+
+    char cpu[256], model_type[128];
+    cpu_model(cpu, sizeof cpu);
+    snprintf(model_type, sizeof model_type, "%s %s", info->arch, info->file_type ? info->file_type : "?");
+    const char *isa = tela_isa_name(tela_qdot_best_isa());
+    if (!json) {
+        printf("cpu: %s, isa: %s, threads: %d\n", cpu, isa, threads);
+        printf("build: tela %s, %s\n", tela_version(), compiler());
+        printf("| %-16s | %10s | %8s | %8s | %20s |\n", "model", "size", "params", "test", "t/s");
+        printf("| ---------------- | ---------: | -------: | -------: | -------------------: |\n");
+    }
+    int rc = 0;
+    for (int test = 0; test < 2 && rc == 0; test++) {
+        int np = test == 0 ? (int)n_prompt : 0, ng = test == 1 ? (int)n_gen : 0;
+        if (np == 0 && ng == 0) continue;
+        int n_tok = np ? np : ng;
+        double sum = 0, sum2 = 0;
+        for (long long r = -1; r < reps; r++) { /* r = -1: warm-up */
+            double sec = run_once(s, ids, np, ng, logits);
+            if (sec < 0) {
+                rc = 1;
+                break;
+            }
+            if (r < 0) continue;
+            double ts = n_tok / (sec > 0 ? sec : 1e-9);
+            sum += ts;
+            sum2 += ts * ts;
+        }
+        if (rc) break;
+        double avg = sum / (double)reps;
+        double var = reps > 1 ? (sum2 - sum * avg) / (double)(reps - 1) : 0.0;
+        double sd = var > 0 ? sqrt(var) : 0.0;
+        char name[32];
+        snprintf(name, sizeof name, "%s%d", np ? "pp" : "tg", n_tok);
+        if (json) {
+            printf("{\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
+                   "\"threads\": %d, \"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %lld, "
+                   "\"cpu_info\": \"%s\", \"isa\": \"%s\", \"build\": \"tela %s\", \"repetitions\": %lld}\n",
+                   name, np, ng, avg, sd, threads, model_type, (unsigned long long)info->n_bytes,
+                   (long long)info->n_params, cpu, isa, tela_version(), reps);
+        } else {
+            char size[32], params[32], ts[48];
+            double mib = (double)info->n_bytes / (1024.0 * 1024.0);
+            if (mib >= 1024) snprintf(size, sizeof size, "%.2f GiB", mib / 1024);
+            else snprintf(size, sizeof size, "%.2f MiB", mib);
+            double p = (double)info->n_params;
+            if (p >= 1e9) snprintf(params, sizeof params, "%.2f B", p / 1e9);
+            else if (p >= 1e6) snprintf(params, sizeof params, "%.2f M", p / 1e6);
+            else snprintf(params, sizeof params, "%.2f K", p / 1e3);
+            snprintf(ts, sizeof ts, "%.2f ± %.2f", avg, sd);
+            /* width 21: "±" is two bytes but one column */
+            printf("| %-16s | %10s | %8s | %8s | %21s |\n", model_type, size, params, name, ts);
+        }
+        fflush(stdout);
+    }
+    free(ids);
+    free(logits);
+    tela_session_free(s);
+    tela_model_free(m);
+    return rc;
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# cli_bench.sh: 'tela bench' output format on the small Q8_0 fixture model
+# (tests/fixtures/llama/llama-gqa-q8_0.gguf): the table names the machine,
+# the build and both tests (pp8, tg4); --json prints one object per test
+# with the fields llama-bench's JSON has (test, n_prompt, n_gen, avg_ts,
+# stddev_ts, threads, model_type, model_size) and the values asked for;
+# --help and bad options behave. Speed itself is not checked.
+set -u
+TELA=${TELA_BIN:?TELA_BIN is not set}
+M=${TELA_SOURCE_DIR:?TELA_SOURCE_DIR is not set}/tests/fixtures/llama/llama-gqa-q8_0.gguf
+if [ ! -f "$M" ]; then
+    echo "SKIP: no $M"
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+if "$TELA" bench -m "$M" -p 8 -n 4 -r 1 -t 2 >"$tmp/table.txt" 2>"$tmp/err.txt"; then
+    grep -q '^cpu: .*isa: .*threads: 2$' "$tmp/table.txt" && ok "machine line" || bad "no machine line: $(cat "$tmp/table.txt")"
+    grep -q '^build: tela ' "$tmp/table.txt" && ok "build line" || bad "no build line"
+    grep -Eq '^\| +model +\| +size +\| +params +\| +test +\| +t/s +\|$' "$tmp/table.txt" && ok "table header" || bad "no table header"
+    grep -Eq '\| +pp8 \| +[0-9.]+ ± [0-9.]+ \|$' "$tmp/table.txt" && ok "pp8 row" || bad "no pp8 row"
+    grep -Eq '\| +tg4 \| +[0-9.]+ ± [0-9.]+ \|$' "$tmp/table.txt" && ok "tg4 row" || bad "no tg4 row"
+else
+    bad "tela bench failed: $(cat "$tmp/err.txt")"
+fi
+
+if "$TELA" bench -m "$M" -p 8 -n 4 -r 2 -t 1 --json >"$tmp/out.json" 2>"$tmp/err.txt"; then
+    if python3 - "$tmp/out.json" "$M" <<'PY'
+import json, os, sys
+lines = open(sys.argv[1]).read().strip().splitlines()
+assert len(lines) == 2, "expected 2 lines, got %d" % len(lines)
+objs = [json.loads(l) for l in lines]
+want = [("pp8", 8, 0), ("tg4", 0, 4)]
+for o, (name, np_, ng) in zip(objs, want):
+    assert o["test"] == name, o
+    assert o["n_prompt"] == np_ and o["n_gen"] == ng, o
+    assert o["threads"] == 1, o
+    assert o["avg_ts"] > 0 and o["stddev_ts"] >= 0, o
+    assert o["model_type"].startswith("llama"), o
+    # weight bytes: less than the file, more than half of it for this model
+    size = os.path.getsize(sys.argv[2])
+    assert size / 2 < o["model_size"] <= size, (o["model_size"], size)
+PY
+    then ok "json lines"; else bad "json output: $(cat "$tmp/out.json")"; fi
+else
+    bad "tela bench --json failed: $(cat "$tmp/err.txt")"
+fi
+
+"$TELA" bench --help | grep -q 'usage: tela bench' && ok "--help" || bad "--help"
+if "$TELA" bench -m "$M" -p x 2>"$tmp/err.txt"; then bad "-p x accepted"; else ok "-p x rejected"; fi
+if "$TELA" bench 2>"$tmp/err.txt"; then bad "no model accepted"; else grep -q 'no model' "$tmp/err.txt" && ok "no model" || bad "no model message"; fi
+if "$TELA" bench -m /nonexistent.gguf -p 8 -n 0 -r 1 2>"$tmp/err.txt"; then bad "missing file accepted"; else ok "missing file rejected"; fi
+exit $fail
