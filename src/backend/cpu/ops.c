@@ -298,6 +298,87 @@ typedef struct {
     tela_threadpool *pool;
 } attn_job;
 
+typedef int32_t tela_v8i __attribute__((vector_size(32)));
+
+/* exp(x) for 8 lanes with x <= 0 (softmax after subtracting the max):
+ * x = k ln2 + r with |r| <= ln2/2, exp(r) by its Taylor polynomial to r^7
+ * (relative error < 2e-8 plus rounding), times 2^k built in the exponent
+ * bits. x is clamped to -87 (exp = 1.6e-38: nothing next to the max's 1),
+ * which keeps 2^k normal. Several times faster than calling expf per
+ * element, which dominated attention at long context. */
+static tela_v8f exp_v8_nonpos(tela_v8f x) {
+    const tela_v8f lo = {-87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f};
+    tela_v8i below = x < lo;
+    x = (tela_v8f)(((tela_v8i)x & ~below) | ((tela_v8i)lo & below));
+    const float rnd = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    tela_v8f kf = (x * 1.44269504088896341f + rnd) - rnd;
+    tela_v8f r = x - kf * 0.693145751953125f; /* ln2 split in two (Cody-Waite) */
+    r = r - kf * 1.42860682030941723212e-6f;
+    tela_v8f p = r * (1.0f / 5040) + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    tela_v8i k = __builtin_convertvector(kf, tela_v8i);
+    tela_v8i scale = (k + 127) << 23;
+    return p * (tela_v8f)scale;
+}
+
+/* Softmax of n scores in place, 8 lanes at a time (the tail through a
+ * padded vector, so every element takes the same steps). */
+static void softmax_v8(float *x, int64_t n) {
+    float mx = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    tela_v8f sum = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        tela_v8f e = exp_v8_nonpos(*(tela_v8f *)(x + i) - mx);
+        *(tela_v8f *)(x + i) = e;
+        sum += e;
+    }
+    if (i < n) {
+        tela_v8f t = {-100.f, -100.f, -100.f, -100.f, -100.f, -100.f, -100.f, -100.f};
+        for (int64_t j = i; j < n; j++) t[j - i] = x[j] - mx;
+        t = exp_v8_nonpos(t);
+        for (int64_t j = i; j < n; j++) {
+            x[j] = t[j - i];
+            sum[j - i] += t[j - i];
+        }
+    }
+    float inv = 1.0f / (((sum[0] + sum[4]) + (sum[1] + sum[5])) + ((sum[2] + sum[6]) + (sum[3] + sum[7])));
+    for (i = 0; i + 8 <= n; i += 8) *(tela_v8f *)(x + i) *= inv;
+    for (; i < n; i++) x[i] *= inv;
+}
+
+/* o[d] = sum_p s[p] * v[p][d]: 32 output dims at a time held in registers
+ * while the keys stream past (each o[d] sums over p in order). */
+static void weighted_sum(float *o, const float *s, const float *v, int64_t v_stride, int64_t n_keys, int v_dim) {
+    int d = 0;
+    for (; d + 32 <= v_dim; d += 32) {
+        tela_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t p = 0; p < n_keys; p++) {
+            const float *vp = v + p * v_stride + d;
+            float sp = s[p];
+            a0 += sp * *(const tela_v8f *)vp;
+            a1 += sp * *(const tela_v8f *)(vp + 8);
+            a2 += sp * *(const tela_v8f *)(vp + 16);
+            a3 += sp * *(const tela_v8f *)(vp + 24);
+        }
+        *(tela_v8f *)(o + d) = a0;
+        *(tela_v8f *)(o + d + 8) = a1;
+        *(tela_v8f *)(o + d + 16) = a2;
+        *(tela_v8f *)(o + d + 24) = a3;
+    }
+    for (; d < v_dim; d++) {
+        float acc = 0.0f;
+        for (int64_t p = 0; p < n_keys; p++) acc += s[p] * v[p * v_stride + d];
+        o[d] = acc;
+    }
+}
+
 static void attention_task(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     const tela_attn_args *a = job->a;
@@ -314,14 +395,9 @@ static void attention_task(void *arg, int ith, int nth) {
         int64_t n_keys = (int64_t)a->pos0 + t + 1;
         for (int64_t p = 0; p < n_keys; p++)
             scores[p] = tela_dot_f32(q, a->k + p * a->k_stride + (int64_t)kvh * a->k_dim, a->k_dim) * a->scale;
-        tela_op_softmax(scores, n_keys);
-        float *o = a->out + t * a->out_stride + (int64_t)h * a->v_dim;
-        memset(o, 0, (size_t)a->v_dim * sizeof(float));
-        for (int64_t p = 0; p < n_keys; p++) {
-            const float *v = a->v + p * a->v_stride + (int64_t)kvh * a->v_dim;
-            float s = scores[p];
-            for (int d = 0; d < a->v_dim; d++) o[d] += s * v[d];
-        }
+        softmax_v8(scores, n_keys);
+        weighted_sum(a->out + t * a->out_stride + (int64_t)h * a->v_dim, scores, a->v + (int64_t)kvh * a->v_dim,
+                     a->v_stride, n_keys, a->v_dim);
     }
 }
 
