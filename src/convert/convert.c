@@ -565,7 +565,14 @@ static tela_status convert(conv_ctx *c, const char *out_path) {
     /* Without a tokenizer, say so the way llama.cpp's converter does
      * (_set_vocab_none): llama.cpp refuses a file with no tokenizer.ggml.model
      * at all, and loads "none" as a token-ids-only model. */
-    if (vs == TELA_ERR_NOT_FOUND) TELA_TRY(tela_gguf_writer_add_str(c->w, "tokenizer.ggml.model", "none"));
+    if (vs == TELA_ERR_NOT_FOUND) {
+        TELA_TRY(tela_gguf_writer_add_str(c->w, "tokenizer.ggml.model", "none"));
+        /* ...and takes the vocabulary size from <arch>.vocab_size then */
+        int64_t n_vocab = 0;
+        if (!tela_gguf_writer_has_key(c->w, conv_key(c, "vocab_size")) &&
+            conv_cfg_int(c, "vocab_size", &n_vocab) == TELA_OK && n_vocab > 0 && n_vocab <= UINT32_MAX)
+            TELA_TRY(tela_gguf_writer_add_u32(c->w, conv_key(c, "vocab_size"), (uint32_t)n_vocab));
+    }
 
     /* tensor data: converted one tensor at a time into an unlinked scratch
      * file beside the output, then mapped for the writer (which references

@@ -113,6 +113,8 @@ tela_status tela_gguf_writer_add_arr(tela_gguf_writer *w, const char *key, tela_
                                      const void *data, uint64_t n);
 tela_status tela_gguf_writer_add_str_arr(tela_gguf_writer *w, const char *key, const char *const *strs,
                                          uint64_t n);
+/* True when the key has already been added. */
+bool tela_gguf_writer_has_key(tela_gguf_writer *w, const char *key);
 /* Copies a key/value from a parsed file (any type, nested arrays too). */
 tela_status tela_gguf_writer_copy_kv(tela_gguf_writer *w, const tela_gguf_kv *kv);
 /* Adds a tensor; data is referenced, not copied, until write returns.

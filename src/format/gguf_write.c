@@ -130,6 +130,8 @@ static gguf_wkv *find_kv(tela_gguf_writer *w, const char *key) {
     return NULL;
 }
 
+bool tela_gguf_writer_has_key(tela_gguf_writer *w, const char *key) { return w && key && find_kv(w, key) != NULL; }
+
 /* Starts a new key/value: checks the key and appends an entry whose value
  * buffer begins with the type. */
 static tela_status kv_begin(tela_gguf_writer *w, const char *key, tela_gguf_vtype type, gguf_wkv **out) {
