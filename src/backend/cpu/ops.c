@@ -379,6 +379,33 @@ static void weighted_sum(float *o, const float *s, const float *v, int64_t v_str
     }
 }
 
+/* s[p] = dot(q, k[p]) * scale for n_keys keys (k_stride floats apart),
+ * four keys at a time so that four independent accumulator chains hide
+ * the FMA latency (one key at a time waits on a single chain). Each score
+ * takes exactly tela_dot_f32's steps, so the result is the same. */
+static void qk_scores(float *s, const float *q, const float *k, int64_t k_stride, int64_t n_keys, int k_dim,
+                      float scale) {
+    int64_t p = 0;
+    if (k_dim % 8 == 0) {
+        for (; p + 4 <= n_keys; p += 4) {
+            const float *k0 = k + p * k_stride, *k1 = k0 + k_stride, *k2 = k1 + k_stride, *k3 = k2 + k_stride;
+            tela_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int i = 0; i < k_dim; i += 8) {
+                tela_v8f qi = *(const tela_v8f *)(q + i);
+                a0 += qi * *(const tela_v8f *)(k0 + i);
+                a1 += qi * *(const tela_v8f *)(k1 + i);
+                a2 += qi * *(const tela_v8f *)(k2 + i);
+                a3 += qi * *(const tela_v8f *)(k3 + i);
+            }
+            s[p] = (((a0[0] + a0[4]) + (a0[1] + a0[5])) + ((a0[2] + a0[6]) + (a0[3] + a0[7]))) * scale;
+            s[p + 1] = (((a1[0] + a1[4]) + (a1[1] + a1[5])) + ((a1[2] + a1[6]) + (a1[3] + a1[7]))) * scale;
+            s[p + 2] = (((a2[0] + a2[4]) + (a2[1] + a2[5])) + ((a2[2] + a2[6]) + (a2[3] + a2[7]))) * scale;
+            s[p + 3] = (((a3[0] + a3[4]) + (a3[1] + a3[5])) + ((a3[2] + a3[6]) + (a3[3] + a3[7]))) * scale;
+        }
+    }
+    for (; p < n_keys; p++) s[p] = tela_dot_f32(q, k + p * k_stride, k_dim) * scale;
+}
+
 static void attention_task(void *arg, int ith, int nth) {
     const attn_job *job = arg;
     const tela_attn_args *a = job->a;
@@ -393,8 +420,7 @@ static void attention_task(void *arg, int ith, int nth) {
         int kvh = h / group;
         const float *q = a->q + t * a->q_stride + (int64_t)h * a->k_dim;
         int64_t n_keys = (int64_t)a->pos0 + t + 1;
-        for (int64_t p = 0; p < n_keys; p++)
-            scores[p] = tela_dot_f32(q, a->k + p * a->k_stride + (int64_t)kvh * a->k_dim, a->k_dim) * a->scale;
+        qk_scores(scores, q, a->k + (int64_t)kvh * a->k_dim, a->k_stride, n_keys, a->k_dim, a->scale);
         softmax_v8(scores, n_keys);
         weighted_sum(a->out + t * a->out_stride + (int64_t)h * a->v_dim, scores, a->v + (int64_t)kvh * a->v_dim,
                      a->v_stride, n_keys, a->v_dim);
