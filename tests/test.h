@@ -55,4 +55,25 @@ static inline const char *test_path(char *buf, size_t cap, const char *env, cons
     return buf;
 }
 
+/* Reads a whole file into a NUL-terminated malloc'd buffer (NULL if it cannot
+ * be read); *len gets its size when len is not NULL. */
+static inline char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        buf = malloc((size_t)n + 1);
+        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = '\0';
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
 #endif

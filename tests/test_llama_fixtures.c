@@ -34,20 +34,7 @@ static char dir[1024];
 static char *slurp(const char *name, size_t *len) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    if (len) *len = (size_t)n;
-    return buf;
+    return test_read_file(path, len);
 }
 
 static int32_t *ints(const cJSON *arr, int *n) {

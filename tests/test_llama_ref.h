@@ -26,20 +26,7 @@ static char fixtures[1024];
 static cJSON *refs_json;
 
 static inline char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    if (len) *len = (size_t)n;
-    return buf;
+    return test_read_file(path, len);
 }
 
 static inline int32_t *json_ints(const cJSON *arr, int *n) {

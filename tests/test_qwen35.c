@@ -49,20 +49,7 @@
 /* ------------------------------------------------------------ helpers */
 
 static char *slurp(const char *path, size_t *n_out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    if (n_out) *n_out = (size_t)n;
-    return buf;
+    return test_read_file(path, n_out);
 }
 
 static int file_exists(const char *path) { return access(path, R_OK) == 0; }
