@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_convert.sh: 'tela convert' as a user runs it: --help, usage errors,
-# an unsupported checkpoint (clean error, no output file left), and, when
+# --no-mtp documented, an unsupported checkpoint (clean error, no output file left), and, when
 # ../shared is present, llama-d1-hf.tgz -> F16 GGUF with the same tensor table
 # as llama.cpp's llama-d1.gguf (checked with an independent struct parser).
 set -u
@@ -12,6 +12,7 @@ check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
 
 "$tela" convert --help > "$tmp/help" 2>&1
 check "--help exits 0 and names the types" "grep -q 'q8_0' '$tmp/help'"
+check "--help documents --no-mtp" "grep -q -- '--no-mtp' '$tmp/help'"
 "$tela" convert > /dev/null 2>&1
 check "no arguments is an error" "[ $? -ne 0 ]"
 "$tela" convert "$tmp" -o "$tmp/x.gguf" --type q4_K > /dev/null 2> "$tmp/err"

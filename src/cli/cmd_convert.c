@@ -10,17 +10,21 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tela convert HF_DIR -o OUT.gguf [--type f32|f16|bf16|q8_0] [--name NAME] [--no-vocab] [-q]\n\n"
+            "usage: tela convert HF_DIR -o OUT.gguf [--type f32|f16|bf16|q8_0] [--name NAME] [--no-vocab]\n"
+            "                    [--no-mtp] [-q]\n\n"
             "Converts a Hugging Face checkpoint (config.json + safetensors, sharded or not;\n"
             "F32, F16 or BF16 weights) into a GGUF file laid out as llama.cpp's converter\n"
             "does it. Architectures: LlamaForCausalLM, Qwen3_5ForCausalLM and the text\n"
-            "model of Qwen3_5ForConditionalGeneration.\n\n"
+            "model of Qwen3_5ForConditionalGeneration. Qwen3.5's multi-token-prediction\n"
+            "(mtp.*) tensors, when present, become extra blocks after the trunk\n"
+            "(blk.N.nextn.*, <arch>.nextn_predict_layers), as llama.cpp writes them.\n\n"
             "options:\n"
             "  -o, --output FILE  the GGUF file to write (written to a temporary name, then renamed)\n"
             "  --type TYPE        type of the weight matrices: f32, f16 (default), bf16 or q8_0;\n"
             "                     norms and other 1-D tensors are always f32\n"
             "  --name NAME        general.name (default: from the directory name)\n"
             "  --no-vocab         leave out the tokenizer metadata\n"
+            "  --no-mtp           leave out the multi-token-prediction (MTP) blocks\n"
             "  -q, --quiet        no progress line\n");
 }
 
@@ -56,6 +60,8 @@ int tela_cmd_convert(int argc, char **argv) {
             p.name = argv[i];
         } else if (!strcmp(a, "--no-vocab")) {
             p.no_vocab = 1;
+        } else if (!strcmp(a, "--no-mtp")) {
+            p.no_mtp = 1;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
         } else if (a[0] == '-' && a[1]) {

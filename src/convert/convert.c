@@ -418,7 +418,7 @@ tela_status conv_text_model_params(conv_ctx *c) {
     tela_gguf_writer *w = c->w;
     int64_t v;
     double d;
-    TELA_TRY(tela_gguf_writer_add_u32(w, conv_key(c, "block_count"), (uint32_t)c->n_layer));
+    TELA_TRY(tela_gguf_writer_add_u32(w, conv_key(c, "block_count"), (uint32_t)(c->n_layer + c->n_nextn)));
     if (conv_cfg_int(c, "max_position_embeddings", &v) == TELA_OK)
         TELA_TRY(tela_gguf_writer_add_u32(w, conv_key(c, "context_length"), (uint32_t)v));
     TELA_TRY(conv_cfg_int(c, "hidden_size", &v));

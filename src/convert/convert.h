@@ -16,6 +16,7 @@ typedef struct tela_convert_params {
     tela_type type;
     const char *name;   /* general.name; NULL: derived like llama.cpp (directory name) */
     int no_vocab;       /* 1: no tokenizer.* keys even when tokenizer.json is present */
+    int no_mtp;         /* 1: leave out multi-token-prediction (mtp.*) blocks (llama.cpp's --no-mtp) */
     int progress;       /* 1: a progress line on stderr (callers pass isatty(2)) */
 } tela_convert_params;
 

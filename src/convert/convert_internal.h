@@ -51,6 +51,8 @@ typedef struct conv_ctx {
     conv_tensor *t;
     size_t n_t, cap_t;
     int64_t n_layer;
+    int64_t n_nextn;            /* MTP blocks appended after the trunk (set by the plan);
+                                 * block_count = n_layer + n_nextn */
 } conv_ctx;
 
 /* ---- config.json lookups. Like llama.cpp, a text_config's keys override

@@ -26,9 +26,24 @@
  *    rows, ssm_a, ssm_dt.bias, the V channels of ssm_conv1d and the columns
  *    of ssm_out.
  *  - post_attention_layernorm -> post_attention_norm (not ffn_norm), MLP as
- *    Llama; mtp.* (multi-token prediction) tensors are not converted.
+ *    Llama.
+ *  - Multi-token prediction (_QwenMtpMixin), unless params.no_mtp: the
+ *    mtp.* (or model.mtp.*) tensors become n_mtp extra blocks after the
+ *    trunk's n_layer. mtp.layers.i.X is renamed model.layers.(n_layer+i).X
+ *    and then mapped like any full-attention layer (attn_norm,
+ *    post_attention_norm, attn_q/k/v/output, attn_q_norm/attn_k_norm, ffn_*;
+ *    every *norm.weight gets the +1). The block-level tensors go to block
+ *    n_layer: mtp.fc -> blk.N.nextn.eh_proj.weight (HF [H, 2H], a weight
+ *    matrix), mtp.pre_fc_norm_embedding -> nextn.enorm, pre_fc_norm_hidden
+ *    -> nextn.hnorm, mtp.norm -> nextn.shared_head_norm (all three are
+ *    "...norm.weight" after the rename, so they get the +1 too).
+ *    n_mtp = config mtp_num_hidden_layers, else counted from the tensors;
+ *    block_count = n_layer + n_mtp and <arch>.nextn_predict_layers = n_mtp
+ *    (right after TextModel's keys). A checkpoint with no mtp.* tensors gets
+ *    no MTP blocks (llama.cpp would still count config's
+ *    mtp_num_hidden_layers and write a file its loader rejects).
  * Keys: TextModel's (with rope.dimension_sections from mrope_section), then
- * ssm.conv_kernel, ssm.state_size (key head dim), ssm.group_count (key
+ * nextn_predict_layers when there are MTP blocks, ssm.conv_kernel, ssm.state_size (key head dim), ssm.group_count (key
  * heads), ssm.time_step_rank (value heads), ssm.inner_size (value heads *
  * value head dim), full_attention_interval, rope.dimension_count
  * (head_dim * partial_rotary_factor). */
@@ -206,12 +221,14 @@ static tela_status layer_tensor(conv_ctx *c, const qwen_dims *d, const tela_tens
     }
 }
 
-/* The HF name without the multimodal wrapper's prefix, or NULL for tensors
- * that are not part of the text model (vision tower, MTP head). */
+/* The HF name without the multimodal wrapper's prefix ("model.mtp." becomes
+ * "mtp."), or NULL for tensors that are not part of the text model (vision
+ * tower). */
 static const char *text_name(const char *name, char *buf, size_t cap) {
-    static const char *const skip[] = {"model.visual.", "visual.", "mtp.", "model.mtp."};
+    static const char *const skip[] = {"model.visual.", "visual."};
     for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
         if (!strncmp(name, skip[i], strlen(skip[i]))) return NULL;
+    if (!strncmp(name, "model.mtp.", 10)) return name + 6;
     const char *lm = "model.language_model.";
     if (!strncmp(name, lm, strlen(lm))) {
         snprintf(buf, cap, "model.%s", name + strlen(lm));
@@ -220,11 +237,84 @@ static const char *text_name(const char *name, char *buf, size_t cap) {
     return name;
 }
 
+/* Block-level MTP tensors: HF name, GGUF suffix (in block n_layer), whether
+ * llama.cpp's loader requires it. */
+static const struct { const char *hf, *gguf; bool required; } QWEN_MTP_TOP[] = {
+    {"mtp.fc.weight", "nextn.eh_proj.weight", true},
+    {"mtp.pre_fc_norm_embedding.weight", "nextn.enorm.weight", true},
+    {"mtp.pre_fc_norm_hidden.weight", "nextn.hnorm.weight", true},
+    {"mtp.norm.weight", "nextn.shared_head_norm.weight", false},
+};
+#define N_QWEN_MTP_TOP (sizeof QWEN_MTP_TOP / sizeof QWEN_MTP_TOP[0])
+
+/* The number of MTP blocks to write: 0 with no_mtp or without mtp.*
+ * tensors, else config's mtp_num_hidden_layers, else one more than the
+ * highest mtp.layers.N (llama.cpp's opt_num_mtp_layers), at least 1. */
+static tela_status qwen_count_mtp(conv_ctx *c, int64_t *n_mtp) {
+    *n_mtp = 0;
+    if (c->params->no_mtp) return TELA_OK;
+    bool any = false;
+    int64_t counted = 0;
+    size_t n = tela_checkpoint_n_tensors(c->ck);
+    for (size_t i = 0; i < n; i++) {
+        char buf[512];
+        const char *name = text_name(tela_checkpoint_tensor(c->ck, i)->name, buf, sizeof buf);
+        int64_t bid;
+        const char *rest;
+        if (!name || strncmp(name, "mtp.", 4)) continue;
+        any = true;
+        if (conv_layer_part(name, "mtp.layers.", &bid, &rest) && bid + 1 > counted) counted = bid + 1;
+    }
+    if (!any) return TELA_OK;
+    int64_t cfg_n = 0;
+    if (conv_cfg_int(c, "mtp_num_hidden_layers", &cfg_n) != TELA_OK) cfg_n = 0;
+    if (cfg_n < 0 || cfg_n > 64)
+        return tela_errorf(TELA_ERR_FORMAT, "%s/config.json: mtp_num_hidden_layers = %lld is out of range",
+                           c->hf_path, (long long)cfg_n);
+    if (counted > 64) return tela_errorf(TELA_ERR_FORMAT, "%s: mtp.layers.%lld is out of range", c->hf_path,
+                                         (long long)(counted - 1));
+    *n_mtp = cfg_n > 0 ? cfg_n : counted > 0 ? counted : 1;
+    return TELA_OK;
+}
+
+/* An mtp.* tensor: mtp.layers.i.X as full-attention block n_layer + i, the
+ * block-level ones as nextn.* of block n_layer. seen_layer / seen_top
+ * record what was found. */
+static tela_status qwen_mtp_tensor(conv_ctx *c, const qwen_dims *d, const tela_tensor *src, const char *name,
+                                   int64_t n_mtp, bool *seen_layer, bool *seen_top) {
+    int64_t bid;
+    const char *rest;
+    if (conv_layer_part(name, "mtp.layers.", &bid, &rest)) {
+        size_t k = 0;
+        while (k < N_QWEN_LAYER && strcmp(rest, QWEN_LAYER[k].hf)) k++;
+        if (bid >= n_mtp || k == N_QWEN_LAYER || QWEN_LAYER[k].kind == 1)
+            return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: cannot map tensor %s to GGUF (%lld MTP blocks of full "
+                               "attention)", c->hf_path, src->name, (long long)n_mtp);
+        seen_layer[bid * (int64_t)N_QWEN_LAYER + (int64_t)k] = true;
+        return layer_tensor(c, d, src, c->n_layer + bid, k);
+    }
+    for (size_t k = 0; k < N_QWEN_MTP_TOP; k++) {
+        if (strcmp(name, QWEN_MTP_TOP[k].hf)) continue;
+        int64_t want[2] = {d->n_embd, 2 * d->n_embd};
+        TELA_TRY(conv_expect_shape(src, k == 0 ? 2 : 1, want));
+        conv_tensor *t = conv_add(c, src, "blk.%lld.%s", (long long)c->n_layer, QWEN_MTP_TOP[k].gguf);
+        if (!t) return TELA_ERR_NOMEM;
+        if (k > 0) t->op = CONV_OP_ADD_ONE;
+        seen_top[k] = true;
+        return TELA_OK;
+    }
+    return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: cannot map tensor %s to GGUF", c->hf_path, src->name);
+}
+
 static tela_status qwen_plan_dims(conv_ctx *c, qwen_dims *d) {
+    int64_t n_mtp;
+    TELA_TRY(qwen_count_mtp(c, &n_mtp));
     tela_status st = TELA_OK;
     size_t n = tela_checkpoint_n_tensors(c->ck);
-    bool *seen = calloc((size_t)c->n_layer * N_QWEN_LAYER + 2, 1);
+    bool *seen = calloc((size_t)(c->n_layer + n_mtp) * N_QWEN_LAYER + 2 + N_QWEN_MTP_TOP, 1);
     if (!seen) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    bool *seen_mtp = seen + 2 + c->n_layer * (int64_t)N_QWEN_LAYER;
+    bool *seen_top = seen_mtp + n_mtp * (int64_t)N_QWEN_LAYER;
     for (size_t i = 0; i < n && st == TELA_OK; i++) {
         const tela_tensor *src = tela_checkpoint_tensor(c->ck, i);
         char buf[512];
@@ -232,7 +322,9 @@ static tela_status qwen_plan_dims(conv_ctx *c, qwen_dims *d) {
         int64_t bid;
         const char *rest;
         if (!name || conv_ends_with(name, ".rotary_emb.inv_freq")) continue;
-        if (!strcmp(name, "model.embed_tokens.weight")) {
+        if (!strncmp(name, "mtp.", 4)) {
+            if (n_mtp > 0) st = qwen_mtp_tensor(c, d, src, name, n_mtp, seen_mtp, seen_top);
+        } else if (!strcmp(name, "model.embed_tokens.weight")) {
             int64_t want[2] = {d->n_vocab, d->n_embd};
             if ((st = conv_expect_shape(src, 2, want)) == TELA_OK)
                 st = conv_add(c, src, "token_embd.weight") ? TELA_OK : TELA_ERR_NOMEM;
@@ -275,7 +367,19 @@ static tela_status qwen_plan_dims(conv_ctx *c, qwen_dims *d) {
                 break;
             }
     }
+    for (int64_t b = 0; st == TELA_OK && b < n_mtp; b++)
+        for (size_t k = 0; k < N_QWEN_LAYER; k++)
+            if (QWEN_LAYER[k].kind != 1 && !seen_mtp[b * (int64_t)N_QWEN_LAYER + (int64_t)k]) {
+                st = tela_errorf(TELA_ERR_NOT_FOUND, "%s: missing tensor mtp.layers.%lld.%s (use --no-mtp to leave "
+                                 "out the MTP blocks)", c->hf_path, (long long)b, QWEN_LAYER[k].hf);
+                break;
+            }
+    for (size_t k = 0; st == TELA_OK && n_mtp > 0 && k < N_QWEN_MTP_TOP; k++)
+        if (QWEN_MTP_TOP[k].required && !seen_top[k])
+            st = tela_errorf(TELA_ERR_NOT_FOUND, "%s: missing tensor %s (use --no-mtp to leave out the MTP blocks)",
+                             c->hf_path, QWEN_MTP_TOP[k].hf);
     free(seen);
+    c->n_nextn = st == TELA_OK ? n_mtp : 0;
     return st;
 }
 
@@ -294,6 +398,8 @@ static tela_status qwen_params(conv_ctx *c) {
     TELA_TRY(st);
     TELA_TRY(conv_text_model_params(c));
     tela_gguf_writer *w = c->w;
+    if (c->n_nextn > 0) /* _QwenMtpMixin.set_gguf_parameters */
+        TELA_TRY(tela_gguf_writer_add_u32(w, conv_key(c, "nextn_predict_layers"), (uint32_t)c->n_nextn));
     TELA_TRY(tela_gguf_writer_add_u32(w, conv_key(c, "ssm.conv_kernel"), (uint32_t)d.conv_kernel));
     TELA_TRY(tela_gguf_writer_add_u32(w, conv_key(c, "ssm.state_size"), (uint32_t)d.k_dim));
     TELA_TRY(tela_gguf_writer_add_u32(w, conv_key(c, "ssm.group_count"), (uint32_t)d.n_k_heads));
