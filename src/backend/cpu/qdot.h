@@ -19,9 +19,12 @@
  * n_cols == 1 it is the matrix-vector product of decoding (prefetching the
  * weight rows ahead). With several columns the AVX-512 gemm prepares each
  * 4-row tile once per panel (block scales converted, K-quant levels and
- * scale vectors unpacked) into a small heap buffer (~2.3 KB per K-quant
- * super-block of a row tile; it falls back to the direct kernels if that
- * allocation fails). A caller splitting rows among threads should give
+ * scale vectors unpacked, Q8_0/Q4_0 levels with their -128 * sum
+ * corrections) and each 4-column tile once per panel (Q8_0 levels made
+ * unsigned, K-quant block sums and scales permuted into tile lanes) into
+ * a heap buffer (~2.7 KB per K-quant super-block of a row tile, plus about
+ * the panel's activation size; it falls back to the direct kernels if
+ * that allocation fails). A caller splitting rows among threads should give
  * each thread a multiple of tile_rows rows and all the columns.
  *
  * Determinism: every function is a pure function of its inputs. For a given

@@ -306,17 +306,6 @@ INL void q4_0_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int
     b32_tile(w, ws, x, xs, n, out, os, NULL, NULL, 0, R, C, 1);
 }
 
-/* Full 4x4 tiles with the scales pre-converted to floats, 4 per block
- * (block-major, plus 4 zeros after the last block for a half step). */
-static TGT void q8_0_4x4_pre(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out,
-                             int64_t os, const float *wsc, const float *xsc) {
-    b32_tile(w, ws, x, xs, n, out, os, wsc, xsc, 1, 4, 4, 0);
-}
-static TGT void q4_0_4x4_pre(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out,
-                             int64_t os, const float *wsc, const float *xsc) {
-    b32_tile(w, ws, x, xs, n, out, os, wsc, xsc, 1, 4, 4, 1);
-}
-
 /* Converts the scales of blocks 0..nb-1 of four rows (stride apart) to
  * floats at sc[4b + i], then four zeros. */
 static TGT void convert_scales(const uint8_t *p, size_t stride, size_t bsize, int64_t nb, float *sc) {
@@ -325,43 +314,127 @@ static TGT void convert_scales(const uint8_t *p, size_t stride, size_t bsize, in
     for (int i = 0; i < 4; i++) sc[4 * nb + i] = 0.0f;
 }
 
-typedef void (*tile_fn)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t, float *, int64_t);
-typedef void (*pre_fn)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t, float *, int64_t, const float *,
-                       const float *);
+/* The prepared gemm path swaps the roles of the operands for the unsigned
+ * side of dpbusd: activation levels become unsigned (x + 128, once per
+ * column panel) and weight levels stay signed, so
+ *   dpbusd(-128 * sum(w), x + 128, w) = sum(w * x)
+ * per lane, with the correction -128 * sum(w) computed once per row tile
+ * and panel instead of once per column and tile (the plain kernels' -off *
+ * sum(x)). Integer sums are exact, so each lane holds the same value as in
+ * b32_step and the float steps after it are the same. */
+typedef struct {
+    __m512i wq[4];   /* signed levels of two blocks of row r (upper half zero in a half step) */
+    __m512i corr[4]; /* -128 * (sum of each lane's four levels) */
+} b32_wprep;
 
-/* The block scales are read once per weight-row tile and once per column
- * panel instead of once per tile: panels of columns walked by every row
- * tile, as in tela_qdot_run_tiles, with the panel's activation scales
- * converted up front into a buffer (B32_SC floats, with the row tile's).
- * Edges use the plain kernels; all compute the same per-output float
- * steps. Without the buffer the plain kernels do everything. */
-#define B32_SC 12288
+/* Signed levels of blocks b, b+1 (b+1 only if two) of a weight row. */
+INL __m512i b32_signed_levels(const uint8_t *p, int two, const int q4) {
+    if (!q4) return q8_0_levels(p, two);
+    const __mmask64 m = two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+    return _mm512_maskz_sub_epi8(m, q4_0_levels(p, two), _mm512_set1_epi8(8));
+}
+
+static TGT void b32_prepare_rows(const uint8_t *w, size_t ws, int64_t nb, size_t wsize, int q4, b32_wprep *out) {
+    const __m512i u128 = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b += 2) {
+        const int two = b + 2 <= nb;
+        for (int r = 0; r < 4; r++) {
+            const __m512i q = b32_signed_levels(w + r * ws + b * wsize, two, q4);
+            out[b / 2].wq[r] = q;
+            out[b / 2].corr[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, q));
+        }
+    }
+}
+
+/* Activation levels of column x as unsigned (x + 128), two blocks per
+ * vector; the upper half of a half step meets zero weights. */
+static TGT void b32_prepare_col(const uint8_t *x, int64_t nb, __m512i *out) {
+    for (int64_t b = 0; b < nb; b += 2)
+        out[b / 2] = _mm512_xor_si512(q8_0_levels(x + b * Q8_0_SIZE, b + 2 <= nb), _mm512_set1_epi8((char)0x80));
+}
+
+/* A full 4x4 tile from prepared rows (wp), columns (xu, ns vectors per
+ * column) and scales (as for b32_tile's pre). Same float steps as b32_step. */
+static TGT void b32_4x4_prep(const b32_wprep *wp, const __m512i *xu, int64_t ns, const float *wsc, const float *xsc,
+                             float *out, int64_t os) {
+    __m512 acc[16];
+    UNROLL for (int p = 0; p < 16; p++) acc[p] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < ns; s++) {
+        const __m256 wd_all = _mm256_loadu_ps(wsc + 8 * s), xd_all = _mm256_loadu_ps(xsc + 8 * s);
+        __m512 wd[4];
+        UNROLL for (int r = 0; r < 4; r++) wd[r] = spread_scales(wd_all, r);
+        UNROLL for (int c = 0; c < 4; c++) {
+            const __m512i xq = _mm512_load_si512(xu + c * ns + s);
+            const __m512 xd = spread_scales(xd_all, c);
+            UNROLL for (int r = 0; r < 4; r++) {
+                const __m512i v = _mm512_dpbusd_epi32(wp[s].corr[r], xq, wp[s].wq[r]);
+                acc[r * 4 + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(wd[r], xd), acc[r * 4 + c]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < 4; r++)
+        UNROLL for (int c = 0; c < 4; c++) out[c * os + r] = hsum_ps(acc[r * 4 + c]);
+}
+
+typedef void (*tile_fn)(const uint8_t *, size_t, const uint8_t *, size_t, int64_t, float *, int64_t);
+
+/* The prepared path: column panels walked by every row tile, as in
+ * tela_qdot_run_tiles, with the panel's activations made unsigned and
+ * their scales converted once per panel, and each row tile's levels,
+ * corrections and scales prepared once per panel; every 4x4 tile then
+ * only loads. One heap buffer (the panel is capped to keep it near
+ * 400 KB); edges use the plain kernels; all compute the same per-output
+ * float steps. Without the buffer the plain kernels do everything. */
+/* Activation bytes per panel: 1 MB measured ~5% faster than 384 KB for
+ * pp512 (fewer preparations per row tile; L2 is 2 MB here). */
+#define PANEL_BUDGET ((size_t)1024 * 1024)
+/* Columns per panel for the prepared gemms: at most about budget bytes of
+ * activations (to stay in L2 while every row tile sweeps them), split
+ * evenly (and at most cap columns), since each panel costs a full preparation of every row tile and
+ * a small remainder panel would pay it for a few columns. A multiple of 4. */
+static int64_t even_panel(int64_t nc, size_t xs, size_t budget, int64_t cap) {
+    int64_t max = (int64_t)(budget / (xs ? xs : 1));
+    if (max > cap) max = cap;
+    max -= max % 4;
+    if (max < 4) max = 4;
+    const int64_t count = (nc + max - 1) / max;
+    const int64_t p = (nc + count - 1) / count;
+    return (p + 3) / 4 * 4;
+}
+
+#define B32_SC 32768
 static void b32_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size_t xs, int64_t nc, int64_t n,
-                     float *out, int64_t os, size_t wsize, pre_fn full, tile_fn full_plain, tile_fn rows_only,
+                     float *out, int64_t os, size_t wsize, int q4, tile_fn full_plain, tile_fn rows_only,
                      tile_fn cols_only, tile_fn single) {
     const uint8_t *w = vw, *x = vx;
-    const int64_t nb = n / 32, per_tile = 4 * (nb + 1);
-    float *wsc = NULL;
-    if (nr >= 4 && nc >= 4 && per_tile <= B32_SC / 4) wsc = malloc(sizeof(float) * (size_t)(per_tile + B32_SC));
-    if (!wsc) {
+    const int64_t nb = n / 32, ns = (nb + 1) / 2, per_tile = 4 * (nb + 1);
+    const int64_t panel = even_panel(nc, xs, PANEL_BUDGET, B32_SC / per_tile * 4);
+    void *buf = NULL;
+    if (nr >= 4 && nc >= 4 && nb > 0 && per_tile <= B32_SC / 4) {
+        /* xu (panel x ns vectors), wp (ns), then wsc and xsc */
+        const size_t bytes = (size_t)(panel * ns) * 64 + (size_t)ns * sizeof(b32_wprep) +
+                             sizeof(float) * (size_t)(per_tile + B32_SC);
+        buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    }
+    if (!buf) {
         tela_qdot_run_tiles(vw, ws, nr, vx, xs, nc, n, out, os, 4, 4, full_plain, rows_only, cols_only, single);
         return;
     }
-    float *xsc = wsc + per_tile;
-    int64_t panel = (int64_t)((384 * 1024) / (xs ? xs : 1));
-    if (panel > B32_SC / per_tile * 4) panel = B32_SC / per_tile * 4;
-    panel -= panel % 4;
-    if (panel < 4) panel = 4;
+    __m512i *xu = buf;
+    b32_wprep *wp = (b32_wprep *)(xu + panel * ns);
+    float *wsc = (float *)(wp + ns), *xsc = wsc + per_tile;
     for (int64_t c0 = 0; c0 < nc; c0 += panel) {
         const int64_t c1 = c0 + panel < nc ? c0 + panel : nc, tiles = (c1 - c0) / 4;
         for (int64_t t = 0; t < tiles; t++) convert_scales(x + (size_t)(c0 + 4 * t) * xs, xs, Q8_0_SIZE, nb, xsc + t * per_tile);
+        for (int64_t c = 0; c < 4 * tiles; c++) b32_prepare_col(x + (size_t)(c0 + c) * xs, nb, xu + c * ns);
         int64_t r = 0;
         for (; r + 4 <= nr; r += 4) {
             const uint8_t *wr = w + (size_t)r * ws;
             convert_scales(wr, ws, wsize, nb, wsc);
+            b32_prepare_rows(wr, ws, nb, wsize, q4, wp);
             for (int64_t t = 0; t < tiles; t++) {
                 const int64_t c = c0 + 4 * t;
-                full(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os, wsc, xsc + t * per_tile);
+                b32_4x4_prep(wp, xu + 4 * t * ns, ns, wsc, xsc + t * per_tile, out + c * os + r, os);
             }
             for (int64_t c = c0 + 4 * tiles; c < c1; c++) rows_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
         }
@@ -372,7 +445,7 @@ static void b32_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size
             for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
         }
     }
-    free(wsc);
+    free(buf);
 }
 
 /* ----------------------------------------- K-quants x Q8_K activations */
@@ -604,14 +677,37 @@ INL __m512i k_col_vec(const uint8_t *q, int k, const int kind) {
 
 /* A super-block of four rows prepared once (k_prepare) for the 4x4 tiles
  * of a whole column panel: what k_row_info and k_row_vec compute, with
- * the Q4_K/Q5_K vectors in the activation's natural order. */
+ * the Q4_K/Q5_K vectors in the activation's natural order, and the row
+ * side of the per-super-block tail already permuted into tile lanes. */
 typedef struct {
     __m512i wq[4][4]; /* [vector][row] */
     __m512i sk[4][4];
     __m512i mall;
     __m256i scneg[4];
     __m256 dd;
+    /* the row side of the per-super-block tail, in the lanes p = 4r + c of
+     * k_min_sums and k_float_step: mins pairs permuted for each k (Q4_K/Q5_K),
+     * d and dmin of row p / 4 */
+    __m512i mrow[4];
+    __m512 dv, dmv;
 } k_prep;
+
+/* The column side of that tail for a 4-column tile, once per panel:
+ * each lane's column scale and (B_2k, B_2k+1) pairs permuted for each k. */
+typedef struct {
+    __m512i bcol[4];
+    __m512 dxv;
+} k_cprep;
+
+static TGT void k_prepare_cols(const uint8_t *x, size_t xs, int64_t nb, k_cprep *out) {
+    const __m512i ci = _mm512_slli_epi32(col_index(4), 2);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i ball = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) ball = insert128(ball, q8K_sums32(x + c * xs + b * Q8K_SIZE), c);
+        for (int k = 0; k < 4; k++) out[b].bcol[k] = _mm512_permutexvar_epi32(_mm512_add_epi32(ci, _mm512_set1_epi32(k)), ball);
+        out[b].dxv = _mm512_permutexvar_ps(col_index(4), _mm512_castps128_ps512(cols_scales(x, xs, b, 4)));
+    }
+}
 
 static TGT void k_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *out, const int kind) {
     for (int64_t b = 0; b < nb; b++) {
@@ -635,6 +731,12 @@ static TGT void k_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *out, 
         out[b].mall = ri.mall;
         for (int r = 0; r < 4; r++) out[b].scneg[r] = ri.scneg[r];
         out[b].dd = ri.dd;
+        const __m512i rowi = _mm512_slli_epi32(row_index(4), 2), rowi2 = _mm512_slli_epi32(row_index(4), 1);
+        for (int k = 0; k < 4; k++)
+            out[b].mrow[k] = _mm512_permutexvar_epi32(_mm512_add_epi32(rowi, _mm512_set1_epi32(k)), ri.mall);
+        const __m512 dd5 = _mm512_castps256_ps512(ri.dd);
+        out[b].dv = _mm512_permutexvar_ps(rowi2, dd5);
+        out[b].dmv = _mm512_permutexvar_ps(_mm512_add_epi32(rowi2, _mm512_set1_epi32(1)), dd5);
     }
 }
 
@@ -689,6 +791,42 @@ INL void k_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_
     store_tile(acc, out, os, R, C);
 }
 
+/* A full 4x4 tile from a prepared row tile and column tile: the integer
+ * work of k_tile, then the same float steps as k_float_step (the same
+ * products, rounded in the same order) with every permutation done at
+ * preparation time. */
+INL void k_tile_pre(const k_prep *prep, const k_cprep *cp, const uint8_t *x, size_t xs, int64_t n, float *out,
+                    int64_t os, const int kind) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++) {
+        __m512i isum[16];
+        if (kind == KQ6) {
+            UNROLL for (int c = 0; c < 4; c++) {
+                const __m256i bsums = _mm256_loadu_si256((const __m256i *)(x + c * xs + b * Q8K_SIZE + Q8K_BSUMS));
+                UNROLL for (int r = 0; r < 4; r++)
+                    isum[r * 4 + c] = _mm512_zextsi256_si512(_mm256_madd_epi16(prep[b].scneg[r], bsums));
+            }
+        }
+        UNROLL for (int k = 0; k < 4; k++) {
+            UNROLL for (int c = 0; c < 4; c++) {
+                const __m512i xk = _mm512_loadu_si512(x + c * xs + b * Q8K_SIZE + Q8K_QS + 64 * k);
+                UNROLL for (int r = 0; r < 4; r++) {
+                    const __m512i d = _mm512_maddubs_epi16(prep[b].wq[k][r], xk);
+                    isum[r * 4 + c] = kind != KQ6 && k == 0 ? _mm512_madd_epi16(d, prep[b].sk[k][r])
+                                                            : _mm512_dpwssd_epi32(isum[r * 4 + c], d, prep[b].sk[k][r]);
+                }
+            }
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce_lanes(isum, 16)), _mm512_mul_ps(prep[b].dv, cp[b].dxv), acc);
+        if (kind != KQ6) {
+            __m512i msum = _mm512_setzero_si512();
+            UNROLL for (int k = 0; k < 4; k++) msum = _mm512_dpwssd_epi32(msum, prep[b].mrow[k], cp[b].bcol[k]);
+            acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(prep[b].dmv, cp[b].dxv), acc);
+        }
+    }
+    store_tile(acc, out, os, 4, 4);
+}
+
 INL void q4_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
                    const int R, const int C) {
     k_tile(w, ws, x, xs, n, out, os, NULL, 0, R, C, KQ4);
@@ -702,15 +840,18 @@ INL void q6_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int
     k_tile(w, ws, x, xs, n, out, os, NULL, 0, R, C, KQ6);
 }
 
-typedef void (*kpre_fn)(const k_prep *, const uint8_t *, size_t, int64_t, float *, int64_t);
-static TGT void q4_K_4x4_pre(const k_prep *prep, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os) {
-    k_tile(NULL, 0, x, xs, n, out, os, prep, 1, 4, 4, KQ4);
+typedef void (*kpre_fn)(const k_prep *, const k_cprep *, const uint8_t *, size_t, int64_t, float *, int64_t);
+static TGT void q4_K_4x4_pre(const k_prep *prep, const k_cprep *cp, const uint8_t *x, size_t xs, int64_t n,
+                             float *out, int64_t os) {
+    k_tile_pre(prep, cp, x, xs, n, out, os, KQ4);
 }
-static TGT void q5_K_4x4_pre(const k_prep *prep, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os) {
-    k_tile(NULL, 0, x, xs, n, out, os, prep, 1, 4, 4, KQ5);
+static TGT void q5_K_4x4_pre(const k_prep *prep, const k_cprep *cp, const uint8_t *x, size_t xs, int64_t n,
+                             float *out, int64_t os) {
+    k_tile_pre(prep, cp, x, xs, n, out, os, KQ5);
 }
-static TGT void q6_K_4x4_pre(const k_prep *prep, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os) {
-    k_tile(NULL, 0, x, xs, n, out, os, prep, 1, 4, 4, KQ6);
+static TGT void q6_K_4x4_pre(const k_prep *prep, const k_cprep *cp, const uint8_t *x, size_t xs, int64_t n,
+                             float *out, int64_t os) {
+    k_tile_pre(prep, cp, x, xs, n, out, os, KQ6);
 }
 static TGT void q4_K_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *out) { k_prepare(w, ws, nb, out, KQ4); }
 static TGT void q5_K_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *out) { k_prepare(w, ws, nb, out, KQ5); }
@@ -757,11 +898,11 @@ TILES(q4_0)
 
 static void q8_0_gemm(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc, int64_t n,
                       float *out, int64_t os) {
-    b32_gemm(w, ws, nr, x, xs, nc, n, out, os, Q8_0_SIZE, q8_0_4x4_pre, q8_0_4x4, q8_0_4x1, q8_0_1x4, q8_0_1x1);
+    b32_gemm(w, ws, nr, x, xs, nc, n, out, os, Q8_0_SIZE, 0, q8_0_4x4, q8_0_4x1, q8_0_1x4, q8_0_1x1);
 }
 static void q4_0_gemm(const void *w, size_t ws, int64_t nr, const void *x, size_t xs, int64_t nc, int64_t n,
                       float *out, int64_t os) {
-    b32_gemm(w, ws, nr, x, xs, nc, n, out, os, Q4_0_SIZE, q4_0_4x4_pre, q4_0_4x4, q4_0_4x1, q4_0_1x4, q4_0_1x1);
+    b32_gemm(w, ws, nr, x, xs, nc, n, out, os, Q4_0_SIZE, 1, q4_0_4x4, q4_0_4x1, q4_0_1x4, q4_0_1x1);
 }
 TILES(q4_K)
 TILES(q5_K)
@@ -778,23 +919,24 @@ static void k_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size_t
                    tile_fn full, tile_fn rows_only, tile_fn cols_only, tile_fn single) {
     const uint8_t *w = vw, *x = vx;
     const int64_t nb = n / 256;
+    const int64_t panel = even_panel(nc, xs, PANEL_BUDGET, nc);
     k_prep *prep = NULL;
-    if (nr >= 4 && nc >= 8 && nb > 0) prep = aligned_alloc(64, sizeof(k_prep) * (size_t)nb);
+    if (nr >= 4 && nc >= 8 && nb > 0)
+        prep = aligned_alloc(64, sizeof(k_prep) * (size_t)nb + sizeof(k_cprep) * (size_t)(panel / 4 * nb));
     if (!prep) {
         tela_qdot_run_tiles(vw, ws, nr, vx, xs, nc, n, out, os, 4, 4, full, rows_only, cols_only, single);
         return;
     }
-    int64_t panel = (int64_t)((384 * 1024) / (xs ? xs : 1));
-    panel -= panel % 4;
-    if (panel < 4) panel = 4;
+    k_cprep *cprep = (k_cprep *)(prep + nb);
     for (int64_t c0 = 0; c0 < nc; c0 += panel) {
         const int64_t c1 = c0 + panel < nc ? c0 + panel : nc;
+        for (int64_t c = c0; c + 4 <= c1; c += 4) k_prepare_cols(x + (size_t)c * xs, xs, nb, cprep + (c - c0) / 4 * nb);
         int64_t r = 0;
         for (; r + 4 <= nr; r += 4) {
             const uint8_t *wr = w + (size_t)r * ws;
             prepare(wr, ws, nb, prep);
             int64_t c = c0;
-            for (; c + 4 <= c1; c += 4) full_pre(prep, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+            for (; c + 4 <= c1; c += 4) full_pre(prep, cprep + (c - c0) / 4 * nb, x + (size_t)c * xs, xs, n, out + c * os + r, os);
             for (; c < c1; c++) rows_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
         }
         for (; r < nr; r++) {
