@@ -306,7 +306,10 @@ typedef int32_t tela_v8i __attribute__((vector_size(32)));
  * bits. x is clamped to -87 (exp = 1.6e-38: nothing next to the max's 1),
  * which keeps 2^k normal. Several times faster than calling expf per
  * element, which dominated attention at long context. */
-static tela_v8f exp_v8_nonpos(tela_v8f x) {
+static inline void exp_v8_nonpos(tela_v8f *xp) {
+    /* in place through a pointer: a 32-byte vector passed by value changes
+     * the ABI in builds without AVX (TELA_NATIVE=OFF), which gcc warns of */
+    tela_v8f x = *xp;
     const tela_v8f lo = {-87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f};
     tela_v8i below = x < lo;
     x = (tela_v8f)(((tela_v8i)x & ~below) | ((tela_v8i)lo & below));
@@ -323,7 +326,7 @@ static tela_v8f exp_v8_nonpos(tela_v8f x) {
     p = p * r + 1.0f;
     tela_v8i k = __builtin_convertvector(kf, tela_v8i);
     tela_v8i scale = (k + 127) << 23;
-    return p * (tela_v8f)scale;
+    *xp = p * (tela_v8f)scale;
 }
 
 /* Softmax of n scores in place, 8 lanes at a time (the tail through a
@@ -335,14 +338,15 @@ static void softmax_v8(float *x, int64_t n) {
     tela_v8f sum = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        tela_v8f e = exp_v8_nonpos(*(tela_v8f *)(x + i) - mx);
+        tela_v8f e = *(tela_v8f *)(x + i) - mx;
+        exp_v8_nonpos(&e);
         *(tela_v8f *)(x + i) = e;
         sum += e;
     }
     if (i < n) {
         tela_v8f t = {-100.f, -100.f, -100.f, -100.f, -100.f, -100.f, -100.f, -100.f};
         for (int64_t j = i; j < n; j++) t[j - i] = x[j] - mx;
-        t = exp_v8_nonpos(t);
+        exp_v8_nonpos(&t);
         for (int64_t j = i; j < n; j++) {
             x[j] = t[j - i];
             sum[j - i] += t[j - i];
