@@ -503,14 +503,12 @@ static tela_status llama_forward(const tela_model *m, void *state, tela_threadpo
     for (int32_t done = 0; done < n;) {
         int nt = n - done < s->n_batch ? n - done : s->n_batch;
         forward_step(L, s, pool, tokens + done, nt, n_past + done);
-        if (logits && all_logits) {
-            tela_op_rmsnorm(s->xb, n_embd, s->x, n_embd, L->output_norm, n_embd, nt, L->eps);
-            tela_op_matmul(pool, &L->output, s->xb, n_embd, logits + (size_t)done * L->n_vocab, L->n_vocab, nt);
-        } else if (logits && done + nt == n) {
-            const float *last = s->x + (size_t)(nt - 1) * n_embd;
-            tela_op_rmsnorm(s->xb, n_embd, last, n_embd, L->output_norm, n_embd, 1, L->eps);
-            tela_op_matmul(pool, &L->output, s->xb, n_embd, logits, L->n_vocab, 1);
-        }
+        if (logits && all_logits)
+            tela_model_output_head(pool, &L->output, L->output_norm, L->eps, s->x, s->xb, n_embd, L->n_vocab, nt, 1,
+                                   logits + (size_t)done * L->n_vocab);
+        else if (logits && done + nt == n)
+            tela_model_output_head(pool, &L->output, L->output_norm, L->eps, s->x, s->xb, n_embd, L->n_vocab, nt, 0,
+                                   logits);
         done += nt;
     }
     return TELA_OK;

@@ -429,3 +429,11 @@ void tela_model_free(tela_model *model) {
 }
 
 const tela_model_info *tela_model_get_info(const tela_model *model) { return model ? &model->info : NULL; }
+
+void tela_model_output_head(tela_threadpool *pool, const tela_mat *output, const float *norm, float eps,
+                            const float *x, float *xb, int n_embd, int n_vocab, int nt, int all, float *logits) {
+    const float *first = all ? x : x + (size_t)(nt - 1) * n_embd;
+    int rows = all ? nt : 1;
+    tela_op_rmsnorm(xb, n_embd, first, n_embd, norm, n_embd, rows, eps);
+    tela_op_matmul(pool, output, xb, n_embd, logits, n_vocab, rows);
+}

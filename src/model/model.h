@@ -105,6 +105,12 @@ tela_status tela_model_get_mat(const tela_model *m, const char *name, int64_t n_
  * owned by the model. When optional and absent: *out = NULL and TELA_OK. */
 tela_status tela_model_get_vec(tela_model *m, const char *name, int64_t n, bool optional, float **out);
 
+/* The output head of a batch of nt hidden states x (rows of n_embd):
+ * logits = W_output rmsnorm(x) * norm, for every row when all, else for the
+ * last row only. xb is scratch of nt rows. Shared by the architectures. */
+void tela_model_output_head(tela_threadpool *pool, const tela_mat *output, const float *norm, float eps,
+                            const float *x, float *xb, int n_embd, int n_vocab, int nt, int all, float *logits);
+
 /* Zeroed memory freed with the model. NULL (with an error set) on failure. */
 void *tela_model_alloc(tela_model *m, size_t bytes);
 

@@ -911,13 +911,12 @@ static tela_status qwen35_forward(const tela_model *m, void *state, tela_threadp
     for (int32_t done = 0; done < n;) {
         int nt = n - done < s->n_batch ? n - done : s->n_batch;
         forward_step(Q, s, pool, tokens + done, nt, n_past + done);
-        if (logits && all_logits) {
-            tela_op_rmsnorm(s->xb, E, s->x, E, Q->output_norm, E, nt, Q->eps);
-            tela_op_matmul(pool, &Q->output, s->xb, E, logits + (size_t)done * Q->n_vocab, Q->n_vocab, nt);
-        } else if (logits && done + nt == n) {
-            tela_op_rmsnorm(s->xb, E, s->x + (size_t)(nt - 1) * E, E, Q->output_norm, E, 1, Q->eps);
-            tela_op_matmul(pool, &Q->output, s->xb, E, logits, Q->n_vocab, 1);
-        }
+        if (logits && all_logits)
+            tela_model_output_head(pool, &Q->output, Q->output_norm, Q->eps, s->x, s->xb, E, Q->n_vocab, nt, 1,
+                                   logits + (size_t)done * Q->n_vocab);
+        else if (logits && done + nt == n)
+            tela_model_output_head(pool, &Q->output, Q->output_norm, Q->eps, s->x, s->xb, E, Q->n_vocab, nt, 0,
+                                   logits);
         done += nt;
     }
     return TELA_OK;
