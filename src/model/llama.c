@@ -149,7 +149,19 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
         TELA_TRY(load_layer_mat(m, nm->w_up, l, L->n_ff, L->n_embd, &ly->w_up));
         TELA_TRY(load_layer_mat(m, nm->w_down, l, L->n_embd, L->n_ff, &ly->w_down));
     }
-    return TELA_OK;
+    /* Pack what the forward pass multiplies by (not the embedding table). */
+    size_t n = 0;
+    tela_mat **list = malloc((1 + (size_t)L->n_layer * 7) * sizeof *list);
+    if (!list) return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
+    list[n++] = &L->output;
+    for (int l = 0; l < L->n_layer; l++) {
+        llama_layer *ly = &L->layers[l];
+        tela_mat *mats[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < 7; i++) list[n++] = mats[i];
+    }
+    tela_status s = tela_model_pack_mats(m, list, n);
+    free(list);
+    return s;
 }
 
 static tela_status u32_to_int(const tela_model *m, const char *key, uint32_t v, int *out) {
@@ -385,7 +397,7 @@ static tela_status llama_state_create(const tela_model *m, int32_t n_ctx, tela_t
         return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
                            cache_bytes / (1024.0 * 1024.0));
     }
-    size_t scratch = (size_t)n_ctx;
+    size_t scratch = tela_op_attention_scratch(n_ctx, L->head_dim);
     int64_t widest = L->n_embd;
     if (L->n_ff > widest) widest = L->n_ff;
     if ((int64_t)L->n_head * L->v_dim > widest) widest = (int64_t)L->n_head * L->v_dim;
@@ -466,7 +478,7 @@ static void forward_step(const llama_model *L, llama_state *s, tela_threadpool *
         float *vc = s->v_cache + (size_t)l * s->kv_floats;
 
         /* attention */
-        tela_op_rmsnorm(s->xb, n_embd, s->x, n_embd, ly->attn_norm, n_embd, nt, L->eps);
+        tela_op_rmsnorm_pool(pool, s->xb, n_embd, s->x, n_embd, ly->attn_norm, n_embd, nt, L->eps);
         tela_op_matmul(pool, &ly->wq, s->xb, n_embd, s->q, q_dim, nt);
         tela_op_matmul(pool, &ly->wk, s->xb, n_embd, kc + (size_t)pos0 * k_dim, k_dim, nt);
         tela_op_matmul(pool, &ly->wv, s->xb, n_embd, vc + (size_t)pos0 * v_dim, v_dim, nt);
@@ -483,10 +495,10 @@ static void forward_step(const llama_model *L, llama_state *s, tela_threadpool *
         tela_op_add(s->x, s->xb, (int64_t)nt * n_embd);
 
         /* feed-forward */
-        tela_op_rmsnorm(s->xb, n_embd, s->x, n_embd, ly->ffn_norm, n_embd, nt, L->eps);
+        tela_op_rmsnorm_pool(pool, s->xb, n_embd, s->x, n_embd, ly->ffn_norm, n_embd, nt, L->eps);
         tela_op_matmul(pool, &ly->w_gate, s->xb, n_embd, s->gate, L->n_ff, nt);
         tela_op_matmul(pool, &ly->w_up, s->xb, n_embd, s->up, L->n_ff, nt);
-        tela_op_swiglu(s->gate, s->up, (int64_t)nt * L->n_ff);
+        tela_op_swiglu_pool(pool, s->gate, s->up, (int64_t)nt * L->n_ff);
         tela_op_matmul(pool, &ly->w_down, s->gate, L->n_ff, s->xb, n_embd, nt);
         tela_op_add(s->x, s->xb, (int64_t)nt * n_embd);
     }

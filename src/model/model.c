@@ -89,6 +89,34 @@ tela_status tela_model_get_mat(const tela_model *m, const char *name, int64_t n_
     return TELA_OK;
 }
 
+tela_status tela_model_pack_mats(tela_model *m, tela_mat *const *mats, size_t n) {
+    size_t total = 0, n_packed = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = mats[i]->data && !mats[i]->packed ? tela_op_pack_bytes(mats[i]) : 0;
+        if (b > SIZE_MAX - total - 64 * (n + 1)) return tela_errorf(TELA_ERR_NOMEM, "%s: weights too large", m->path);
+        total += b ? (b + 63) / 64 * 64 : 0;
+        n_packed += b != 0;
+    }
+    if (total == 0) return TELA_OK;
+    double t0 = (double)clock() / CLOCKS_PER_SEC;
+    unsigned char *buf = tela_model_alloc(m, total + 64);
+    if (!buf) return tela_error_prefix(TELA_ERR_NOMEM, "packing %zu MiB of weights: ", total >> 20);
+    buf += (64 - (uintptr_t)buf % 64) % 64;
+    tela_threadpool *pool = NULL;
+    TELA_TRY(tela_threadpool_create(m->n_threads, &pool));
+    for (size_t i = 0; i < n; i++) {
+        size_t b = mats[i]->data && !mats[i]->packed ? tela_op_pack_bytes(mats[i]) : 0;
+        if (!b) continue;
+        tela_op_pack(pool, mats[i], buf);
+        buf += (b + 63) / 64 * 64;
+    }
+    tela_threadpool_free(pool);
+    if (m->verbose)
+        fprintf(stderr, "tela: packed %zu weight matrices (%.1f MiB) for the CPU kernels in %.2f s of CPU time\n",
+                n_packed, (double)total / (1 << 20), (double)clock() / CLOCKS_PER_SEC - t0);
+    return TELA_OK;
+}
+
 tela_status tela_model_get_vec(tela_model *m, const char *name, int64_t n, bool optional, float **out) {
     *out = NULL;
     const tela_tensor *t = tela_model_find_tensor(m, name);

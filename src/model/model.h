@@ -111,6 +111,13 @@ tela_status tela_model_get_vec(tela_model *m, const char *name, int64_t n, bool 
 void tela_model_output_head(tela_threadpool *pool, const tela_mat *output, const float *norm, float eps,
                             const float *x, float *xb, int n_embd, int n_vocab, int nt, int all, float *logits);
 
+/* Packs the matrices the forward pass multiplies by (not the embedding
+ * table, which is only read by rows) into the CPU kernels' layout
+ * (tela_op_pack), using the model's threads, with memory owned by the model.
+ * A matrix whose type has no packed kernels is left as it is. Called by an
+ * architecture at the end of its load. */
+tela_status tela_model_pack_mats(tela_model *m, tela_mat *const *mats, size_t n);
+
 /* Zeroed memory freed with the model. NULL (with an error set) on failure. */
 void *tela_model_alloc(tela_model *m, size_t bytes);
 

@@ -326,8 +326,46 @@ static tela_status check_hparams(const tela_model *m, const qwen35_model *Q) {
     return TELA_OK;
 }
 
-/* Loads every decoder layer (types already set) and the MTP blocks. */
+static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const qwen35_names *nm, bool tied);
+
+/* Adds a layer's matrices (those of its kind) to a list for packing. */
+static size_t layer_mats(qwen35_layer *ly, tela_mat **list) {
+    size_t n = 0;
+    tela_mat *common[] = {&ly->w_gate, &ly->w_up, &ly->w_down};
+    tela_mat *attn[] = {&ly->attn.wq, &ly->attn.wk, &ly->attn.wv, &ly->attn.wo};
+    tela_mat *gdn[] = {&ly->gdn.w_qkv, &ly->gdn.w_z, &ly->gdn.w_beta, &ly->gdn.w_alpha, &ly->gdn.w_out};
+    for (size_t i = 0; i < 3; i++) list[n++] = common[i];
+    if (ly->is_attn)
+        for (size_t i = 0; i < 4; i++) list[n++] = attn[i];
+    else
+        for (size_t i = 0; i < 5; i++) list[n++] = gdn[i];
+    return n;
+}
+
+/* Packs every matrix the forward pass multiplies by (tela_model_pack_mats). */
+static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
+    size_t cap = 1 + (size_t)(Q->n_layer + Q->n_mtp) * 9, n = 0;
+    tela_mat **list = malloc(cap * sizeof *list);
+    if (!list) return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
+    list[n++] = &Q->output;
+    for (int l = 0; l < Q->n_layer; l++) n += layer_mats(&Q->layers[l], list + n);
+    for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
+        n += layer_mats(&Q->mtp[i].layer, list + n);
+        list[n++] = &Q->mtp[i].eh_proj;
+    }
+    tela_status s = tela_model_pack_mats(m, list, n);
+    free(list);
+    return s;
+}
+
+/* Loads every decoder layer (types already set) and the MTP blocks, then
+ * packs the matrices. */
 static tela_status load_weights(tela_model *m, qwen35_model *Q, const qwen35_names *nm, bool tied) {
+    TELA_TRY(load_weights_unpacked(m, Q, nm, tied));
+    return pack_weights(m, Q);
+}
+
+static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const qwen35_names *nm, bool tied) {
     char name[160];
     snprintf(name, sizeof name, "%s%s", nm->hf ? nm->prefix : "", nm->tok_embd);
     TELA_TRY(tela_model_get_mat(m, name, Q->n_vocab, Q->n_embd, false, &Q->tok_embd));
@@ -694,7 +732,7 @@ static tela_status qwen35_state_create(const tela_model *m, int32_t n_ctx, tela_
     }
     /* Per-thread scratch: attention scores, a dequantized weight row, or the
      * chunked GDN work area. */
-    size_t scratch = (size_t)n_ctx;
+    size_t scratch = tela_op_attention_scratch(n_ctx, Q->head_dim);
     int64_t widest = Q->n_embd;
     if (Q->n_ff > widest) widest = Q->n_ff;
     if ((int64_t)Q->n_head * Q->head_dim > widest) widest = (int64_t)Q->n_head * Q->head_dim;
@@ -884,17 +922,17 @@ static void forward_step(const qwen35_model *Q, qwen35_state *s, tela_threadpool
     tela_op_get_rows(&Q->tok_embd, tokens, nt, s->x, E);
     for (int l = 0; l < Q->n_layer; l++) {
         const qwen35_layer *ly = &Q->layers[l];
-        tela_op_rmsnorm(s->xb, E, s->x, E, ly->attn_norm, E, nt, Q->eps);
+        tela_op_rmsnorm_pool(pool, s->xb, E, s->x, E, ly->attn_norm, E, nt, Q->eps);
         if (ly->is_attn)
             attn_layer(Q, s, pool, ly, nt, pos0);
         else
             gdn_layer(Q, s, pool, ly, nt);
         tela_op_add(s->x, s->xb, (int64_t)nt * E);
 
-        tela_op_rmsnorm(s->xb, E, s->x, E, ly->post_norm, E, nt, Q->eps);
+        tela_op_rmsnorm_pool(pool, s->xb, E, s->x, E, ly->post_norm, E, nt, Q->eps);
         tela_op_matmul(pool, &ly->w_gate, s->xb, E, s->gate, Q->n_ff, nt);
         tela_op_matmul(pool, &ly->w_up, s->xb, E, s->up, Q->n_ff, nt);
-        tela_op_swiglu(s->gate, s->up, (int64_t)nt * Q->n_ff);
+        tela_op_swiglu_pool(pool, s->gate, s->up, (int64_t)nt * Q->n_ff);
         tela_op_matmul(pool, &ly->w_down, s->gate, Q->n_ff, s->xb, E, nt);
         tela_op_add(s->x, s->xb, (int64_t)nt * E);
     }

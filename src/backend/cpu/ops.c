@@ -139,6 +139,7 @@ typedef struct {
     int n_tok;
     tela_threadpool *pool;
     const tela_qdot_traits *q; /* the qdot kernels, or NULL for the exact path */
+    bool packed;               /* use q->packing on w->packed (chunks of whole groups) */
     const void *xq;            /* activation rows in q's vec_dot type */
     size_t xq_stride;          /* bytes between them */
     long long chunk_rows;      /* rows per chunk (a multiple of tile_rows) */
@@ -153,6 +154,12 @@ static void matmul_chunk(void *arg, int chunk, int ith) {
     const tela_mat *w = job->w;
     long long r0 = (long long)chunk * job->chunk_rows;
     long long r1 = r0 + job->chunk_rows < w->n_rows ? r0 + job->chunk_rows : w->n_rows;
+    if (job->packed) {
+        const int64_t pr = job->q->packing.pack_rows;
+        job->q->packing.gemm(w->packed, w->n_rows, r0 / pr, (r1 + pr - 1) / pr, job->xq, job->xq_stride, job->n_tok,
+                             w->n_cols, job->y, job->y_stride);
+        return;
+    }
     if (job->q) {
         job->q->gemm((const unsigned char *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, job->xq,
                      job->xq_stride, job->n_tok, w->n_cols, job->y + r0, job->y_stride);
@@ -188,7 +195,7 @@ static void quantize_chunk(void *arg, int chunk, int ith) {
 void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, int64_t x_stride, float *y,
                     int64_t y_stride, int n_tok) {
     if (n_tok <= 0) return;
-    matmul_job job = {w, x, x_stride, y, y_stride, n_tok, pool, NULL, x, (size_t)x_stride * sizeof(float), 0, 1};
+    matmul_job job = {w, x, x_stride, y, y_stride, n_tok, pool, NULL, false, x, (size_t)x_stride * sizeof(float), 0, 1};
     const tela_qdot_traits *q = tela_qdot_get(w->type);
     if (q && w->n_cols % q->block_size == 0) {
         if (q->vec_dot_type == TELA_TYPE_F32) {
@@ -209,13 +216,59 @@ void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, in
             }
         }
     }
-    long long tr = job.q && job.q->tile_rows > 0 ? job.q->tile_rows : 1;
+    job.packed = job.q && w->packed && job.q->packing.pack_rows > 0;
+    long long tr = job.packed ? job.q->packing.pack_rows : job.q && job.q->tile_rows > 0 ? job.q->tile_rows : 1;
     long long per = w->n_rows / (8LL * tela_threadpool_n_threads(pool));
     per = (per + tr - 1) / tr * tr;
     if (per < tr) per = tr;
     if (per < 4 && !job.q) per = 4;
     job.chunk_rows = per;
     tela_threadpool_run_chunks(pool, matmul_chunk, &job, (int)((w->n_rows + per - 1) / per));
+}
+
+/* The packing of W's type on this CPU, or NULL (see tela_op_pack_bytes). */
+static const tela_qdot_packing *mat_packing(const tela_mat *w) {
+    const tela_qdot_traits *q = tela_qdot_get(w->type);
+    if (!q || q->packing.pack_rows <= 0 || w->n_cols % q->block_size != 0) return NULL;
+    if (q->vec_dot_type != TELA_TYPE_F32 && tela_ops_exact_matmul()) return NULL;
+    const char *e = getenv("TELA_PACK");
+    if (e && !strcmp(e, "0")) return NULL;
+    return &q->packing;
+}
+
+size_t tela_op_pack_bytes(const tela_mat *w) {
+    const tela_qdot_packing *p = mat_packing(w);
+    if (!p) return 0;
+    int64_t groups = (w->n_rows + p->pack_rows - 1) / p->pack_rows;
+    size_t gb = p->group_bytes(w->n_cols);
+    if (gb == 0 || (uint64_t)groups > SIZE_MAX / gb) return 0;
+    return gb * (size_t)groups;
+}
+
+typedef struct {
+    const tela_mat *w;
+    const tela_qdot_packing *p;
+    void *buf;
+    int64_t groups_per_chunk, n_groups;
+} pack_job;
+
+static void pack_chunk(void *arg, int chunk, int ith) {
+    const pack_job *job = arg;
+    (void)ith;
+    int64_t g0 = chunk * job->groups_per_chunk;
+    int64_t g1 = g0 + job->groups_per_chunk < job->n_groups ? g0 + job->groups_per_chunk : job->n_groups;
+    job->p->pack(job->w->data, job->w->row_bytes, job->w->n_rows, job->w->n_cols, g0, g1, job->buf);
+}
+
+void tela_op_pack(tela_threadpool *pool, tela_mat *w, void *buf) {
+    const tela_qdot_packing *p = mat_packing(w);
+    if (!p || !buf) return;
+    pack_job job = {w, p, buf, 0, (w->n_rows + p->pack_rows - 1) / p->pack_rows};
+    job.groups_per_chunk = job.n_groups / (16LL * tela_threadpool_n_threads(pool));
+    if (job.groups_per_chunk < 1) job.groups_per_chunk = 1;
+    tela_threadpool_run_chunks(pool, pack_chunk, &job,
+                               (int)((job.n_groups + job.groups_per_chunk - 1) / job.groups_per_chunk));
+    w->packed = buf;
 }
 
 void tela_op_get_rows(const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
@@ -226,16 +279,56 @@ void tela_op_get_rows(const tela_mat *w, const int32_t *ids, int n, float *out, 
     }
 }
 
+typedef double tela_v8d __attribute__((vector_size(64)));
+
 void tela_op_rmsnorm(float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w, int64_t n,
                      int n_tok, float eps) {
     for (int t = 0; t < n_tok; t++) {
         const float *xr = x + t * x_stride;
         float *o = out + t * out_stride;
-        double ss = 0.0;
-        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        /* sum of squares in double, 8 lanes (element i in lane i % 8) */
+        tela_v8d acc = {0};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const tela_v8f v = *(const tela_v8f *)(xr + i);
+            const tela_v8d d = __builtin_convertvector(v, tela_v8d);
+            acc += d * d;
+        }
+        for (int j = 0; i < n; i++, j++) acc[j] += (double)xr[i] * xr[i];
+        const double ss = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
         float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-        for (int64_t i = 0; i < n; i++) o[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+        for (i = 0; i < n; i++) o[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
     }
+}
+
+typedef struct {
+    float *out;
+    int64_t out_stride;
+    const float *x;
+    int64_t x_stride;
+    const float *w;
+    int64_t n;
+    int n_tok, per;
+    float eps;
+} rmsnorm_job;
+
+static void rmsnorm_chunk(void *arg, int chunk, int ith) {
+    const rmsnorm_job *j = arg;
+    (void)ith;
+    const int t0 = chunk * j->per, t1 = t0 + j->per < j->n_tok ? t0 + j->per : j->n_tok;
+    tela_op_rmsnorm(j->out + t0 * j->out_stride, j->out_stride, j->x + t0 * j->x_stride, j->x_stride, j->w, j->n,
+                    t1 - t0, j->eps);
+}
+
+void tela_op_rmsnorm_pool(tela_threadpool *pool, float *out, int64_t out_stride, const float *x, int64_t x_stride,
+                          const float *w, int64_t n, int n_tok, float eps) {
+    const int per = (int)(16384 / (n > 0 ? n : 1)) + 1; /* ~16K elements a chunk */
+    if (!pool || n_tok <= per) {
+        tela_op_rmsnorm(out, out_stride, x, x_stride, w, n, n_tok, eps);
+        return;
+    }
+    rmsnorm_job j = {out, out_stride, x, x_stride, w, n, n_tok, per, eps};
+    tela_threadpool_run_chunks(pool, rmsnorm_chunk, &j, (n_tok + per - 1) / per);
 }
 
 void tela_rope_table(float *cs, const int32_t *pos, int n_tok, const double *inv_freq, int n_rot) {
@@ -282,156 +375,241 @@ void tela_op_softmax(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
-void tela_op_swiglu(float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
-}
+typedef float tela_v16f __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int32_t tela_v16i __attribute__((vector_size(64), aligned(4), may_alias));
 
-void tela_op_add(float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
-}
-
-typedef struct {
-    const tela_attn_args *a;
-    tela_threadpool *pool;
-} attn_job;
-
-typedef int32_t tela_v8i __attribute__((vector_size(32)));
-
-/* exp(x) for 8 lanes with x <= 0 (softmax after subtracting the max):
- * x = k ln2 + r with |r| <= ln2/2, exp(r) by its Taylor polynomial to r^7
- * (relative error < 2e-8 plus rounding), times 2^k built in the exponent
- * bits. x is clamped to -87 (exp = 1.6e-38: nothing next to the max's 1),
- * which keeps 2^k normal. Several times faster than calling expf per
- * element, which dominated attention at long context. */
-static inline void exp_v8_nonpos(tela_v8f *xp) {
-    /* in place through a pointer: a 32-byte vector passed by value changes
-     * the ABI in builds without AVX (TELA_NATIVE=OFF), which gcc warns of */
-    tela_v8f x = *xp;
-    const tela_v8f lo = {-87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f};
-    tela_v8i below = x < lo;
-    x = (tela_v8f)(((tela_v8i)x & ~below) | ((tela_v8i)lo & below));
+/* exp(x) for 16 lanes, any finite x or -inf: x = k ln2 + r with |r| <=
+ * ln2/2 (Cody-Waite), exp(r) by its Taylor polynomial to r^7 (truncation
+ * below 6e-9 relative, a few ulp with rounding), times 2^k built in the
+ * exponent bits. x is clamped to [-87, 88] so 2^k stays a normal float:
+ * results saturate at exp(88) = 1.7e38 above and at 1.6e-38 below, or 0
+ * from x < -104 (where expf underflows too). */
+static inline void exp_v16(tela_v16f *xp) {
+    tela_v16f x = *xp;
+    const tela_v16i dead = x < -104.0f;
+    const tela_v16i lo = x < -87.0f, hi = x > 88.0f;
+    x = (tela_v16f)(((tela_v16i)x & ~(lo | hi)) | ((tela_v16i)((tela_v16f){0} - 87.0f) & lo) |
+                    ((tela_v16i)((tela_v16f){0} + 88.0f) & hi));
     const float rnd = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    tela_v8f kf = (x * 1.44269504088896341f + rnd) - rnd;
-    tela_v8f r = x - kf * 0.693145751953125f; /* ln2 split in two (Cody-Waite) */
+    tela_v16f kf = (x * 1.44269504088896341f + rnd) - rnd;
+    tela_v16f r = x - kf * 0.693145751953125f;
     r = r - kf * 1.42860682030941723212e-6f;
-    tela_v8f p = r * (1.0f / 5040) + 1.0f / 720;
+    tela_v16f p = r * (1.0f / 5040) + 1.0f / 720;
     p = p * r + 1.0f / 120;
     p = p * r + 1.0f / 24;
     p = p * r + 1.0f / 6;
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    tela_v8i k = __builtin_convertvector(kf, tela_v8i);
-    tela_v8i scale = (k + 127) << 23;
-    *xp = p * (tela_v8f)scale;
+    tela_v16i k = __builtin_convertvector(kf, tela_v16i);
+    tela_v16i scale = (k + 127) << 23;
+    *xp = (tela_v16f)((tela_v16i)(p * (tela_v16f)scale) & ~dead);
 }
 
-/* Softmax of n scores in place, 8 lanes at a time (the tail through a
+/* silu(g) * u = g / (1 + exp(-g)) * u, 16 at a time (the tail through a
  * padded vector, so every element takes the same steps). */
-static void softmax_v8(float *x, int64_t n) {
-    float mx = x[0];
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > mx) mx = x[i];
-    tela_v8f sum = {0, 0, 0, 0, 0, 0, 0, 0};
+void tela_op_swiglu(float *gate, const float *up, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        tela_v8f e = *(tela_v8f *)(x + i) - mx;
-        exp_v8_nonpos(&e);
-        *(tela_v8f *)(x + i) = e;
-        sum += e;
-    }
-    if (i < n) {
-        tela_v8f t = {-100.f, -100.f, -100.f, -100.f, -100.f, -100.f, -100.f, -100.f};
-        for (int64_t j = i; j < n; j++) t[j - i] = x[j] - mx;
-        exp_v8_nonpos(&t);
-        for (int64_t j = i; j < n; j++) {
-            x[j] = t[j - i];
-            sum[j - i] += t[j - i];
+    for (; i < n; i += 16) {
+        tela_v16f g = {0}, u = {0};
+        const int64_t m = n - i < 16 ? n - i : 16;
+        if (m == 16) {
+            g = *(const tela_v16f *)(gate + i);
+            u = *(const tela_v16f *)(up + i);
+        } else {
+            for (int64_t j = 0; j < m; j++) g[j] = gate[i + j], u[j] = up[i + j];
         }
-    }
-    float inv = 1.0f / (((sum[0] + sum[4]) + (sum[1] + sum[5])) + ((sum[2] + sum[6]) + (sum[3] + sum[7])));
-    for (i = 0; i + 8 <= n; i += 8) *(tela_v8f *)(x + i) *= inv;
-    for (; i < n; i++) x[i] *= inv;
-}
-
-/* o[d] = sum_p s[p] * v[p][d]: 32 output dims at a time held in registers
- * while the keys stream past (each o[d] sums over p in order). */
-static void weighted_sum(float *o, const float *s, const float *v, int64_t v_stride, int64_t n_keys, int v_dim) {
-    int d = 0;
-    for (; d + 32 <= v_dim; d += 32) {
-        tela_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        for (int64_t p = 0; p < n_keys; p++) {
-            const float *vp = v + p * v_stride + d;
-            float sp = s[p];
-            a0 += sp * *(const tela_v8f *)vp;
-            a1 += sp * *(const tela_v8f *)(vp + 8);
-            a2 += sp * *(const tela_v8f *)(vp + 16);
-            a3 += sp * *(const tela_v8f *)(vp + 24);
-        }
-        *(tela_v8f *)(o + d) = a0;
-        *(tela_v8f *)(o + d + 8) = a1;
-        *(tela_v8f *)(o + d + 16) = a2;
-        *(tela_v8f *)(o + d + 24) = a3;
-    }
-    for (; d < v_dim; d++) {
-        float acc = 0.0f;
-        for (int64_t p = 0; p < n_keys; p++) acc += s[p] * v[p * v_stride + d];
-        o[d] = acc;
+        tela_v16f e = -g;
+        exp_v16(&e);
+        const tela_v16f y = g / (1.0f + e) * u;
+        if (m == 16)
+            *(tela_v16f *)(gate + i) = y;
+        else
+            for (int64_t j = 0; j < m; j++) gate[i + j] = y[j];
     }
 }
 
-/* s[p] = dot(q, k[p]) * scale for n_keys keys (k_stride floats apart),
- * four keys at a time so that four independent accumulator chains hide
- * the FMA latency (one key at a time waits on a single chain). Each score
- * takes exactly tela_dot_f32's steps, so the result is the same. */
-static void qk_scores(float *s, const float *q, const float *k, int64_t k_stride, int64_t n_keys, int k_dim,
-                      float scale) {
-    int64_t p = 0;
-    if (k_dim % 8 == 0) {
-        for (; p + 4 <= n_keys; p += 4) {
-            const float *k0 = k + p * k_stride, *k1 = k0 + k_stride, *k2 = k1 + k_stride, *k3 = k2 + k_stride;
-            tela_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            for (int i = 0; i < k_dim; i += 8) {
-                tela_v8f qi = *(const tela_v8f *)(q + i);
-                a0 += qi * *(const tela_v8f *)(k0 + i);
-                a1 += qi * *(const tela_v8f *)(k1 + i);
-                a2 += qi * *(const tela_v8f *)(k2 + i);
-                a3 += qi * *(const tela_v8f *)(k3 + i);
-            }
-            s[p] = (((a0[0] + a0[4]) + (a0[1] + a0[5])) + ((a0[2] + a0[6]) + (a0[3] + a0[7]))) * scale;
-            s[p + 1] = (((a1[0] + a1[4]) + (a1[1] + a1[5])) + ((a1[2] + a1[6]) + (a1[3] + a1[7]))) * scale;
-            s[p + 2] = (((a2[0] + a2[4]) + (a2[1] + a2[5])) + ((a2[2] + a2[6]) + (a2[3] + a2[7]))) * scale;
-            s[p + 3] = (((a3[0] + a3[4]) + (a3[1] + a3[5])) + ((a3[2] + a3[6]) + (a3[3] + a3[7]))) * scale;
-        }
-    }
-    for (; p < n_keys; p++) s[p] = tela_dot_f32(q, k + p * k_stride, k_dim) * scale;
+typedef struct {
+    float *gate;
+    const float *up;
+    int64_t n, per;
+} swiglu_job;
+
+static void swiglu_chunk(void *arg, int chunk, int ith) {
+    const swiglu_job *j = arg;
+    (void)ith;
+    const int64_t i0 = chunk * j->per, i1 = i0 + j->per < j->n ? i0 + j->per : j->n;
+    tela_op_swiglu(j->gate + i0, j->up + i0, i1 - i0);
 }
 
-static void attention_task(void *arg, int ith, int nth) {
+void tela_op_swiglu_pool(tela_threadpool *pool, float *gate, const float *up, int64_t n) {
+    const int64_t per = 4096; /* a multiple of 16: chunk borders do not change any element's steps */
+    if (!pool || n <= per) {
+        tela_op_swiglu(gate, up, n);
+        return;
+    }
+    swiglu_job j = {gate, up, n, per};
+    tela_threadpool_run_chunks(pool, swiglu_chunk, &j, (int)((n + per - 1) / per));
+}
+
+void tela_op_add(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+/* ---------------------------------------------------------- attention
+ *
+ * The rows of one KV head's queries (the query heads sharing it, for every
+ * token of the batch) are taken 16 at a time, one row per vector lane, so
+ * that every step is a vector operation over independent rows:
+ *   1. scores: S[p][l] = (q_l . k_p) * scale for the keys p of the block
+ *      (16 keys in 16 accumulators, the query rows transposed once so that
+ *      each key element is a broadcast), -inf past row l's causal limit;
+ *   2. softmax per lane: the max over p is an element-wise max, then
+ *      e = exp(S - max) (a vectorized exp), sum over p element-wise;
+ *   3. values: o_l = sum_p e[p][l] v_p / sum_l, 4 rows x 64 value dims at a
+ *      time in registers while the value rows stream past.
+ * Each row's arithmetic (every sum in order over d or p) is its own lane's,
+ * whatever rows share the vector, so results do not depend on the batch
+ * split, the thread count, or whether a token was prefilled or decoded. */
+
+#define ATT_LANES 16
+
+#if defined(__AVX512F__)
+static inline tela_v16f fma16(tela_v16f a, tela_v16f b, tela_v16f c) {
+    return (tela_v16f)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+}
+/* the same operation on one lane */
+static inline float fma1(float a, float b, float c) { return fmaf(a, b, c); }
+#else
+static inline tela_v16f fma16(tela_v16f a, tela_v16f b, tela_v16f c) { return a * b + c; }
+static inline float fma1(float a, float b, float c) { return a * b + c; }
+#endif
+
+size_t tela_op_attention_scratch(int n_ctx, int k_dim) {
+    return (size_t)ATT_LANES * ((size_t)n_ctx + (size_t)k_dim + 4) + 16;
+}
+
+typedef struct {
+    const tela_attn_args *a;
+    tela_threadpool *pool;
+    int group;          /* query heads per KV head */
+    long long n_rows;   /* rows per KV head: n_tok * group */
+    long long n_blocks; /* blocks of ATT_LANES rows per KV head */
+} attn_job;
+
+/* Scores of one block of ATT_LANES keys starting at p0 against the
+ * transposed queries qt[d][lane]; keys past n_keys repeat the last one (the
+ * causal mask removes them). */
+static inline void attn_scores16(float *st, const float *qt, const float *kbase, int64_t k_stride, int k_dim,
+                                 int64_t p0, int64_t n_keys, float scale, const tela_v16i *limit, tela_v16f *mx) {
+    const float *kp[ATT_LANES];
+    for (int j = 0; j < ATT_LANES; j++) kp[j] = kbase + (p0 + j < n_keys ? p0 + j : n_keys - 1) * k_stride;
+    tela_v16f acc[ATT_LANES];
+    for (int j = 0; j < ATT_LANES; j++) acc[j] = (tela_v16f){0};
+    for (int d = 0; d < k_dim; d++) {
+        const tela_v16f q = *(const tela_v16f *)(qt + d * ATT_LANES);
+        for (int j = 0; j < ATT_LANES; j++) acc[j] = fma16(q, (tela_v16f){0} + kp[j][d], acc[j]);
+    }
+    const tela_v16f ninf = (tela_v16f){0} - __builtin_inff();
+    for (int j = 0; j < ATT_LANES && p0 + j < n_keys; j++) {
+        const tela_v16i masked = (tela_v16i){0} + (int32_t)(p0 + j) > *limit;
+        tela_v16f v = acc[j] * scale;
+        v = (tela_v16f)(((tela_v16i)v & ~masked) | ((tela_v16i)ninf & masked));
+        const tela_v16i gt = v > *mx;
+        *mx = (tela_v16f)(((tela_v16i)*mx & ~gt) | ((tela_v16i)v & gt));
+        *(tela_v16f *)(st + (p0 + j) * ATT_LANES) = v;
+    }
+}
+
+/* o[r][0..63] (4 rows, 64 value dims from column d0) = sum_p e[p][lane_r] v_p. */
+static inline void attn_values_4x64(float *const *o, const int *lane, const float *st, const float *vbase,
+                                    int64_t v_stride, int64_t n_keys, int d0) {
+    tela_v16f acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 4; i++) acc[r][i] = (tela_v16f){0};
+    for (int64_t p = 0; p < n_keys; p++) {
+        const float *vp = vbase + p * v_stride + d0;
+        const tela_v16f v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16),
+                        v2 = *(const tela_v16f *)(vp + 32), v3 = *(const tela_v16f *)(vp + 48);
+        const float *e = st + p * ATT_LANES;
+        for (int r = 0; r < 4; r++) {
+            const tela_v16f w = (tela_v16f){0} + e[lane[r]];
+            acc[r][0] = fma16(w, v0, acc[r][0]);
+            acc[r][1] = fma16(w, v1, acc[r][1]);
+            acc[r][2] = fma16(w, v2, acc[r][2]);
+            acc[r][3] = fma16(w, v3, acc[r][3]);
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 4; i++) *(tela_v16f *)(o[r] + d0 + 16 * i) = acc[r][i];
+}
+
+/* Block `chunk` of rows: KV head chunk / n_blocks, rows (t, head in group)
+ * numbered t * group + j. */
+static void attention_block(void *arg, int chunk, int ith) {
     const attn_job *job = arg;
     const tela_attn_args *a = job->a;
-    long long n_items = (long long)a->n_tok * a->n_head;
-    long long i0, i1;
-    tela_split_range(n_items, ith, nth, &i0, &i1);
-    float *scores = tela_threadpool_scratch(job->pool, ith);
-    int group = a->n_head / a->n_kv_head;
-    for (long long item = i0; item < i1; item++) {
-        int t = (int)(item / a->n_head);
-        int h = (int)(item % a->n_head);
-        int kvh = h / group;
-        const float *q = a->q + t * a->q_stride + (int64_t)h * a->k_dim;
-        int64_t n_keys = (int64_t)a->pos0 + t + 1;
-        qk_scores(scores, q, a->k + (int64_t)kvh * a->k_dim, a->k_stride, n_keys, a->k_dim, a->scale);
-        softmax_v8(scores, n_keys);
-        weighted_sum(a->out + t * a->out_stride + (int64_t)h * a->v_dim, scores, a->v + (int64_t)kvh * a->v_dim,
-                     a->v_stride, n_keys, a->v_dim);
+    const int kvh = (int)(chunk / job->n_blocks);
+    const long long r0 = (chunk % job->n_blocks) * ATT_LANES;
+    const int n_lanes = (int)(job->n_rows - r0 < ATT_LANES ? job->n_rows - r0 : ATT_LANES);
+    float *scratch = tela_threadpool_scratch(job->pool, ith);
+    float *qt = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *st = qt + (size_t)ATT_LANES * (a->k_dim + 4);
+    int tok[ATT_LANES], head[ATT_LANES];
+    tela_v16i limit;
+    int64_t n_keys = 0;
+    for (int l = 0; l < ATT_LANES; l++) {
+        const long long r = r0 + (l < n_lanes ? l : n_lanes - 1);
+        tok[l] = (int)(r / job->group);
+        head[l] = kvh * job->group + (int)(r % job->group);
+        limit[l] = l < n_lanes ? a->pos0 + tok[l] : -1;
+        if (limit[l] + 1 > n_keys) n_keys = limit[l] + 1;
+    }
+    for (int l = 0; l < ATT_LANES; l++) {
+        const float *q = a->q + tok[l] * a->q_stride + (int64_t)head[l] * a->k_dim;
+        for (int d = 0; d < a->k_dim; d++) qt[d * ATT_LANES + l] = q[d];
+    }
+    /* 1. scores and their row maxima */
+    tela_v16f mx = (tela_v16f){0} - __builtin_inff();
+    const float *kbase = a->k + (int64_t)kvh * a->k_dim;
+    for (int64_t p0 = 0; p0 < n_keys; p0 += ATT_LANES)
+        attn_scores16(st, qt, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, &limit, &mx);
+    /* 2. exp and sums (masked scores are -inf: exp gives 0) */
+    tela_v16f sum = {0};
+    for (int64_t p = 0; p < n_keys; p++) {
+        tela_v16f e = *(tela_v16f *)(st + p * ATT_LANES) - mx;
+        exp_v16(&e);
+        *(tela_v16f *)(st + p * ATT_LANES) = e;
+        sum += e;
+    }
+    /* 3. weighted values, 4 rows at a time, then the normalization */
+    const float *vbase = a->v + (int64_t)kvh * a->v_dim;
+    for (int l0 = 0; l0 < n_lanes; l0 += 4) {
+        float *o[4];
+        int lane[4];
+        for (int r = 0; r < 4; r++) {
+            lane[r] = l0 + r < n_lanes ? l0 + r : l0;
+            o[r] = a->out + tok[lane[r]] * a->out_stride + (int64_t)head[lane[r]] * a->v_dim;
+        }
+        int d0 = 0;
+        if (l0 + 4 <= n_lanes)
+            for (; d0 + 64 <= a->v_dim; d0 += 64) attn_values_4x64(o, lane, st, vbase, a->v_stride, n_keys, d0);
+        for (int r = 0; r < 4 && l0 + r < n_lanes; r++) {
+            for (int d = d0; d < a->v_dim; d++) {
+                float acc = 0.0f;
+                for (int64_t p = 0; p < n_keys; p++)
+                    acc = fma1(st[p * ATT_LANES + lane[r]], vbase[p * a->v_stride + d], acc);
+                o[r][d] = acc;
+            }
+            const float inv = 1.0f / sum[lane[r]];
+            for (int d = 0; d < a->v_dim; d++) o[r][d] *= inv;
+        }
     }
 }
 
 void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args) {
-    attn_job job = {args, pool};
-    tela_threadpool_run(pool, attention_task, &job);
+    attn_job job = {args, pool, args->n_head / args->n_kv_head, 0, 0};
+    job.n_rows = (long long)args->n_tok * job.group;
+    job.n_blocks = (job.n_rows + ATT_LANES - 1) / ATT_LANES;
+    tela_threadpool_run_chunks(pool, attention_block, &job, (int)(job.n_blocks * args->n_kv_head));
 }

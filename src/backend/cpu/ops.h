@@ -24,6 +24,9 @@ typedef struct tela_mat {
     int64_t n_rows;
     int64_t n_cols;
     size_t row_bytes;
+    /* The same weights in the CPU kernels' packed layout (qdot.h), made by
+     * tela_op_pack, or NULL: matmul then uses it instead of data. */
+    const void *packed;
 } tela_mat;
 
 /* Views a stored 2-D tensor (ne[0] = columns, ne[1] = rows) as a matrix.
@@ -53,6 +56,17 @@ void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, in
 void tela_ops_set_exact_matmul(bool exact);
 bool tela_ops_exact_matmul(void);
 
+/* Bytes of W in the packed layout of this CPU's kernels, 0 if W is not
+ * worth packing: no packed kernels for its type, the exact mode is on, or
+ * TELA_PACK=0 is set in the environment (to compare with the unpacked
+ * kernels). */
+size_t tela_op_pack_bytes(const tela_mat *w);
+
+/* Rearranges W into buf (tela_op_pack_bytes(w) bytes, 64-byte aligned), in
+ * parallel on pool, and sets w->packed = buf. Packing is done once, at
+ * load; w->data stays valid for get_rows and the exact path. */
+void tela_op_pack(tela_threadpool *pool, tela_mat *w, void *buf);
+
 /* out[t] = row ids[t] of W (dequantized), e.g. the token embedding lookup.
  * The ids must be in [0, W.n_rows). */
 void tela_op_get_rows(const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
@@ -64,6 +78,10 @@ float tela_dot_f32(const float *a, const float *b, int64_t n);
  * w may be NULL (no scale). out may equal x. */
 void tela_op_rmsnorm(float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w, int64_t n,
                      int n_tok, float eps);
+
+/* The same, tokens split over the pool's threads (NULL: this thread). */
+void tela_op_rmsnorm_pool(tela_threadpool *pool, float *out, int64_t out_stride, const float *x, int64_t x_stride,
+                          const float *w, int64_t n, int n_tok, float eps);
 
 /* RoPE angle table for n_tok positions pos[t]: cs[t][i] = (cos, sin) of
  * pos[t] * inv_freq[i] for i < n_rot/2, computed in double. */
@@ -85,6 +103,10 @@ void tela_op_softmax(float *x, int64_t n);
 /* gate[i] = silu(gate[i]) * up[i] (SwiGLU), for n floats. */
 void tela_op_swiglu(float *gate, const float *up, int64_t n);
 
+/* The same split in chunks over the pool's threads (NULL: this thread);
+ * the results do not depend on the split. */
+void tela_op_swiglu_pool(tela_threadpool *pool, float *gate, const float *up, int64_t n);
+
 /* y[i] += x[i] for n floats. */
 void tela_op_add(float *y, const float *x, int64_t n);
 
@@ -96,7 +118,7 @@ void tela_op_add(float *y, const float *x, int64_t n);
  *   values.
  * out: n_tok rows (out_stride apart) of n_head * v_dim floats.
  * Query head h reads KV head h / (n_head / n_kv_head). Scores are scaled by
- * `scale`. Needs pos0 + n_tok floats of per-thread scratch. */
+ * `scale`. Needs tela_op_attention_scratch floats of per-thread scratch. */
 typedef struct tela_attn_args {
     const float *q;
     int64_t q_stride;
@@ -116,5 +138,9 @@ typedef struct tela_attn_args {
 } tela_attn_args;
 
 void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args);
+
+/* Per-thread scratch (floats) tela_op_attention needs for a context of
+ * n_ctx positions and key heads of k_dim. */
+size_t tela_op_attention_scratch(int n_ctx, int k_dim);
 
 #endif

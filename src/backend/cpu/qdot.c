@@ -549,6 +549,7 @@ static void build_table(tela_isa isa, void (*fill)(tela_qdot_isa_table *)) {
             q->from_float = t.q8_K_from_float ? t.q8_K_from_float : q8_K_from_float_scalar;
         else
             q->from_float = t.f32_from_float ? t.f32_from_float : f32_from_float;
+        q->packing = t.packing[e->type];
         if (f->vec_dot && f->gemm) {
             q->vec_dot = f->vec_dot;
             q->gemm = f->gemm;

@@ -72,6 +72,52 @@ typedef float (*tela_qdot_vec_dot_fn)(const void *w, const void *x, int64_t n);
 typedef void (*tela_qdot_gemm_fn)(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride,
                                   int64_t n_cols, int64_t n, float *out, int64_t out_stride);
 
+/* ------------------------------------------------------------------------
+ * Packed weights (optional per type and ISA): a weight matrix rearranged
+ * once, at load, into groups of pack_rows consecutive rows interleaved so
+ * that one SIMD register holds the same k-elements of every row of a group
+ * (e.g. 16 rows x 4 int8 levels for AVX-512 VNNI, 16 rows x 1 f32). The
+ * packed gemm then broadcasts each activation element against a whole
+ * register of rows: no horizontal sums, no per-tile unpacking of scales,
+ * and the activation operand comes straight from memory.
+ *
+ * Group g (rows g*pack_rows .. g*pack_rows + pack_rows - 1; rows past
+ * n_rows are zero) occupies pack_group_bytes(n) bytes at
+ * packed + g * pack_group_bytes(n). Packed buffers must be 64-byte aligned.
+ *
+ * Results: for the K-quants the packed gemm is bit-identical to vec_dot
+ * (every step before the per-super-block float step is exact integer
+ * arithmetic). For the other types the packed kernels have their own fixed
+ * order of float operations, documented next to them, and tests check them
+ * bitwise against a scalar model of that order: Q8_0/Q4_0 accumulate
+ * acc = fmaf((float)isum_b, d_w * d_x, acc) block after block; F16/BF16/F32
+ * accumulate acc = fmaf(w_i, x_i, acc) element after element. In every case
+ * out[c][r] does not depend on n_cols, on the group range a call covers or
+ * on where (r, c) falls in a tile, so packed results do not depend on the
+ * thread count or on how tokens are batched. */
+
+/* Bytes of one packed group of pack_rows rows of n elements. */
+typedef size_t (*tela_qdot_pack_group_bytes_fn)(int64_t n);
+
+/* Packs groups [g0, g1) of a matrix of n_rows rows (row r at w + r *
+ * w_stride, n elements each) into packed (the start of the whole packed
+ * matrix, not of group g0). */
+typedef void (*tela_qdot_pack_fn)(const void *w, size_t w_stride, int64_t n_rows, int64_t n, int64_t g0, int64_t g1,
+                                  void *packed);
+
+/* out[c * out_stride + r] for every row r of groups [g0, g1) with r <
+ * n_rows and every c < n_cols: the dot product of row r with activation
+ * row c (x + c * x_stride, in the vec_dot type, as for gemm). */
+typedef void (*tela_qdot_gemm_packed_fn)(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x,
+                                         size_t x_stride, int64_t n_cols, int64_t n, float *out, int64_t out_stride);
+
+typedef struct tela_qdot_packing {
+    int pack_rows;                          /* 0: no packed layout */
+    tela_qdot_pack_group_bytes_fn group_bytes;
+    tela_qdot_pack_fn pack;
+    tela_qdot_gemm_packed_fn gemm;
+} tela_qdot_packing;
+
 typedef struct tela_qdot_traits {
     tela_type type;            /* the weight type */
     tela_type vec_dot_type;    /* the activation row type (F32, Q8_0, Q8_K) */
@@ -82,6 +128,7 @@ typedef struct tela_qdot_traits {
     int tile_rows;             /* the micro-kernel's shape */
     int tile_cols;
     tela_isa isa;              /* the instruction set vec_dot and gemm use */
+    tela_qdot_packing packing; /* the packed layout of this ISA, if any */
 } tela_qdot_traits;
 
 /* The fastest kernels this CPU runs for weights of the given type, or NULL
@@ -115,9 +162,15 @@ typedef struct tela_qdot_isa_table {
     tela_qdot_from_float_fn q8_0_from_float;
     tela_qdot_from_float_fn q8_K_from_float;
     tela_qdot_from_float_fn f32_from_float;
+    tela_qdot_packing packing[TELA_TYPE_COUNT];
 } tela_qdot_isa_table;
 
 void tela_qdot_fill_avx512(tela_qdot_isa_table *t);
+/* The packed AVX-512 kernels, one file per family: K-quants, Q8_0/Q4_0,
+ * float weights. Each fills t->packing[type] for its types. */
+void tela_qdot_fill_packed_k_avx512(tela_qdot_isa_table *t);
+void tela_qdot_fill_packed_q8_avx512(tela_qdot_isa_table *t);
+void tela_qdot_fill_packed_f_avx512(tela_qdot_isa_table *t);
 void tela_qdot_fill_avx2(tela_qdot_isa_table *t);
 void tela_qdot_fill_neon(tela_qdot_isa_table *t);
 

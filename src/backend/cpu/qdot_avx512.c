@@ -972,6 +972,9 @@ void tela_qdot_fill_avx512(tela_qdot_isa_table *t) {
     SET(TELA_TYPE_Q4_K, q4_K);
     SET(TELA_TYPE_Q5_K, q5_K);
     SET(TELA_TYPE_Q6_K, q6_K);
+    tela_qdot_fill_packed_k_avx512(t);
+    tela_qdot_fill_packed_q8_avx512(t);
+    tela_qdot_fill_packed_f_avx512(t);
 }
 
 #endif /* __x86_64__ */

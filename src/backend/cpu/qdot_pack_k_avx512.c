@@ -1,0 +1,352 @@
+/* qdot_pack_k_avx512.c: packed-layout kernels for the K-quants Q4_K and
+ * Q6_K with AVX-512 VNNI (the packed interface is described in qdot.h).
+ *
+ * Why a packed layout: in the row-major GGUF layout a SIMD register holds
+ * 64 consecutive levels of ONE weight row, so every output needs a
+ * horizontal sum, and the 6-bit sub-block scales have to be applied inside
+ * the product (VPMADDUBSW + VPDPWSSD: 2 instructions per 64 products). Here
+ * a group of 16 rows is interleaved so that a register holds 4 consecutive
+ * levels of all 16 rows (lane r = row r). One VPDPBUSD with 4 activation
+ * bytes broadcast from memory then does 64 useful products into 16
+ * independent per-row sums, reused for up to 8 activation columns; the
+ * sub-block scale is applied once per 32 (Q4_K) or 16 (Q6_K) elements by an
+ * integer multiply of the per-row sums, and the super-block's float step is
+ * done on 16 rows at once. No horizontal sums at all.
+ *
+ * Results are bit-identical to the scalar vec_dot (qdot.c): each
+ * super-block's isum and msum are exact integers whatever the order they
+ * are summed in, and the float step is the scalar k_step, lane by lane.
+ *
+ * A group holds, per 256-element super-block (SB bytes), the 16 rows'
+ *   Q4_K: d[16], dmin[16] (f16), scale[8][16], min[8][16] (u8, unpacked from
+ *         the 6-bit fields), then the nibbles: vector (c, s) for c < 4,
+ *         s < 8 holds bytes qs[32c + 4s .. 32c + 4s + 3] of each row, whose
+ *         low nibbles are elements 64c + 4s + 0..3 and high nibbles
+ *         64c + 32 + 4s + 0..3 (2368 bytes vs 16 x 144 in the file).
+ *   Q6_K: scale pairs [8][16][2] (int8: scales 2q, 2q + 1 of each row),
+ *         d[16] (f32), the low-nibble bytes ql (vector (h, half, s) holds
+ *         ql[64h + 32 half + 4s .. +3]) and the high-bit bytes qh (vector
+ *         (h, s) holds qh[32h + 4s .. +3]) (3392 bytes vs 16 x 210).
+ * The levels stay unsigned (Q4_K 0..15, Q6_K 0..63), the unsigned operand
+ * of VPDPBUSD; Q6_K's -32 offset is removed per super-block with the
+ * activation block sums (bsums) that Q8_K rows carry. */
+#include "backend/cpu/qdot.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "quant/quant.h"
+#include "util/fp16.h"
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")))
+#define INL static inline __attribute__((always_inline)) TGT
+#define UNROLL _Pragma("GCC unroll 16")
+
+#define PR 16            /* rows per group */
+#define MAX_COLS 8       /* activation columns per tile */
+#define MAX_GROUPS 4     /* groups per tile when decoding (one column) */
+
+/* Q8_K activation rows: d (f32), qs[256], bsums[16] (int16). */
+#define X_QS 4
+#define X_BSUMS 260
+#define X_BYTES 292
+
+static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline float rd_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
+
+/* A zeroed register by the xor idiom, which the CPU executes at register
+ * renaming; left to itself the compiler copies one shared zero register
+ * instead, an extra vector instruction per accumulator and sub-block. */
+INL __m512i zero_idiom(void) {
+    __m512i z;
+    __asm__ volatile("vpxord %0, %0, %0" : "=v"(z));
+    return z;
+}
+
+/* Broadcast of 4 activation bytes (the compilers fold it into VPDPBUSD's
+ * {1to16} memory operand). */
+INL __m512i bcast4(const uint8_t *p) { return _mm512_set1_epi32((int)rd32(p)); }
+
+/* Stores a group's 16 results for one column, only rows < valid. */
+INL void store_rows(float *out, __m512 v, int valid) {
+    if (valid >= PR)
+        _mm512_storeu_ps(out, v);
+    else
+        _mm512_mask_storeu_ps(out, (__mmask16)((1u << valid) - 1), v);
+}
+
+/* Activation columns per panel: the panel's rows (Q8_K, x_row bytes each)
+ * should stay in L2 (2 MB on the target cores; leave room for the weights)
+ * while every group passes over them. A multiple of MAX_COLS. */
+static int64_t panel_cols(size_t x_row) {
+    int64_t c = (int64_t)((1u << 20) / (x_row ? x_row : 1));
+    c = c / MAX_COLS * MAX_COLS;
+    return c < MAX_COLS ? MAX_COLS : c;
+}
+
+/* ------------------------------------------------------------------ Q4_K */
+
+enum { Q4K_D = 0, Q4K_DMIN = 32, Q4K_SC = 64, Q4K_M = 192, Q4K_Q = 320, Q4K_SB = 2368 };
+
+static size_t q4_K_group_bytes(int64_t n) { return (size_t)(n / 256) * Q4K_SB; }
+
+static void q4_K_pack(const void *vw, size_t ws, int64_t n_rows, int64_t n, int64_t g0, int64_t g1, void *packed) {
+    const int64_t nsb = n / 256;
+    for (int64_t g = g0; g < g1; g++) {
+        for (int64_t b = 0; b < nsb; b++) {
+            uint8_t *dst = (uint8_t *)packed + (size_t)(g * nsb + b) * Q4K_SB;
+            memset(dst, 0, Q4K_SB);
+            for (int i = 0; i < PR; i++) {
+                const int64_t r = g * PR + i;
+                if (r >= n_rows) break;
+                const uint8_t *blk = (const uint8_t *)vw + (size_t)r * ws + (size_t)b * sizeof(tela_block_q4_K);
+                memcpy(dst + Q4K_D + 2 * i, blk + offsetof(tela_block_q4_K, d), 2);
+                memcpy(dst + Q4K_DMIN + 2 * i, blk + offsetof(tela_block_q4_K, dmin), 2);
+                for (int j = 0; j < 8; j++)
+                    tela_k4_unpack_scale_min(blk + offsetof(tela_block_q4_K, scales), j, dst + Q4K_SC + 16 * j + i,
+                                             dst + Q4K_M + 16 * j + i);
+                const uint8_t *qs = blk + offsetof(tela_block_q4_K, qs);
+                for (int c = 0; c < 4; c++)
+                    for (int s = 0; s < 8; s++) memcpy(dst + Q4K_Q + (c * 8 + s) * 64 + 4 * i, qs + 32 * c + 4 * s, 4);
+            }
+        }
+    }
+}
+
+/* G groups (gs bytes apart) x C columns over all super-blocks: f[g * C + c]
+ * returns the 16 rows' results of column c. */
+INL void q4_K_tile(const uint8_t *w, size_t gs, const int G, const uint8_t *x, size_t xs, const int C, int64_t nsb,
+                   __m512 *f) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    UNROLL for (int i = 0; i < G * C; i++) f[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *wb = w + (size_t)b * Q4K_SB, *xb = x + (size_t)b * X_BYTES;
+        __m512i tot[MAX_GROUPS * MAX_COLS], acc[MAX_GROUPS * MAX_COLS];
+        UNROLL for (int i = 0; i < G * C; i++) tot[i] = _mm512_setzero_si512();
+        for (int c4 = 0; c4 < 4; c4++) {
+            UNROLL for (int hi = 0; hi < 2; hi++) {
+                UNROLL for (int i = 0; i < G * C; i++) acc[i] = zero_idiom();
+                UNROLL for (int s = 0; s < 8; s++) {
+                    __m512i wv[MAX_GROUPS];
+                    UNROLL for (int g = 0; g < G; g++) {
+                        __m512i v = _mm512_loadu_si512(wb + g * gs + Q4K_Q + (c4 * 8 + s) * 64);
+                        wv[g] = _mm512_and_si512(hi ? _mm512_srli_epi16(v, 4) : v, m4);
+                    }
+                    UNROLL for (int c = 0; c < C; c++) {
+                        const __m512i xv = bcast4(xb + c * xs + X_QS + 64 * c4 + 32 * hi + 4 * s);
+                        UNROLL for (int g = 0; g < G; g++) acc[g * C + c] = _mm512_dpbusd_epi32(acc[g * C + c], wv[g], xv);
+                    }
+                }
+                UNROLL for (int g = 0; g < G; g++) {
+                    const __m512i sc =
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + g * gs + Q4K_SC + 16 * (2 * c4 + hi))));
+                    UNROLL for (int c = 0; c < C; c++)
+                        tot[g * C + c] = _mm512_add_epi32(tot[g * C + c], _mm512_mullo_epi32(acc[g * C + c], sc));
+                }
+            }
+        }
+        /* msum = sum_j min_j * (bsums[2j] + bsums[2j + 1]), one VPDPWSSD per
+         * sub-block with each row's min in both int16 halves of its lane. */
+        UNROLL for (int i = 0; i < G * C; i++) acc[i] = zero_idiom();
+        UNROLL for (int j = 0; j < 8; j++) {
+            __m512i mv[MAX_GROUPS];
+            UNROLL for (int g = 0; g < G; g++) {
+                __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + g * gs + Q4K_M + 16 * j)));
+                mv[g] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+            }
+            UNROLL for (int c = 0; c < C; c++) {
+                const __m512i bs = bcast4(xb + c * xs + X_BSUMS + 4 * j);
+                UNROLL for (int g = 0; g < G; g++) acc[g * C + c] = _mm512_dpwssd_epi32(acc[g * C + c], mv[g], bs);
+            }
+        }
+        /* The scalar k_step, 16 rows at a time. */
+        UNROLL for (int g = 0; g < G; g++) {
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + g * gs + Q4K_D)));
+            const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + g * gs + Q4K_DMIN)));
+            UNROLL for (int c = 0; c < C; c++) {
+                const __m512 dx = _mm512_set1_ps(rd_f32(xb + c * xs));
+                __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[g * C + c]), _mm512_mul_ps(d, dx), f[g * C + c]);
+                f[g * C + c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(acc[g * C + c]), _mm512_mul_ps(dmin, dx), a);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ Q6_K */
+
+enum { Q6K_SC = 0, Q6K_D = 256, Q6K_QL = 320, Q6K_QH = 2368, Q6K_SB = 3392 };
+
+static size_t q6_K_group_bytes(int64_t n) { return (size_t)(n / 256) * Q6K_SB; }
+
+static void q6_K_pack(const void *vw, size_t ws, int64_t n_rows, int64_t n, int64_t g0, int64_t g1, void *packed) {
+    const int64_t nsb = n / 256;
+    for (int64_t g = g0; g < g1; g++) {
+        for (int64_t b = 0; b < nsb; b++) {
+            uint8_t *dst = (uint8_t *)packed + (size_t)(g * nsb + b) * Q6K_SB;
+            memset(dst, 0, Q6K_SB);
+            for (int i = 0; i < PR; i++) {
+                const int64_t r = g * PR + i;
+                if (r >= n_rows) break;
+                const uint8_t *blk = (const uint8_t *)vw + (size_t)r * ws + (size_t)b * sizeof(tela_block_q6_K);
+                const uint8_t *ql = blk + offsetof(tela_block_q6_K, ql), *qh = blk + offsetof(tela_block_q6_K, qh);
+                const uint8_t *sc = blk + offsetof(tela_block_q6_K, scales);
+                for (int q = 0; q < 8; q++) memcpy(dst + Q6K_SC + (q * 16 + i) * 2, sc + 2 * q, 2);
+                uint16_t h;
+                memcpy(&h, blk + offsetof(tela_block_q6_K, d), 2);
+                const float d = tela_f16_to_f32(h);
+                memcpy(dst + Q6K_D + 4 * i, &d, 4);
+                for (int hh = 0; hh < 2; hh++)
+                    for (int s = 0; s < 8; s++) {
+                        for (int half = 0; half < 2; half++)
+                            memcpy(dst + Q6K_QL + ((hh * 2 + half) * 8 + s) * 64 + 4 * i, ql + 64 * hh + 32 * half + 4 * s,
+                                   4);
+                        memcpy(dst + Q6K_QH + (hh * 8 + s) * 64 + 4 * i, qh + 32 * hh + 4 * s, 4);
+                    }
+            }
+        }
+    }
+}
+
+/* The 6-bit levels of 32-element group gq (0..3) of half hh, step s: the
+ * low nibble from ql (high nibbles for gq >= 2), bits 2gq..2gq+1 of qh moved
+ * to bits 4..5. */
+INL __m512i q6_levels(const uint8_t *wb, int hh, int gq, int s, __m512i m0f, __m512i m30) {
+    __m512i a = _mm512_loadu_si512(wb + Q6K_QL + ((hh * 2 + (gq & 1)) * 8 + s) * 64);
+    if (gq >= 2) a = _mm512_srli_epi16(a, 4);
+    __m512i h = _mm512_loadu_si512(wb + Q6K_QH + (hh * 8 + s) * 64);
+    h = gq == 0 ? _mm512_slli_epi16(h, 4) : gq == 1 ? _mm512_slli_epi16(h, 2) : gq == 2 ? h : _mm512_srli_epi16(h, 2);
+    /* (a & 0x0F) | (h & 0x30): select a where m0f is set, then drop bits 6-7 */
+    return _mm512_and_si512(_mm512_ternarylogic_epi32(a, h, m0f, 0xE4), _mm512_or_si512(m0f, m30));
+}
+
+INL void q6_K_tile(const uint8_t *w, size_t gs, const int G, const uint8_t *x, size_t xs, const int C, int64_t nsb,
+                   __m512 *f) {
+    const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    UNROLL for (int i = 0; i < G * C; i++) f[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *wb = w + (size_t)b * Q6K_SB, *xb = x + (size_t)b * X_BYTES;
+        __m512i tot[MAX_GROUPS * MAX_COLS], acc[MAX_GROUPS * MAX_COLS];
+        UNROLL for (int i = 0; i < G * C; i++) tot[i] = _mm512_setzero_si512();
+        for (int hh = 0; hh < 2; hh++) {
+            UNROLL for (int gq = 0; gq < 4; gq++) {
+                __m512i pair[MAX_GROUPS];
+                UNROLL for (int g = 0; g < G; g++)
+                    pair[g] = _mm512_cvtepi8_epi16(
+                        _mm256_loadu_si256((const __m256i *)(wb + g * gs + Q6K_SC + (4 * hh + gq) * 32)));
+                UNROLL for (int half = 0; half < 2; half++) {
+                    UNROLL for (int i = 0; i < G * C; i++) acc[i] = zero_idiom();
+                    UNROLL for (int s4 = 0; s4 < 4; s4++) {
+                        const int s = 4 * half + s4;
+                        __m512i wv[MAX_GROUPS];
+                        UNROLL for (int g = 0; g < G; g++) wv[g] = q6_levels(wb + g * gs, hh, gq, s, m0f, m30);
+                        UNROLL for (int c = 0; c < C; c++) {
+                            const __m512i xv = bcast4(xb + c * xs + X_QS + 128 * hh + 32 * gq + 4 * s);
+                            UNROLL for (int g = 0; g < G; g++)
+                                acc[g * C + c] = _mm512_dpbusd_epi32(acc[g * C + c], wv[g], xv);
+                        }
+                    }
+                    UNROLL for (int g = 0; g < G; g++) {
+                        /* this sub-block's scale: the low or high int16 of each lane, sign-extended */
+                        const __m512i sc = half ? _mm512_srai_epi32(pair[g], 16)
+                                                : _mm512_srai_epi32(_mm512_slli_epi32(pair[g], 16), 16);
+                        UNROLL for (int c = 0; c < C; c++)
+                            tot[g * C + c] = _mm512_add_epi32(tot[g * C + c], _mm512_mullo_epi32(acc[g * C + c], sc));
+                    }
+                }
+            }
+        }
+        /* The -32 offset: isum = tot - 32 * sum_k scale_k * bsums[k]. */
+        UNROLL for (int i = 0; i < G * C; i++) acc[i] = zero_idiom();
+        UNROLL for (int q = 0; q < 8; q++) {
+            __m512i pair[MAX_GROUPS];
+            UNROLL for (int g = 0; g < G; g++)
+                pair[g] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wb + g * gs + Q6K_SC + q * 32)));
+            UNROLL for (int c = 0; c < C; c++) {
+                const __m512i bs = bcast4(xb + c * xs + X_BSUMS + 4 * q);
+                UNROLL for (int g = 0; g < G; g++) acc[g * C + c] = _mm512_dpwssd_epi32(acc[g * C + c], pair[g], bs);
+            }
+        }
+        /* The scalar k_step with msum = 0 (adding -0 * 0 changes nothing). */
+        UNROLL for (int g = 0; g < G; g++) {
+            const __m512 d = _mm512_loadu_ps((const float *)(const void *)(wb + g * gs + Q6K_D));
+            UNROLL for (int c = 0; c < C; c++) {
+                const __m512 dx = _mm512_set1_ps(rd_f32(xb + c * xs));
+                const __m512i isum = _mm512_sub_epi32(tot[g * C + c], _mm512_slli_epi32(acc[g * C + c], 5));
+                f[g * C + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), f[g * C + c]);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------ the gemms */
+
+/* One tile: groups [g, g + G) x columns [c0, c0 + C). */
+#define TILE_FN(NAME, G, C)                                                                                           \
+    static TGT void NAME##_t##G##x##C(const uint8_t *pw, size_t gb, int64_t n_rows, int64_t g, const uint8_t *x,     \
+                                      size_t xs, int64_t c0, int64_t nsb, float *out, int64_t os) {                  \
+        __m512 f[G * C];                                                                                              \
+        NAME##_tile(pw + (size_t)g * gb, gb, G, x + (size_t)c0 * xs, xs, C, nsb, f);                                 \
+        for (int gi = 0; gi < G; gi++)                                                                                \
+            for (int c = 0; c < C; c++)                                                                               \
+                store_rows(out + (c0 + c) * os + (g + gi) * PR, f[gi * C + c], (int)(n_rows - (g + gi) * PR));       \
+    }
+
+typedef void (*tile_fn)(const uint8_t *pw, size_t gb, int64_t n_rows, int64_t g, const uint8_t *x, size_t xs,
+                        int64_t c0, int64_t nsb, float *out, int64_t os);
+
+/* Walks groups [g0, g1) x all columns: decoding (one column) takes
+ * MAX_GROUPS groups at a time; otherwise column panels that stay in L2,
+ * each group sweeping the panel MAX_COLS columns at a time (narrower tiles
+ * at the end). cols[C] is the 1-group tile of C columns, multi the
+ * MAX_GROUPS x 1 tile. */
+static void run_packed(const void *packed, size_t gb, int64_t n_rows, int64_t g0, int64_t g1, const void *vx,
+                       size_t xs, int64_t n_cols, int64_t nsb, float *out, int64_t os, tile_fn const cols[MAX_COLS + 1],
+                       tile_fn multi) {
+    const uint8_t *pw = packed, *x = vx;
+    if (n_cols == 1) {
+        int64_t g = g0;
+        for (; g + MAX_GROUPS <= g1; g += MAX_GROUPS) multi(pw, gb, n_rows, g, x, xs, 0, nsb, out, os);
+        for (; g < g1; g++) cols[1](pw, gb, n_rows, g, x, xs, 0, nsb, out, os);
+        return;
+    }
+    const int64_t pc = panel_cols(xs);
+    for (int64_t p0 = 0; p0 < n_cols; p0 += pc) {
+        const int64_t p1 = p0 + pc < n_cols ? p0 + pc : n_cols;
+        for (int64_t g = g0; g < g1; g++)
+            for (int64_t c0 = p0; c0 < p1; c0 += MAX_COLS) {
+                const int64_t c = p1 - c0 < MAX_COLS ? p1 - c0 : MAX_COLS;
+                cols[c](pw, gb, n_rows, g, x, xs, c0, nsb, out, os);
+            }
+    }
+}
+
+#define PACKED_GEMM(NAME)                                                                                             \
+    TILE_FN(NAME, 1, 1)                                                                                               \
+    TILE_FN(NAME, 1, 2)                                                                                               \
+    TILE_FN(NAME, 1, 3)                                                                                               \
+    TILE_FN(NAME, 1, 4)                                                                                               \
+    TILE_FN(NAME, 1, 5)                                                                                               \
+    TILE_FN(NAME, 1, 6)                                                                                               \
+    TILE_FN(NAME, 1, 7)                                                                                               \
+    TILE_FN(NAME, 1, 8)                                                                                               \
+    TILE_FN(NAME, 4, 1)                                                                                               \
+    static void NAME##_gemm_packed(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x,        \
+                                   size_t xs, int64_t n_cols, int64_t n, float *out, int64_t os) {                    \
+        static tile_fn const cols[MAX_COLS + 1] = {NULL,          NAME##_t1x1, NAME##_t1x2, NAME##_t1x3, NAME##_t1x4, \
+                                                   NAME##_t1x5, NAME##_t1x6, NAME##_t1x7, NAME##_t1x8};               \
+        run_packed(packed, NAME##_group_bytes(n), n_rows, g0, g1, x, xs, n_cols, n / 256, out, os, cols,            \
+                   NAME##_t4x1);                                                                                      \
+    }
+
+PACKED_GEMM(q4_K)
+PACKED_GEMM(q6_K)
+
+void tela_qdot_fill_packed_k_avx512(tela_qdot_isa_table *t) {
+    t->packing[TELA_TYPE_Q4_K] = (tela_qdot_packing){PR, q4_K_group_bytes, q4_K_pack, q4_K_gemm_packed};
+    t->packing[TELA_TYPE_Q6_K] = (tela_qdot_packing){PR, q6_K_group_bytes, q6_K_pack, q6_K_gemm_packed};
+}
+
+#endif /* __x86_64__ */
