@@ -478,70 +478,95 @@ void tela_op_add(float *y, const float *x, int64_t n) {
 static inline tela_v16f fma16(tela_v16f a, tela_v16f b, tela_v16f c) {
     return (tela_v16f)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
 }
+static inline tela_v16f splat16(float x) { return (tela_v16f)_mm512_set1_ps(x); }
 /* the same operation on one lane */
 static inline float fma1(float a, float b, float c) { return fmaf(a, b, c); }
 #else
 static inline tela_v16f fma16(tela_v16f a, tela_v16f b, tela_v16f c) { return a * b + c; }
 static inline float fma1(float a, float b, float c) { return a * b + c; }
+static inline tela_v16f splat16(float x) {
+    return (tela_v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+}
 #endif
 
+/* Full unrolling keeps the small accumulator arrays below in registers. */
+#define ATT_UNROLL _Pragma("GCC unroll 16")
+
+/* Rows per block: up to ATT_MAX_ROWS (4 vectors of lanes) when the
+ * per-thread scratch holds their scores, which lets the score kernel load
+ * each key element once for 4 row vectors. */
+#define ATT_MAX_ROWS 64
+
 size_t tela_op_attention_scratch(int n_ctx, int k_dim) {
-    return (size_t)ATT_LANES * ((size_t)n_ctx + (size_t)k_dim + 4) + 16;
+    const size_t rows = n_ctx <= 16384 ? ATT_MAX_ROWS : ATT_LANES;
+    return rows * ((size_t)n_ctx + (size_t)k_dim + 4) + 16;
 }
 
 typedef struct {
     const tela_attn_args *a;
     tela_threadpool *pool;
     int group;          /* query heads per KV head */
+    int qb;             /* vectors of ATT_LANES rows per block (1, 2 or 4) */
     long long n_rows;   /* rows per KV head: n_tok * group */
-    long long n_blocks; /* blocks of ATT_LANES rows per KV head */
+    long long n_blocks; /* blocks of qb * ATT_LANES rows per KV head */
 } attn_job;
 
-/* Scores of one block of ATT_LANES keys starting at p0 against the
- * transposed queries qt[d][lane]; keys past n_keys repeat the last one (the
- * causal mask removes them). */
-static inline void attn_scores16(float *st, const float *qt, const float *kbase, int64_t k_stride, int k_dim,
-                                 int64_t p0, int64_t n_keys, float scale, const tela_v16i *limit, tela_v16f *mx) {
+/* Scores of 16 / QB keys starting at p0 against QB vectors of transposed
+ * queries (qt[d][row], R = QB * 16 rows); keys past n_keys repeat the last
+ * one (the causal mask removes them). st[p][row], mx[b] per row vector. */
+static inline __attribute__((always_inline)) void attn_scores(const int QB, float *st, const float *qt,
+                                                              const float *kbase, int64_t k_stride, int k_dim,
+                                                              int64_t p0, int64_t n_keys, float scale,
+                                                              const tela_v16i *limit, tela_v16f *mx) {
+    const int KB = ATT_LANES / QB, R = QB * ATT_LANES;
     const float *kp[ATT_LANES];
-    for (int j = 0; j < ATT_LANES; j++) kp[j] = kbase + (p0 + j < n_keys ? p0 + j : n_keys - 1) * k_stride;
+    ATT_UNROLL for (int j = 0; j < KB; j++) kp[j] = kbase + (p0 + j < n_keys ? p0 + j : n_keys - 1) * k_stride;
     tela_v16f acc[ATT_LANES];
-    for (int j = 0; j < ATT_LANES; j++) acc[j] = (tela_v16f){0};
+    ATT_UNROLL for (int i = 0; i < ATT_LANES; i++) acc[i] = (tela_v16f){0};
     for (int d = 0; d < k_dim; d++) {
-        const tela_v16f q = *(const tela_v16f *)(qt + d * ATT_LANES);
-        for (int j = 0; j < ATT_LANES; j++) acc[j] = fma16(q, (tela_v16f){0} + kp[j][d], acc[j]);
+        tela_v16f q[4];
+        ATT_UNROLL for (int b = 0; b < QB; b++) q[b] = *(const tela_v16f *)(qt + d * R + b * ATT_LANES);
+        ATT_UNROLL for (int j = 0; j < KB; j++) {
+            const tela_v16f kv = splat16(kp[j][d]);
+            ATT_UNROLL for (int b = 0; b < QB; b++) acc[b * KB + j] = fma16(q[b], kv, acc[b * KB + j]);
+        }
     }
     const tela_v16f ninf = (tela_v16f){0} - __builtin_inff();
-    for (int j = 0; j < ATT_LANES && p0 + j < n_keys; j++) {
-        const tela_v16i masked = (tela_v16i){0} + (int32_t)(p0 + j) > *limit;
-        tela_v16f v = acc[j] * scale;
-        v = (tela_v16f)(((tela_v16i)v & ~masked) | ((tela_v16i)ninf & masked));
-        const tela_v16i gt = v > *mx;
-        *mx = (tela_v16f)(((tela_v16i)*mx & ~gt) | ((tela_v16i)v & gt));
-        *(tela_v16f *)(st + (p0 + j) * ATT_LANES) = v;
+    ATT_UNROLL for (int j = 0; j < KB; j++) {
+        if (p0 + j >= n_keys) break;
+        ATT_UNROLL for (int b = 0; b < QB; b++) {
+            const tela_v16i masked = (tela_v16i){0} + (int32_t)(p0 + j) > limit[b];
+            tela_v16f v = acc[b * KB + j] * scale;
+            v = (tela_v16f)(((tela_v16i)v & ~masked) | ((tela_v16i)ninf & masked));
+            const tela_v16i gt = v > mx[b];
+            mx[b] = (tela_v16f)(((tela_v16i)mx[b] & ~gt) | ((tela_v16i)v & gt));
+            *(tela_v16f *)(st + (p0 + j) * R + b * ATT_LANES) = v;
+        }
     }
 }
 
-/* o[r][0..63] (4 rows, 64 value dims from column d0) = sum_p e[p][lane_r] v_p. */
-static inline void attn_values_4x64(float *const *o, const int *lane, const float *st, const float *vbase,
+/* o[r][d0..d0+63] (4 rows) = sum_p e[p][row_r] v_p, e = st with R floats
+ * per key. */
+static inline void attn_values_4x64(float *const *o, const int *row, const float *st, int R, const float *vbase,
                                     int64_t v_stride, int64_t n_keys, int d0) {
     tela_v16f acc[4][4];
-    for (int r = 0; r < 4; r++)
-        for (int i = 0; i < 4; i++) acc[r][i] = (tela_v16f){0};
+    ATT_UNROLL for (int r = 0; r < 4; r++)
+        ATT_UNROLL for (int i = 0; i < 4; i++) acc[r][i] = (tela_v16f){0};
     for (int64_t p = 0; p < n_keys; p++) {
         const float *vp = vbase + p * v_stride + d0;
         const tela_v16f v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16),
                         v2 = *(const tela_v16f *)(vp + 32), v3 = *(const tela_v16f *)(vp + 48);
-        const float *e = st + p * ATT_LANES;
-        for (int r = 0; r < 4; r++) {
-            const tela_v16f w = (tela_v16f){0} + e[lane[r]];
+        const float *e = st + p * R;
+        ATT_UNROLL for (int r = 0; r < 4; r++) {
+            const tela_v16f w = splat16(e[row[r]]);
             acc[r][0] = fma16(w, v0, acc[r][0]);
             acc[r][1] = fma16(w, v1, acc[r][1]);
             acc[r][2] = fma16(w, v2, acc[r][2]);
             acc[r][3] = fma16(w, v3, acc[r][3]);
         }
     }
-    for (int r = 0; r < 4; r++)
-        for (int i = 0; i < 4; i++) *(tela_v16f *)(o[r] + d0 + 16 * i) = acc[r][i];
+    ATT_UNROLL for (int r = 0; r < 4; r++)
+        ATT_UNROLL for (int i = 0; i < 4; i++) *(tela_v16f *)(o[r] + d0 + 16 * i) = acc[r][i];
 }
 
 /* Block `chunk` of rows: KV head chunk / n_blocks, rows (t, head in group)
@@ -549,67 +574,81 @@ static inline void attn_values_4x64(float *const *o, const int *lane, const floa
 static void attention_block(void *arg, int chunk, int ith) {
     const attn_job *job = arg;
     const tela_attn_args *a = job->a;
+    const int QB = job->qb, R = QB * ATT_LANES;
     const int kvh = (int)(chunk / job->n_blocks);
-    const long long r0 = (chunk % job->n_blocks) * ATT_LANES;
-    const int n_lanes = (int)(job->n_rows - r0 < ATT_LANES ? job->n_rows - r0 : ATT_LANES);
+    const long long r0 = (chunk % job->n_blocks) * R;
+    const int n_rows = (int)(job->n_rows - r0 < R ? job->n_rows - r0 : R);
     float *scratch = tela_threadpool_scratch(job->pool, ith);
     float *qt = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    float *st = qt + (size_t)ATT_LANES * (a->k_dim + 4);
-    int tok[ATT_LANES], head[ATT_LANES];
-    tela_v16i limit;
+    float *st = qt + (size_t)R * (a->k_dim + 4);
+    int tok[ATT_MAX_ROWS], head[ATT_MAX_ROWS];
+    tela_v16i limit[4];
     int64_t n_keys = 0;
-    for (int l = 0; l < ATT_LANES; l++) {
-        const long long r = r0 + (l < n_lanes ? l : n_lanes - 1);
+    for (int l = 0; l < R; l++) {
+        const long long r = r0 + (l < n_rows ? l : n_rows - 1);
         tok[l] = (int)(r / job->group);
         head[l] = kvh * job->group + (int)(r % job->group);
-        limit[l] = l < n_lanes ? a->pos0 + tok[l] : -1;
-        if (limit[l] + 1 > n_keys) n_keys = limit[l] + 1;
+        limit[l / ATT_LANES][l % ATT_LANES] = l < n_rows ? a->pos0 + tok[l] : -1;
+        if (l < n_rows && a->pos0 + tok[l] + 1 > n_keys) n_keys = a->pos0 + tok[l] + 1;
     }
-    for (int l = 0; l < ATT_LANES; l++) {
+    for (int l = 0; l < R; l++) {
         const float *q = a->q + tok[l] * a->q_stride + (int64_t)head[l] * a->k_dim;
-        for (int d = 0; d < a->k_dim; d++) qt[d * ATT_LANES + l] = q[d];
+        for (int d = 0; d < a->k_dim; d++) qt[d * R + l] = q[d];
     }
     /* 1. scores and their row maxima */
-    tela_v16f mx = (tela_v16f){0} - __builtin_inff();
+    tela_v16f mx[4];
+    for (int b = 0; b < 4; b++) mx[b] = (tela_v16f){0} - __builtin_inff();
     const float *kbase = a->k + (int64_t)kvh * a->k_dim;
-    for (int64_t p0 = 0; p0 < n_keys; p0 += ATT_LANES)
-        attn_scores16(st, qt, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, &limit, &mx);
-    /* 2. exp and sums (masked scores are -inf: exp gives 0) */
-    tela_v16f sum = {0};
-    for (int64_t p = 0; p < n_keys; p++) {
-        tela_v16f e = *(tela_v16f *)(st + p * ATT_LANES) - mx;
-        exp_v16(&e);
-        *(tela_v16f *)(st + p * ATT_LANES) = e;
-        sum += e;
+    const int kb = ATT_LANES / QB;
+    for (int64_t p0 = 0; p0 < n_keys; p0 += kb) {
+        if (QB == 4)
+            attn_scores(4, st, qt, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
+        else if (QB == 2)
+            attn_scores(2, st, qt, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
+        else
+            attn_scores(1, st, qt, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
     }
+    /* 2. exp and sums (masked scores are -inf: exp gives 0) */
+    tela_v16f sum[4] = {{0}, {0}, {0}, {0}};
+    for (int64_t p = 0; p < n_keys; p++)
+        for (int b = 0; b < QB; b++) {
+            tela_v16f e = *(tela_v16f *)(st + p * R + b * ATT_LANES) - mx[b];
+            exp_v16(&e);
+            *(tela_v16f *)(st + p * R + b * ATT_LANES) = e;
+            sum[b] += e;
+        }
     /* 3. weighted values, 4 rows at a time, then the normalization */
     const float *vbase = a->v + (int64_t)kvh * a->v_dim;
-    for (int l0 = 0; l0 < n_lanes; l0 += 4) {
+    for (int l0 = 0; l0 < n_rows; l0 += 4) {
         float *o[4];
-        int lane[4];
+        int row[4];
         for (int r = 0; r < 4; r++) {
-            lane[r] = l0 + r < n_lanes ? l0 + r : l0;
-            o[r] = a->out + tok[lane[r]] * a->out_stride + (int64_t)head[lane[r]] * a->v_dim;
+            row[r] = l0 + r < n_rows ? l0 + r : l0;
+            o[r] = a->out + tok[row[r]] * a->out_stride + (int64_t)head[row[r]] * a->v_dim;
         }
         int d0 = 0;
-        if (l0 + 4 <= n_lanes)
-            for (; d0 + 64 <= a->v_dim; d0 += 64) attn_values_4x64(o, lane, st, vbase, a->v_stride, n_keys, d0);
-        for (int r = 0; r < 4 && l0 + r < n_lanes; r++) {
+        if (l0 + 4 <= n_rows)
+            for (; d0 + 64 <= a->v_dim; d0 += 64) attn_values_4x64(o, row, st, R, vbase, a->v_stride, n_keys, d0);
+        for (int r = 0; r < 4 && l0 + r < n_rows; r++) {
             for (int d = d0; d < a->v_dim; d++) {
                 float acc = 0.0f;
-                for (int64_t p = 0; p < n_keys; p++)
-                    acc = fma1(st[p * ATT_LANES + lane[r]], vbase[p * a->v_stride + d], acc);
+                for (int64_t p = 0; p < n_keys; p++) acc = fma1(st[p * R + row[r]], vbase[p * a->v_stride + d], acc);
                 o[r][d] = acc;
             }
-            const float inv = 1.0f / sum[lane[r]];
+            const float inv = 1.0f / sum[row[r] / ATT_LANES][row[r] % ATT_LANES];
             for (int d = 0; d < a->v_dim; d++) o[r][d] *= inv;
         }
     }
 }
 
 void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args) {
-    attn_job job = {args, pool, args->n_head / args->n_kv_head, 0, 0};
+    attn_job job = {args, pool, args->n_head / args->n_kv_head, 1, 0, 0};
     job.n_rows = (long long)args->n_tok * job.group;
-    job.n_blocks = (job.n_rows + ATT_LANES - 1) / ATT_LANES;
+    /* as many row vectors per block as there are rows and scratch for */
+    const size_t per_row = (size_t)args->pos0 + (size_t)args->n_tok + (size_t)args->k_dim + 4;
+    while (job.qb < 4 && job.n_rows > (long long)job.qb * ATT_LANES &&
+           tela_threadpool_scratch_size(pool) >= (size_t)(2 * job.qb * ATT_LANES) * per_row + 16)
+        job.qb *= 2;
+    job.n_blocks = (job.n_rows + job.qb * ATT_LANES - 1) / (job.qb * ATT_LANES);
     tela_threadpool_run_chunks(pool, attention_block, &job, (int)(job.n_blocks * args->n_kv_head));
 }
