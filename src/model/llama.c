@@ -479,9 +479,9 @@ static void forward_step(const llama_model *L, llama_state *s, tela_threadpool *
 
         /* attention */
         tela_op_rmsnorm_pool(pool, s->xb, n_embd, s->x, n_embd, ly->attn_norm, n_embd, nt, L->eps);
-        tela_op_matmul(pool, &ly->wq, s->xb, n_embd, s->q, q_dim, nt);
-        tela_op_matmul(pool, &ly->wk, s->xb, n_embd, kc + (size_t)pos0 * k_dim, k_dim, nt);
-        tela_op_matmul(pool, &ly->wv, s->xb, n_embd, vc + (size_t)pos0 * v_dim, v_dim, nt);
+        const tela_matmul_target qkv[3] = {
+            {&ly->wq, s->q, q_dim}, {&ly->wk, kc + (size_t)pos0 * k_dim, k_dim}, {&ly->wv, vc + (size_t)pos0 * v_dim, v_dim}};
+        tela_op_matmul_many(pool, qkv, 3, s->xb, n_embd, nt);
         tela_op_rope(s->q, q_dim, nt, L->n_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
         tela_op_rope(kc + (size_t)pos0 * k_dim, k_dim, nt, L->n_kv_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
         tela_attn_args a = {
@@ -496,8 +496,8 @@ static void forward_step(const llama_model *L, llama_state *s, tela_threadpool *
 
         /* feed-forward */
         tela_op_rmsnorm_pool(pool, s->xb, n_embd, s->x, n_embd, ly->ffn_norm, n_embd, nt, L->eps);
-        tela_op_matmul(pool, &ly->w_gate, s->xb, n_embd, s->gate, L->n_ff, nt);
-        tela_op_matmul(pool, &ly->w_up, s->xb, n_embd, s->up, L->n_ff, nt);
+        const tela_matmul_target gate_up[2] = {{&ly->w_gate, s->gate, L->n_ff}, {&ly->w_up, s->up, L->n_ff}};
+        tela_op_matmul_many(pool, gate_up, 2, s->xb, n_embd, nt);
         tela_op_swiglu_pool(pool, s->gate, s->up, (int64_t)nt * L->n_ff);
         tela_op_matmul(pool, &ly->w_down, s->gate, L->n_ff, s->xb, n_embd, nt);
         tela_op_add(s->x, s->xb, (int64_t)nt * n_embd);

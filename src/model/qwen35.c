@@ -816,9 +816,8 @@ static void attn_layer(const qwen35_model *Q, qwen35_state *s, tela_threadpool *
     float *vc = s->v_cache + (size_t)ly->slot * s->kv_floats;
     float *krows = kc + (size_t)pos0 * k_dim, *vrows = vc + (size_t)pos0 * k_dim;
 
-    tela_op_matmul(pool, &A->wq, s->xb, E, s->qg, 2 * q_dim, nt);
-    tela_op_matmul(pool, &A->wk, s->xb, E, krows, k_dim, nt);
-    tela_op_matmul(pool, &A->wv, s->xb, E, vrows, k_dim, nt);
+    const tela_matmul_target qkv[3] = {{&A->wq, s->qg, 2 * q_dim}, {&A->wk, krows, k_dim}, {&A->wv, vrows, k_dim}};
+    tela_op_matmul_many(pool, qkv, 3, s->xb, E, nt);
     /* q: the first half of each head's 2*hd block, normalized per head (the
      * rows (t, h) of qg are 2*hd apart); k: normalized in place */
     tela_op_rmsnorm(s->q, hd, s->qg, 2 * hd, A->q_norm, hd, nt * H, Q->eps);
@@ -893,10 +892,9 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, tela_threadpool *p
     float *conv_state = s->conv + (size_t)ly->slot * s->conv_floats;
     float *rec = s->rec + (size_t)ly->slot * s->rec_floats;
 
-    tela_op_matmul(pool, &G->w_qkv, s->xb, E, s->qkv_in, cd, nt);
-    tela_op_matmul(pool, &G->w_z, s->xb, E, s->z, vd, nt);
-    tela_op_matmul(pool, &G->w_beta, s->xb, E, s->beta, nv, nt);
-    tela_op_matmul(pool, &G->w_alpha, s->xb, E, s->g, nv, nt);
+    const tela_matmul_target in[4] = {
+        {&G->w_qkv, s->qkv_in, cd}, {&G->w_z, s->z, vd}, {&G->w_beta, s->beta, nv}, {&G->w_alpha, s->g, nv}};
+    tela_op_matmul_many(pool, in, 4, s->xb, E, nt);
     tela_gdn_conv1d_silu(s->qkv_in, cd, nt, (int)cd, Q->conv_k, G->conv_w, conv_state, s->qkv, cd);
     for (int t = 0; t < nt; t++) {
         float *row = s->qkv + (size_t)t * cd;
@@ -930,8 +928,8 @@ static void forward_step(const qwen35_model *Q, qwen35_state *s, tela_threadpool
         tela_op_add(s->x, s->xb, (int64_t)nt * E);
 
         tela_op_rmsnorm_pool(pool, s->xb, E, s->x, E, ly->post_norm, E, nt, Q->eps);
-        tela_op_matmul(pool, &ly->w_gate, s->xb, E, s->gate, Q->n_ff, nt);
-        tela_op_matmul(pool, &ly->w_up, s->xb, E, s->up, Q->n_ff, nt);
+        const tela_matmul_target gate_up[2] = {{&ly->w_gate, s->gate, Q->n_ff}, {&ly->w_up, s->up, Q->n_ff}};
+        tela_op_matmul_many(pool, gate_up, 2, s->xb, E, nt);
         tela_op_swiglu_pool(pool, s->gate, s->up, (int64_t)nt * Q->n_ff);
         tela_op_matmul(pool, &ly->w_down, s->gate, Q->n_ff, s->xb, E, nt);
         tela_op_add(s->x, s->xb, (int64_t)nt * E);

@@ -192,38 +192,105 @@ static void quantize_chunk(void *arg, int chunk, int ith) {
  * each weight row and dots it in f32, for parity tests. Rows are handed
  * out in chunks (a multiple of the kernel's tile rows, about 8 per thread)
  * to whichever thread is free. */
-void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, int64_t x_stride, float *y,
-                    int64_t y_stride, int n_tok) {
-    if (n_tok <= 0) return;
-    matmul_job job = {w, x, x_stride, y, y_stride, n_tok, pool, NULL, false, x, (size_t)x_stride * sizeof(float), 0, 1};
+/* Up to this many matrices go in one dispatch of tela_op_matmul_many. */
+#define MATMUL_MANY_MAX 8
+
+/* The chunks of several matmuls as one list: chunk c belongs to the job j
+ * with first[j] <= c < first[j + 1]. */
+typedef struct {
+    matmul_job *jobs;
+    int n;
+    int first[MATMUL_MANY_MAX + 1];
+} matmul_many_job;
+
+static void matmul_many_chunk(void *arg, int chunk, int ith) {
+    matmul_many_job *m = arg;
+    int j = 0;
+    while (chunk >= m->first[j + 1]) j++;
+    matmul_chunk(&m->jobs[j], chunk - m->first[j], ith);
+}
+
+/* Whether W's matmul quantizes the activations, and to which type. */
+static const tela_qdot_traits *quantizing_traits(const tela_mat *w) {
     const tela_qdot_traits *q = tela_qdot_get(w->type);
-    if (q && w->n_cols % q->block_size == 0) {
-        if (q->vec_dot_type == TELA_TYPE_F32) {
-            job.q = q;
-        } else if (!tela_ops_exact_matmul()) {
-            size_t rb = tela_type_row_bytes(q->vec_dot_type, w->n_cols);
-            size_t bytes = rb > 0 && (size_t)n_tok <= SIZE_MAX / rb ? rb * (size_t)n_tok : 0;
-            void *buf = bytes ? tela_threadpool_shared(pool, bytes) : NULL;
-            if (buf) { /* else: out of memory, take the exact path */
-                job.q = q;
-                job.xq = buf;
-                job.xq_stride = rb;
-                int nth = tela_threadpool_n_threads(pool);
-                int n_qchunks = n_tok < 4 * nth ? n_tok : 4 * nth;
-                job.tok_per_chunk = (n_tok + n_qchunks - 1) / n_qchunks;
-                n_qchunks = (n_tok + job.tok_per_chunk - 1) / job.tok_per_chunk;
-                tela_threadpool_run_chunks(pool, quantize_chunk, &job, n_qchunks);
-            }
+    if (!q || w->n_cols % q->block_size != 0 || q->vec_dot_type == TELA_TYPE_F32 || tela_ops_exact_matmul())
+        return NULL;
+    return q;
+}
+
+void tela_op_matmul_many(tela_threadpool *pool, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
+                         int n_tok) {
+    if (n_tok <= 0 || n <= 0) return;
+    if (n > MATMUL_MANY_MAX) {
+        tela_op_matmul_many(pool, t, MATMUL_MANY_MAX, x, x_stride, n_tok);
+        tela_op_matmul_many(pool, t + MATMUL_MANY_MAX, n - MATMUL_MANY_MAX, x, x_stride, n_tok);
+        return;
+    }
+    /* One quantization of x serves every matrix that wants the same
+     * activation type and length; otherwise one dispatch per matrix. */
+    const tela_qdot_traits *qz = NULL;
+    for (int i = 0; i < n; i++) {
+        const tela_qdot_traits *q = quantizing_traits(t[i].w);
+        if (!q) continue;
+        if (qz && (q->vec_dot_type != qz->vec_dot_type || t[i].w->n_cols != t[0].w->n_cols)) {
+            for (int k = 0; k < n; k++) tela_op_matmul_many(pool, &t[k], 1, x, x_stride, n_tok);
+            return;
+        }
+        if (!qz) qz = q;
+    }
+    matmul_job jobs[MATMUL_MANY_MAX];
+    const void *xq = NULL;
+    size_t xq_stride = 0;
+    if (qz) {
+        const int64_t n_cols = t[0].w->n_cols;
+        size_t rb = tela_type_row_bytes(qz->vec_dot_type, n_cols);
+        size_t bytes = rb > 0 && (size_t)n_tok <= SIZE_MAX / rb ? rb * (size_t)n_tok : 0;
+        void *buf = bytes ? tela_threadpool_shared(pool, bytes) : NULL;
+        if (buf) { /* else: out of memory, take the exact path */
+            matmul_job qj = {t[0].w, x, x_stride, NULL, 0, n_tok, pool, qz, false, buf, rb, 0, 1};
+            for (int i = 0; i < n; i++)
+                if (quantizing_traits(t[i].w)) qj.w = t[i].w;
+            int nth = tela_threadpool_n_threads(pool);
+            int n_qchunks = n_tok < 4 * nth ? n_tok : 4 * nth;
+            qj.tok_per_chunk = (n_tok + n_qchunks - 1) / n_qchunks;
+            n_qchunks = (n_tok + qj.tok_per_chunk - 1) / qj.tok_per_chunk;
+            tela_threadpool_run_chunks(pool, quantize_chunk, &qj, n_qchunks);
+            xq = buf;
+            xq_stride = rb;
         }
     }
-    job.packed = job.q && w->packed && job.q->packing.pack_rows > 0;
-    long long tr = job.packed ? job.q->packing.pack_rows : job.q && job.q->tile_rows > 0 ? job.q->tile_rows : 1;
-    long long per = w->n_rows / (8LL * tela_threadpool_n_threads(pool));
-    per = (per + tr - 1) / tr * tr;
-    if (per < tr) per = tr;
-    if (per < 4 && !job.q) per = 4;
-    job.chunk_rows = per;
-    tela_threadpool_run_chunks(pool, matmul_chunk, &job, (int)((w->n_rows + per - 1) / per));
+    matmul_many_job m = {jobs, n, {0}};
+    for (int i = 0; i < n; i++) {
+        const tela_mat *w = t[i].w;
+        matmul_job *job = &jobs[i];
+        *job = (matmul_job){w, x, x_stride, t[i].y, t[i].y_stride, n_tok, pool, NULL, false, x,
+                            (size_t)x_stride * sizeof(float), 0, 1};
+        const tela_qdot_traits *q = tela_qdot_get(w->type);
+        if (q && w->n_cols % q->block_size == 0) {
+            if (q->vec_dot_type == TELA_TYPE_F32) {
+                job->q = q;
+            } else if (xq && quantizing_traits(w)) {
+                job->q = q;
+                job->xq = xq;
+                job->xq_stride = xq_stride;
+            }
+        }
+        job->packed = job->q && w->packed && job->q->packing.pack_rows > 0;
+        long long tr = job->packed ? job->q->packing.pack_rows : job->q && job->q->tile_rows > 0 ? job->q->tile_rows : 1;
+        long long per = w->n_rows / (8LL * tela_threadpool_n_threads(pool));
+        per = (per + tr - 1) / tr * tr;
+        if (per < tr) per = tr;
+        if (per < 4 && !job->q) per = 4;
+        job->chunk_rows = per;
+        m.first[i + 1] = m.first[i] + (int)((w->n_rows + per - 1) / per);
+    }
+    tela_threadpool_run_chunks(pool, matmul_many_chunk, &m, m.first[n]);
+}
+
+void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, int64_t x_stride, float *y,
+                    int64_t y_stride, int n_tok) {
+    const tela_matmul_target t = {w, y, y_stride};
+    tela_op_matmul_many(pool, &t, 1, x, x_stride, n_tok);
 }
 
 /* The packing of W's type on this CPU, or NULL (see tela_op_pack_bytes). */

@@ -49,6 +49,19 @@ size_t tela_op_matmul_scratch(int64_t n_cols);
 void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, int64_t x_stride, float *y,
                     int64_t y_stride, int n_tok);
 
+/* Several products of the same activations, y_i = W_i x (e.g. the query,
+ * key and value projections): the same results as tela_op_matmul on each,
+ * with x quantized once and all rows in one dispatch to the pool (fewer
+ * synchronizations per token when decoding). */
+typedef struct tela_matmul_target {
+    const tela_mat *w;
+    float *y;
+    int64_t y_stride;
+} tela_matmul_target;
+
+void tela_op_matmul_many(tela_threadpool *pool, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
+                         int n_tok);
+
 /* The exact mode for quantized weights: each weight row is dequantized and
  * dotted with the f32 activations (slow; for parity tests). Process-wide;
  * defaults to TELA_EXACT_MATMUL=1 in the environment, else off. Set it
