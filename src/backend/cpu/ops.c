@@ -510,8 +510,11 @@ static void swiglu_chunk(void *arg, int chunk, int ith) {
 }
 
 void tela_op_swiglu_pool(tela_threadpool *pool, float *gate, const float *up, int64_t n) {
-    const int64_t per = 4096; /* a multiple of 16: chunk borders do not change any element's steps */
-    if (!pool || n <= per) {
+    /* a multiple of 16, so chunk borders do not change any element's steps;
+     * below a few of them (one token's worth when decoding) a dispatch to
+     * the pool costs more than it saves */
+    const int64_t per = 8192;
+    if (!pool || n <= 4 * per) {
         tela_op_swiglu(gate, up, n);
         return;
     }
