@@ -5,6 +5,7 @@
  * tela_model_* functions. */
 #include "model/model.h"
 #include "quant/quant.h"
+#include "util/bigalloc.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -99,9 +100,12 @@ tela_status tela_model_pack_mats(tela_model *m, tela_mat *const *mats, size_t n)
     }
     if (total == 0) return TELA_OK;
     double t0 = (double)clock() / CLOCKS_PER_SEC;
-    unsigned char *buf = tela_model_alloc(m, total + 64);
-    if (!buf) return tela_error_prefix(TELA_ERR_NOMEM, "packing %zu MiB of weights: ", total >> 20);
-    buf += (64 - (uintptr_t)buf % 64) % 64;
+    if (m->packed) return tela_errorf(TELA_ERR_ARG, "%s: weights packed twice", m->path);
+    unsigned char *buf = tela_big_alloc(total);
+    if (!buf)
+        return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory for %zu MiB of packed weights", m->path, total >> 20);
+    m->packed = buf;
+    m->packed_bytes = total;
     tela_threadpool *pool = NULL;
     TELA_TRY(tela_threadpool_create(m->n_threads, &pool));
     for (size_t i = 0; i < n; i++) {
@@ -449,6 +453,7 @@ void tela_model_free(tela_model *model) {
     if (model->vocab) tela_vocab_free(model->vocab);
     if (model->gguf) tela_gguf_close(model->gguf);
     if (model->ckpt) tela_checkpoint_close(model->ckpt);
+    tela_big_free(model->packed, model->packed_bytes);
     for (size_t i = 0; i < model->n_allocs; i++) free(model->allocs[i]);
     free(model->allocs);
     free(model->no_vocab_reason);

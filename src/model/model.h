@@ -43,6 +43,9 @@ struct tela_model {
     int n_threads;              /* default threads for sessions (>= 1) */
     int verbose;
     int load_mtp;
+    /* The packed weights (tela_model_pack_mats), from tela_big_alloc. */
+    void *packed;
+    size_t packed_bytes;
     /* Allocations freed with the model (tela_model_alloc). */
     void **allocs;
     size_t n_allocs, cap_allocs;
