@@ -3,9 +3,22 @@
  * per value head and token, S <- exp(g) S; delta = beta (v - S^T k);
  * S <- S + k delta^T; o = S^T q / sqrt(dk). The recurrent and the chunked
  * kernels must both match it (lengths around the chunk size, state carried
- * across calls); the conv1d must give the same output fed whole or in
- * pieces; the norms are checked on hand-computed values. */
+ * across calls, odd head sizes that exercise the vector tails, decays weak
+ * and strong enough to underflow); the conv1d must match its definition
+ * and give the same output fed whole or in pieces; the norms are checked on
+ * hand-computed values and against double precision; the vectorized exp
+ * against a double-precision exp and expf.
+ *
+ * The program runs every check twice: once on the kernels this CPU gets
+ * (AVX-512 where it has it), then, re-executed with TELA_CPU=scalar, on the
+ * plain C kernels. */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
 
 #include "backend/cpu/gdn.h"
 #include "test.h"
@@ -274,7 +287,155 @@ static void test_norms(void) {
     CHECK(x[0] == 0); /* silu(0) = 0 */
 }
 
-int main(void) {
+/* conv1d against the definition for other kernel sizes and channel counts
+ * (tails of the 16- and 256-channel groups), fed whole and in pieces. */
+static void test_conv_shapes(int n, int channels, int kernel) {
+    const int hist = kernel - 1;
+    float *x = malloc(sizeof(float) * (size_t)n * channels);
+    float *w = malloc(sizeof(float) * (size_t)channels * kernel);
+    float *o1 = malloc(sizeof(float) * (size_t)n * channels), *o2 = malloc(sizeof(float) * (size_t)n * channels);
+    float *st = calloc((size_t)(hist > 0 ? hist : 1) * channels, sizeof(float));
+    for (int i = 0; i < n * channels; i++) x[i] = (float)(3 * rnd_sym());
+    for (int i = 0; i < channels * kernel; i++) w[i] = (float)rnd_sym();
+    tela_gdn_conv1d_silu(x, channels, n, channels, kernel, w, st, o1, channels);
+    double worst = 0;
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < channels; c++) {
+            double s = 0;
+            for (int k = 0; k < kernel; k++) {
+                int src = t - hist + k;
+                if (src >= 0) s += (double)w[c * kernel + k] * x[src * channels + c];
+            }
+            double d = fabs(silu_d(s) - o1[t * channels + c]) / (1.0 + fabs(s));
+            if (d > worst) worst = d;
+        }
+    CHECK_MSG(worst < 2e-6, "conv n=%d channels=%d kernel=%d vs definition: %g", n, channels, kernel, worst);
+    for (int r = 0; r < hist; r++) {
+        int same = 1;
+        for (int c = 0; c < channels; c++) same &= st[r * channels + c] == x[(n - hist + r) * channels + c];
+        CHECK_MSG(same, "conv kernel=%d: state row %d holds the last inputs", kernel, r);
+    }
+    memset(st, 0, sizeof(float) * (size_t)(hist > 0 ? hist : 1) * channels);
+    int t0 = 0;
+    const int pieces[] = {1, 2, 1, n};
+    for (int p = 0; p < 4 && t0 < n; p++) {
+        int len = pieces[p] < n - t0 ? pieces[p] : n - t0;
+        tela_gdn_conv1d_silu(x + (size_t)t0 * channels, channels, len, channels, kernel, w, st,
+                             o2 + (size_t)t0 * channels, channels);
+        t0 += len;
+    }
+    CHECK(memcmp(o1, o2, sizeof(float) * (size_t)n * channels) == 0);
+    free(x); free(w); free(o1); free(o2); free(st);
+}
+
+/* Both norms against double precision, over sizes with vector tails and
+ * gates far into silu's tails. */
+static void test_norms_wide(int n) {
+    float *x = malloc(sizeof(float) * n), *z = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
+    double *xd = malloc(sizeof(double) * n);
+    for (int i = 0; i < n; i++) {
+        xd[i] = 4 * rnd_sym();
+        x[i] = (float)xd[i];
+        z[i] = (float)(i % 5 == 0 ? 120 * rnd_sym() : 6 * rnd_sym());
+        w[i] = (float)(0.5 + rnd());
+    }
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += xd[i] * xd[i];
+    tela_gdn_l2_norm(x, n, 1e-6f);
+    double worst = 0;
+    for (int i = 0; i < n; i++) worst = fmax(worst, fabs(x[i] - xd[i] / sqrt(ss + 1e-6)));
+    CHECK_MSG(worst < 1e-6, "l2 norm n=%d: %g", n, worst);
+
+    for (int i = 0; i < n; i++) x[i] = (float)xd[i];
+    tela_gdn_gated_rms_norm(x, z, w, n, 1e-6f);
+    const double inv = 1.0 / sqrt(ss / n + 1e-6);
+    worst = 0;
+    for (int i = 0; i < n; i++) {
+        double ref = xd[i] * inv * w[i] * silu_d(z[i]);
+        worst = fmax(worst, fabs(x[i] - ref) / (1.0 + fabs(ref)));
+    }
+    CHECK_MSG(worst < 2e-6, "gated rms norm n=%d: %g", n, worst);
+    free(x); free(z); free(w); free(xd);
+}
+
+/* ulps between a float result and the exact value (in the spacing of
+ * floats near the exact value, denormal spacing at the bottom) */
+static double ulps(float got, double exact) {
+    int e;
+    frexp(exact, &e);
+    double ulp = ldexp(1.0, (e - 24 < -149 ? -149 : e - 24));
+    return fabs((double)got - exact) / ulp;
+}
+
+/* The vectorized exp: every 997th float bit pattern over [-110, 90] (about
+ * 2.2 million inputs, in blocks of odd length so the vector tails are used),
+ * against a double-precision exp and expf; then the edges. */
+static void test_exp(void) {
+    enum { N = 4099 };
+    static float x[N], y[N];
+    double worst = 0, worst_expf = 0, worst_den = 0;
+    float worst_x = 0;
+    int n = 0, checked = 0;
+    for (int side = 0; side < 2; side++) {
+        /* side 0: [0, 90]; side 1: [-110, 0) by the bit patterns of |x| */
+        uint32_t hi;
+        float lim = side ? 110.0f : 90.0f;
+        memcpy(&hi, &lim, 4);
+        for (uint32_t b = 0; b <= hi; b += 997) {
+            float v;
+            memcpy(&v, &b, 4);
+            x[n++] = side ? -v : v;
+            if (n == N || b + 997 > hi) {
+                tela_gdn_exp(x, y, n);
+                for (int i = 0; i < n; i++) {
+                    double ex = exp((double)x[i]);
+                    checked++;
+                    if (ex > 3.4028234663852886e38) {
+                        CHECK_MSG(isinf(y[i]) && y[i] > 0, "exp(%g) = %g, want +inf", x[i], y[i]);
+                        continue;
+                    }
+                    double u = ulps(y[i], ex);
+                    if (ex >= 1.1754943508222875e-38) {
+                        if (u > worst) { worst = u; worst_x = x[i]; }
+                        worst_expf = fmax(worst_expf, fabs((double)y[i] - expf(x[i])) / (ex * 1.1920928955078125e-7));
+                    } else {
+                        worst_den = fmax(worst_den, u);
+                    }
+                }
+                n = 0;
+            }
+        }
+    }
+    CHECK(checked > 200000);
+    /* an exhaustive run over every float in [-104, 89] found at most 0.939
+     * ulp (normal results) and 0.849 ulp (denormal results) */
+    CHECK_MSG(worst <= 1.0, "exp: %.3g ulp at x = %.9g", worst, worst_x);
+    CHECK_MSG(worst_expf <= 2.0, "exp vs expf: %.3g ulp", worst_expf);
+    CHECK_MSG(worst_den <= 1.0, "exp into the denormals: %.3g ulp", worst_den);
+    fprintf(stderr, "exp: max %.3f ulp (normal results), %.3f ulp vs expf, %.3f ulp (denormal results)\n", worst,
+            worst_expf, worst_den);
+
+    /* edges: exact points, overflow, underflow, infinities, NaN; the array
+     * is 19 long so the last vector is partial */
+    float e[19] = {0.0f, -0.0f, 1.0f, -1.0f, 88.7f, 88.73f, 89.0f, 1000.0f, -87.3f, -103.9f, -104.0f,
+                   -1000.0f, (float)INFINITY, -(float)INFINITY, (float)NAN, 0.5f, -0.5f, 1e-10f, -1e-10f};
+    float r[19];
+    tela_gdn_exp(e, r, 19);
+    CHECK(r[0] == 1.0f && r[1] == 1.0f);
+    CHECK(ulps(r[2], exp(1.0)) <= 1.0 && ulps(r[3], exp(-1.0)) <= 1.0);
+    CHECK(isfinite(r[4]) && ulps(r[4], exp((double)e[4])) <= 2.0);
+    CHECK(isinf(r[5]) && isinf(r[6]) && isinf(r[7]));
+    CHECK(r[8] > 0 && ulps(r[8], exp((double)e[8])) <= 2.0);
+    CHECK(r[9] >= 0 && r[9] <= 2.9e-45f); /* exp(-103.9) = 8e-46: 0 or the smallest denormal */
+    CHECK(r[10] == 0.0f && r[11] == 0.0f && r[13] == 0.0f);
+    CHECK(isinf(r[12]) && r[12] > 0);
+    CHECK(isnan(r[14]));
+    CHECK(ulps(r[15], exp(0.5)) <= 1.0 && ulps(r[16], exp(-0.5)) <= 1.0);
+    CHECK(r[17] == 1.0f && r[18] == 1.0f);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
     test_scalar_by_hand();
     static const int lengths[] = {1, 63, 64, 65, 200};
     for (int i = 0; i < 5; i++) test_rule(lengths[i], 2, 16, 16, -1.0);
@@ -282,7 +443,44 @@ int main(void) {
      * strong decays (exp of the running sum underflows within a chunk) */
     test_rule(130, 1, 32, 160, -0.5);
     test_rule(150, 2, 8, 24, -12.0);
+    /* the model's head size; odd sizes (partial vectors, dk past one block
+     * of 64 rows of B, dv past a 64- and a 128-column panel); weak decays
+     * over a long run; decays so strong that exp(c) is 0 and exp(-c) inf */
+    test_rule(130, 1, 128, 128, -0.3);
+    test_rule(65, 1, 7, 13, -0.7);
+    test_rule(100, 1, 100, 130, -0.3);
+    test_rule(40, 1, 1, 1, -1.0);
+    test_rule(300, 1, 24, 40, -0.02);
+    test_rule(70, 1, 16, 16, -100.0);
     test_conv();
+    test_conv_shapes(37, 300, 4);
+    test_conv_shapes(9, 40, 2);
+    test_conv_shapes(9, 17, 3);
+    test_conv_shapes(12, 33, 5);
+    test_conv_shapes(5, 16, 1);
+    test_conv_shapes(11, 20, 9);
     test_norms();
+    test_norms_wide(128);
+    test_norms_wide(37);
+    test_norms_wide(1);
+    test_exp();
+#if defined(__linux__)
+    /* the same checks on the plain C kernels, in a fresh process (the CPU
+     * cap is read once per process) */
+    if (!getenv("TELA_CPU")) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("TELA_CPU", "scalar", 1);
+            execv("/proc/self/exe", argv);
+            _exit(127);
+        }
+        int status = 0;
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the TELA_CPU=scalar run failed (status %d)",
+                  status);
+    }
+#endif
     return test_finish();
 }

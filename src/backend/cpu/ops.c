@@ -544,19 +544,16 @@ void tela_op_add(float *y, const float *x, int64_t n) {
 
 #define ATT_LANES 16
 
+/* Macros, not functions: without AVX-512 a 64-byte vector passed by value
+ * changes the ABI (gcc warns). fma1 is FMA16 on one lane. */
 #if defined(__AVX512F__)
-static inline tela_v16f fma16(tela_v16f a, tela_v16f b, tela_v16f c) {
-    return (tela_v16f)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
-}
-static inline tela_v16f splat16(float x) { return (tela_v16f)_mm512_set1_ps(x); }
-/* the same operation on one lane */
+#define FMA16(a, b, c) ((tela_v16f)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#define SPLAT16(x) ((tela_v16f)_mm512_set1_ps(x))
 static inline float fma1(float a, float b, float c) { return fmaf(a, b, c); }
 #else
-static inline tela_v16f fma16(tela_v16f a, tela_v16f b, tela_v16f c) { return a * b + c; }
+#define FMA16(a, b, c) ((a) * (b) + (c))
+#define SPLAT16(x) ((tela_v16f){0} + (x))
 static inline float fma1(float a, float b, float c) { return a * b + c; }
-static inline tela_v16f splat16(float x) {
-    return (tela_v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
-}
 #endif
 
 /* Full unrolling keeps the small accumulator arrays below in registers. */
@@ -597,8 +594,8 @@ static inline __attribute__((always_inline)) void attn_scores(const int QB, floa
         tela_v16f q[4];
         ATT_UNROLL for (int b = 0; b < QB; b++) q[b] = *(const tela_v16f *)(qt + d * R + b * ATT_LANES);
         ATT_UNROLL for (int j = 0; j < KB; j++) {
-            const tela_v16f kv = splat16(kp[j][d]);
-            ATT_UNROLL for (int b = 0; b < QB; b++) acc[b * KB + j] = fma16(q[b], kv, acc[b * KB + j]);
+            const tela_v16f kv = SPLAT16(kp[j][d]);
+            ATT_UNROLL for (int b = 0; b < QB; b++) acc[b * KB + j] = FMA16(q[b], kv, acc[b * KB + j]);
         }
     }
     const tela_v16f ninf = (tela_v16f){0} - __builtin_inff();
@@ -628,11 +625,11 @@ static inline void attn_values_4x64(float *const *o, const int *row, const float
                         v2 = *(const tela_v16f *)(vp + 32), v3 = *(const tela_v16f *)(vp + 48);
         const float *e = st + p * R;
         ATT_UNROLL for (int r = 0; r < 4; r++) {
-            const tela_v16f w = splat16(e[row[r]]);
-            acc[r][0] = fma16(w, v0, acc[r][0]);
-            acc[r][1] = fma16(w, v1, acc[r][1]);
-            acc[r][2] = fma16(w, v2, acc[r][2]);
-            acc[r][3] = fma16(w, v3, acc[r][3]);
+            const tela_v16f w = SPLAT16(e[row[r]]);
+            acc[r][0] = FMA16(w, v0, acc[r][0]);
+            acc[r][1] = FMA16(w, v1, acc[r][1]);
+            acc[r][2] = FMA16(w, v2, acc[r][2]);
+            acc[r][3] = FMA16(w, v3, acc[r][3]);
         }
     }
     ATT_UNROLL for (int r = 0; r < 4; r++)
