@@ -7,7 +7,8 @@
  * Layout: a group is 16 consecutive rows; for each k it holds the 16 rows'
  * k-th elements side by side (F16/BF16: 32 bytes per k, F32: 64 bytes), so
  * a group of n elements is n * 32 (or n * 64) bytes, as many bytes as the
- * rows it holds. Rows past n_rows are zero.
+ * rows it holds (F16/BF16 rounded up to 64 bytes when n is odd, so every
+ * group starts on a cache line). Rows past n_rows are zero.
  *
  * Order of arithmetic (the contract of qdot.h): out[c][r] is
  *   acc = 0; for k = 0 .. n-1: acc = fmaf(w[r][k], x[c][k], acc)
@@ -16,22 +17,26 @@
  *
  * Kernels: a tile is G groups (16 rows each, one zmm of f32 per group and
  * k) times C activation columns. Per k it loads the G weight vectors and
- * does G * C FMAs, each with x[c][k] broadcast straight from memory
- * (vfmadd231ps m32{1to16}); the G * C accumulators live in registers.
- *  - Decoding (one column) streams the weights once, converting F16/BF16 on
- *    the fly, eight groups at a time so that eight independent FMA chains
- *    hide the FMA latency (the loop is memory-bound).
- *  - Several columns (prefill) are cache-blocked: a block of groups x a
- *    range of k is converted once to f32 into a scratch buffer in L2 (F32
- *    weights are used in place), then 2-group x 12-column tiles sweep the
- *    columns over it, so the inner loop is loads and FMAs only. The
- *    accumulators go through out between k ranges (a float stored and
- *    reloaded is exact), which keeps the element order. */
+ * does G * C FMAs, each with x[c][k] broadcast from memory; the G * C
+ * accumulators live in registers (G = 8 for C <= 2 ... 2 for C >= 7, so
+ * at least 8 independent FMA chains hide the FMA latency).
+ *  - Up to 12 columns (decoding, small batches) stream the weights once,
+ *    converting F16/BF16 on the fly and prefetching ahead: memory-bound.
+ *  - More columns (prefill) are cache-blocked: a block of 16 groups x 512
+ *    elements of k is converted once to f32 into a scratch buffer (512 KB,
+ *    in L2; F32 weights are used in place), then 2-group x 12-column tiles
+ *    sweep the columns over it, so the inner loop is 2 loads, 12
+ *    broadcasts and 24 FMAs, no conversions (on Intel cores a vcvtph2ps
+ *    takes FMA ports: converting in the tiles measured 5-14% slower when
+ *    the data is in cache). The accumulators go through out between k
+ *    ranges (a float stored and reloaded is exact), which keeps the
+ *    element order. Each thread keeps its scratch between calls. */
 #include "backend/cpu/qdot.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <immintrin.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,22 +46,33 @@
 #define INL static inline __attribute__((always_inline)) TGT
 #define NOINL static __attribute__((noinline)) TGT
 /* Full unrolling of the constant-trip loops keeps the accumulators in
- * registers (GCC and clang both honor it). */
+ * registers. clang 14 unrolls the tile template by a runtime count before
+ * inlining it (its G, C are constants only after) unless told "full", and
+ * then keeps the accumulators on the stack. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
 #define UNROLL _Pragma("GCC unroll 16")
+#endif
 
 enum { PF_F32 = 0, PF_F16 = 1, PF_BF16 = 2 };
 
 #define PF_ROWS 16 /* rows per group */
 #define PF_CT 12   /* columns per prefill tile */
-#define PF_GT 2    /* groups per prefill tile */
-#define PF_GD 8    /* groups per decoding tile */
+#define PF_GMAX 8  /* groups per tile at most */
+#define PF_ACC 24  /* accumulators per tile at most */
 /* Prefill blocking: PF_KC elements of k (a 12-column activation panel is
- * then 24 KB, in L1) times PF_GB groups (a 512 KB f32 scratch, in L2). */
+ * then 24 KB) times PF_GB groups (a 512 KB f32 scratch, in L2). */
 #ifndef PF_KC
 #define PF_KC 512
 #endif
 #ifndef PF_GB
 #define PF_GB 16
+#endif
+/* Tiles of up to 4 columns (decoding, narrow batches: memory-bound)
+ * prefetch their weight streams this far ahead. */
+#ifndef PF_AHEAD
+#define PF_AHEAD 1024
 #endif
 
 /* Bytes of one element of a packed type. */
@@ -106,14 +122,38 @@ static void pack_group(const uint8_t *w, size_t ws, int64_t rows, int64_t n, siz
     }
 }
 
+/* A whole group (16 rows, ws * 15 within int32) by gathers: for F32 one
+ * gather of the 16 rows' element k; for 16-bit types one gather of the
+ * 32-bit words holding elements k and k + 1, split into two vectors of
+ * 16-bit values (a scalar step for the last element of an odd n). */
+static TGT void pack_group_gather(const uint8_t *w, size_t ws, int64_t n, size_t es, uint8_t *dst) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)ws));
+    if (es == 4) {
+        for (int64_t k = 0; k < n; k++)
+            _mm512_storeu_si512(dst + k * 64, _mm512_i32gather_epi32(idx, w + k * 4, 1));
+        return;
+    }
+    int64_t k = 0;
+    for (; k + 2 <= n; k += 2) {
+        const __m512i v = _mm512_i32gather_epi32(idx, w + k * 2, 1);
+        _mm256_storeu_si256((__m256i *)(dst + k * 32), _mm512_cvtepi32_epi16(v));
+        _mm256_storeu_si256((__m256i *)(dst + k * 32 + 32), _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+    }
+    for (; k < n; k++)
+        for (int j = 0; j < PF_ROWS; j++) memcpy(dst + k * 32 + j * 2, w + (size_t)j * ws + (size_t)k * 2, 2);
+}
+
 static void pack_es(const void *w, size_t ws, int64_t n_rows, int64_t n, int64_t g0, int64_t g1, void *packed,
                     size_t es) {
     const size_t gbytes = es == 2 ? group_bytes_2(n) : group_bytes_4(n);
     for (int64_t g = g0; g < g1; g++) {
         const int64_t r0 = g * PF_ROWS;
         const int64_t rows = n_rows - r0 < PF_ROWS ? n_rows - r0 : PF_ROWS;
+        const uint8_t *src = (const uint8_t *)w + (size_t)r0 * ws;
         uint8_t *dst = (uint8_t *)packed + (size_t)g * gbytes;
-        pack_group((const uint8_t *)w + (size_t)r0 * ws, ws, rows, n, es, dst);
+        if (rows == PF_ROWS && ws <= INT32_MAX / PF_ROWS) pack_group_gather(src, ws, n, es, dst);
+        else pack_group(src, ws, rows, n, es, dst);
         memset(dst + (size_t)n * PF_ROWS * es, 0, gbytes - (size_t)n * PF_ROWS * es); /* the padding */
     }
 }
@@ -127,65 +167,65 @@ static void pack_4(const void *w, size_t ws, int64_t n_rows, int64_t n, int64_t 
 
 /* ------------------------------------------------------------------- tiles */
 
-/* G groups (group g's weights for k at w + g * gs + k * 16 * esize) times
- * C columns (column c's x[k] at x + c * xs bytes + k floats), k in [0, kn).
- * The accumulators start at 0 (first) or at the partial sums left in out;
- * they are stored back for the rows below n_rows (rows counts those from
- * the tile's first row). */
-INL void tile(const uint8_t *w, size_t gs, const uint8_t *xb, size_t xs, int64_t kn, float *out, int64_t os,
-              int64_t rows, int first, const int T, const int G, const int C) {
-    __m512 acc[PF_GD][PF_CT];
-    __mmask16 m[PF_GD];
+/* Groups per tile for C columns: G * C >= 8 independent FMA chains (the
+ * FMA latency is 4 cycles, two issue per cycle), and G * C accumulators +
+ * G weight vectors + a broadcast within the 32 zmm registers. */
+#define PF_G_OF(C) ((C) <= 2 ? 8 : (C) == 3 ? 6 : (C) <= 6 ? 4 : 2)
+
+/* G groups times C columns over k in [0, kn). Group g's weights for k are
+ * at w + g * gs + k * 16 * esize, for g < nv; groups from nv on (past the
+ * range the caller owns) reread group nv - 1 and store nothing. Column c's
+ * x[k] is at x + c * xs bytes + k floats. The accumulators start at 0
+ * (first) or at the partial sums left in out; they are stored back for
+ * the rows below n_rows (rows counts those from the tile's first row). */
+INL void tile(const uint8_t *w, size_t gs, int nv, const uint8_t *xb, size_t xs, int64_t kn, float *out,
+              int64_t os, int64_t rows, int first, const int T, const int G, const int C, const int P) {
+    __m512 acc[PF_ACC]; /* acc[g * C + c] */
+    __mmask16 m[PF_GMAX];
+    const uint8_t *wg[PF_GMAX];
     const float *x[PF_CT];
     UNROLL for (int c = 0; c < C; c++) x[c] = (const float *)(xb + (size_t)c * xs);
     UNROLL for (int g = 0; g < G; g++) {
-        m[g] = row_mask(rows, 16 * g);
+        wg[g] = w + (size_t)(g < nv ? g : nv - 1) * gs;
+        m[g] = g < nv ? row_mask(rows, 16 * g) : 0;
         UNROLL for (int c = 0; c < C; c++)
-            acc[g][c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[g], out + c * os + 16 * g);
+            acc[g * C + c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[g], out + c * os + 16 * g);
     }
     const size_t step = 16 * esize(T);
-    for (int64_t k = 0; k < kn; k++, w += step) {
-        __m512 wv[PF_GD];
-        UNROLL for (int g = 0; g < G; g++) wv[g] = load_w(w + g * gs, T);
+    for (int64_t k = 0; k < kn; k++) {
+        __m512 wv[PF_GMAX];
+        if (P && (k * step) % 64 == 0)
+            UNROLL for (int g = 0; g < G; g++) _mm_prefetch((const char *)wg[g] + (size_t)k * step + P, _MM_HINT_T0);
+        UNROLL for (int g = 0; g < G; g++) wv[g] = load_w(wg[g] + (size_t)k * step, T);
         UNROLL for (int c = 0; c < C; c++) {
             const __m512 b = _mm512_set1_ps(x[c][k]);
-            UNROLL for (int g = 0; g < G; g++) acc[g][c] = _mm512_fmadd_ps(wv[g], b, acc[g][c]);
+            UNROLL for (int g = 0; g < G; g++) acc[g * C + c] = _mm512_fmadd_ps(wv[g], b, acc[g * C + c]);
         }
     }
     UNROLL for (int g = 0; g < G; g++)
-        UNROLL for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(out + c * os + 16 * g, m[g], acc[g][c]);
+        UNROLL for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(out + c * os + 16 * g, m[g], acc[g * C + c]);
 }
 
-typedef void (*tile_fn)(const uint8_t *w, size_t gs, const uint8_t *x, size_t xs, int64_t kn, float *out,
+typedef void (*tile_fn)(const uint8_t *w, size_t gs, int nv, const uint8_t *x, size_t xs, int64_t kn, float *out,
                         int64_t os, int64_t rows, int first);
 
-#define TILE(T, G, C)                                                                                              \
-    NOINL void tile_##T##_##G##_##C(const uint8_t *w, size_t gs, const uint8_t *x, size_t xs, int64_t kn,         \
-                                    float *out, int64_t os, int64_t rows, int first) {                           \
-        tile(w, gs, x, xs, kn, out, os, rows, first, T, G, C);                                                   \
+#define TILE(T, C)                                                                                                 \
+    NOINL void tile_##T##_##C(const uint8_t *w, size_t gs, int nv, const uint8_t *x, size_t xs, int64_t kn,       \
+                              float *out, int64_t os, int64_t rows, int first) {                                  \
+        tile(w, gs, nv, x, xs, kn, out, os, rows, first, T, PF_G_OF(C), C, C <= 4 ? PF_AHEAD : 0);                \
     }
-#define TILES_C(T, G)                                                                                              \
-    TILE(T, G, 1) TILE(T, G, 2) TILE(T, G, 3) TILE(T, G, 4) TILE(T, G, 5) TILE(T, G, 6) TILE(T, G, 7)         \
-    TILE(T, G, 8) TILE(T, G, 9) TILE(T, G, 10) TILE(T, G, 11) TILE(T, G, 12)
-#define TILES_LIST(T, G)                                                                                           \
-    {tile_##T##_##G##_1, tile_##T##_##G##_2, tile_##T##_##G##_3, tile_##T##_##G##_4, tile_##T##_##G##_5,          \
-     tile_##T##_##G##_6, tile_##T##_##G##_7, tile_##T##_##G##_8, tile_##T##_##G##_9, tile_##T##_##G##_10,         \
-     tile_##T##_##G##_11, tile_##T##_##G##_12}
+#define TILES(T)                                                                                                   \
+    TILE(T, 1) TILE(T, 2) TILE(T, 3) TILE(T, 4) TILE(T, 5) TILE(T, 6) TILE(T, 7) TILE(T, 8) TILE(T, 9) TILE(T, 10) \
+    TILE(T, 11) TILE(T, 12)
+#define TILES_LIST(T)                                                                                              \
+    {tile_##T##_1, tile_##T##_2, tile_##T##_3, tile_##T##_4, tile_##T##_5, tile_##T##_6, tile_##T##_7,            \
+     tile_##T##_8, tile_##T##_9, tile_##T##_10, tile_##T##_11, tile_##T##_12}
 
-/* Prefill tiles run on f32 (scratch or F32 weights): 2 or 1 groups x C. */
-TILES_C(PF_F32, 2)
-TILES_C(PF_F32, 1)
-static const tile_fn tiles_f32[2][PF_CT] = {TILES_LIST(PF_F32, 1), TILES_LIST(PF_F32, 2)};
-
-/* Decoding tiles, on the packed type: 8 or 1 groups x 1 column. */
-TILE(PF_F32, 8, 1)
-TILE(PF_F16, 8, 1)
-TILE(PF_F16, 1, 1)
-TILE(PF_BF16, 8, 1)
-TILE(PF_BF16, 1, 1)
-static const tile_fn tiles_dec[3][2] = {{tile_PF_F32_1_1, tile_PF_F32_8_1},
-                                        {tile_PF_F16_1_1, tile_PF_F16_8_1},
-                                        {tile_PF_BF16_1_1, tile_PF_BF16_8_1}};
+TILES(PF_F32)
+TILES(PF_F16)
+TILES(PF_BF16)
+/* tiles[T][C - 1]: PF_G_OF(C) groups x C columns on weights of type T */
+static const tile_fn tiles[3][PF_CT] = {TILES_LIST(PF_F32), TILES_LIST(PF_F16), TILES_LIST(PF_BF16)};
 
 /* ------------------------------------------------------------------- gemms */
 
@@ -193,15 +233,44 @@ static const tile_fn tiles_dec[3][2] = {{tile_PF_F32_1_1, tile_PF_F32_8_1},
  * in [k0, k0 + kn): group i of the block at dst + i * kn * 16. */
 INL void to_f32(const uint8_t *packed, size_t gbytes, int64_t g0, int64_t g1, int64_t k0, int64_t kn, float *dst,
                 const int T) {
+    const size_t ksz = 16 * esize(T);
     for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *s = packed + (size_t)g * gbytes + (size_t)k0 * 16 * esize(T);
+        const uint8_t *s = packed + (size_t)g * gbytes + (size_t)k0 * ksz;
         float *d = dst + (size_t)(g - g0) * (size_t)kn * 16;
         int64_t k = 0;
-        for (; k + 4 <= kn; k += 4) {
-            UNROLL for (int u = 0; u < 4; u++) _mm512_store_ps(d + (k + u) * 16, load_w(s + (k + u) * 16 * esize(T), T));
-        }
-        for (; k < kn; k++) _mm512_store_ps(d + k * 16, load_w(s + k * 16 * esize(T), T));
+        for (; k + 4 <= kn; k += 4)
+            UNROLL for (int u = 0; u < 4; u++) _mm512_store_ps(d + (k + u) * 16, load_w(s + (k + u) * ksz, T));
+        for (; k < kn; k++) _mm512_store_ps(d + k * 16, load_w(s + k * ksz, T));
     }
+}
+
+/* Each thread keeps its f32 scratch from call to call (freed when the
+ * thread exits): a fresh 512 KB buffer per call would come back from the
+ * allocator as new pages, page faults and all, many times per matmul. The
+ * buffer's first 64 bytes hold its size. */
+static pthread_key_t g_scratch_key;
+static int g_scratch_key_ok;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_key_init(void) { g_scratch_key_ok = pthread_key_create(&g_scratch_key, free) == 0; }
+
+static float *thread_scratch(size_t bytes) {
+    pthread_once(&g_scratch_once, scratch_key_init);
+    if (!g_scratch_key_ok || bytes == 0) return NULL;
+    unsigned char *p = pthread_getspecific(g_scratch_key);
+    size_t have = 0;
+    if (p) memcpy(&have, p, sizeof have);
+    if (have < bytes) {
+        unsigned char *q = aligned_alloc(64, 64 + (bytes + 63) / 64 * 64);
+        if (!q) return NULL;
+        memcpy(q, &bytes, sizeof bytes);
+        if (pthread_setspecific(g_scratch_key, q) != 0) {
+            free(q);
+            return NULL;
+        }
+        free(p);
+        p = q;
+    }
+    return (float *)(p + 64);
 }
 
 INL void gemm_t(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
@@ -218,53 +287,40 @@ INL void gemm_t(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, cons
         return;
     }
     float *scratch = NULL;
-    if (T != PF_F32 && n_cols > 1) {
-        const int64_t kc = n < PF_KC ? n : PF_KC;
-        scratch = aligned_alloc(64, (size_t)PF_GB * (size_t)kc * 64);
-    }
-    if (n_cols == 1 || (T != PF_F32 && !scratch)) {
-        /* Decoding (or no memory for the scratch): the weights once per
-         * column, straight from the packed buffer. */
-        for (int64_t c = 0; c < n_cols; c++) {
-            int64_t g = g0;
-            for (; g + PF_GD <= g1; g += PF_GD)
-                tiles_dec[T][1](pw + (size_t)g * gbytes, gbytes, px + (size_t)c * xs, xs, n, out + c * os + g * 16,
-                                os, n_rows - g * 16, 1);
-            for (; g < g1; g++)
-                tiles_dec[T][0](pw + (size_t)g * gbytes, gbytes, px + (size_t)c * xs, xs, n, out + c * os + g * 16,
-                                os, n_rows - g * 16, 1);
+    if (n_cols > PF_CT && T != PF_F32)
+        scratch = thread_scratch((size_t)PF_GB * (size_t)(n < PF_KC ? n : PF_KC) * 64);
+    if (n_cols <= PF_CT || (T != PF_F32 && !scratch)) {
+        /* Decoding and small batches (or no memory for the scratch): one
+         * pass over the weights per 12 columns, converted on the fly. */
+        for (int64_t c0 = 0; c0 < n_cols; c0 += PF_CT) {
+            const int64_t cn = n_cols - c0 < PF_CT ? n_cols - c0 : PF_CT, gt = PF_G_OF(cn);
+            for (int64_t g = g0; g < g1; g += gt)
+                tiles[T][cn - 1](pw + (size_t)g * gbytes, gbytes, (int)(g1 - g < gt ? g1 - g : gt),
+                                 px + (size_t)c0 * xs, xs, n, out + c0 * os + g * 16, os, n_rows - g * 16, 1);
         }
         return;
     }
+    const size_t ksz = 16 * esize(T); /* bytes per k of a group */
     for (int64_t b0 = g0; b0 < g1; b0 += PF_GB) {
         const int64_t b1 = g1 - b0 < PF_GB ? g1 : b0 + PF_GB;
         for (int64_t k0 = 0; k0 < n; k0 += PF_KC) {
             const int64_t kn = n - k0 < PF_KC ? n - k0 : PF_KC;
-            const uint8_t *wb;
-            size_t gs;
-            if (T == PF_F32) {
-                wb = pw + (size_t)b0 * gbytes + (size_t)k0 * 64;
-                gs = gbytes;
-            } else {
+            const uint8_t *wb = pw + (size_t)b0 * gbytes + (size_t)k0 * ksz; /* F32: in place */
+            size_t gs = gbytes;
+            if (T != PF_F32) {
                 to_f32(pw, gbytes, b0, b1, k0, kn, scratch, T);
                 wb = (const uint8_t *)scratch;
                 gs = (size_t)kn * 64;
             }
             for (int64_t c0 = 0; c0 < n_cols; c0 += PF_CT) {
-                const int64_t cn = n_cols - c0 < PF_CT ? n_cols - c0 : PF_CT;
+                const int64_t cn = n_cols - c0 < PF_CT ? n_cols - c0 : PF_CT, gt = PF_G_OF(cn);
                 const uint8_t *xc = px + (size_t)c0 * xs + (size_t)k0 * 4;
-                float *oc = out + c0 * os;
-                int64_t g = b0;
-                for (; g + PF_GT <= b1; g += PF_GT)
-                    tiles_f32[1][cn - 1](wb + (size_t)(g - b0) * gs, gs, xc, xs, kn, oc + g * 16, os,
-                                         n_rows - g * 16, k0 == 0);
-                for (; g < b1; g++)
-                    tiles_f32[0][cn - 1](wb + (size_t)(g - b0) * gs, gs, xc, xs, kn, oc + g * 16, os,
-                                         n_rows - g * 16, k0 == 0);
+                for (int64_t g = b0; g < b1; g += gt)
+                    tiles[PF_F32][cn - 1](wb + (size_t)(g - b0) * gs, gs, (int)(b1 - g < gt ? b1 - g : gt), xc, xs,
+                                          kn, out + c0 * os + g * 16, os, n_rows - g * 16, k0 == 0);
             }
         }
     }
-    free(scratch);
 }
 
 static TGT void gemm_f16(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
