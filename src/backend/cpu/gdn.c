@@ -162,7 +162,13 @@ static void trisolve_c(const float *A, int64_t lda, float *X, int64_t ldx, int r
 #if GDN_X86
 #define TGT __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")))
 #define INL static inline __attribute__((always_inline)) TGT
+/* clang reads "GCC unroll N" as a count it may ignore: ask it for full
+ * unrolling, which is what keeps the accumulator arrays in registers. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
 #define UNROLL _Pragma("GCC unroll 16")
+#endif
 
 /* exp(x) for 16 floats: x = n ln2 + r with n = round(x / ln2), |r| <=
  * ln2/2 (ln2 split in two so n ln2 is exact), e^r by its Taylor polynomial

@@ -557,7 +557,11 @@ static inline float fma1(float a, float b, float c) { return a * b + c; }
 #endif
 
 /* Full unrolling keeps the small accumulator arrays below in registers. */
+#if defined(__clang__)
+#define ATT_UNROLL _Pragma("clang loop unroll(full)")
+#else
 #define ATT_UNROLL _Pragma("GCC unroll 16")
+#endif
 
 /* Rows per block: up to ATT_MAX_ROWS (4 vectors of lanes) when the
  * per-thread scratch holds their scores, which lets the score kernel load

@@ -40,7 +40,13 @@
 
 /* GCC and clang both honor this for the constant-trip inner loops below;
  * full unrolling is what keeps the per-output accumulators in registers. */
+/* clang reads "GCC unroll N" as a count it may ignore: ask it for full
+ * unrolling, which is what keeps the accumulator arrays in registers. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
 #define UNROLL _Pragma("GCC unroll 16")
+#endif
 
 static inline uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }

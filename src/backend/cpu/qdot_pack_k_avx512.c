@@ -44,7 +44,13 @@
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")))
 #define INL static inline __attribute__((always_inline)) TGT
+/* clang reads "GCC unroll N" as a count it may ignore: ask it for full
+ * unrolling, which is what keeps the accumulator arrays in registers. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
 #define UNROLL _Pragma("GCC unroll 16")
+#endif
 
 #define PR 16            /* rows per group */
 /* Activation columns per tile: 12 independent accumulator chains per
