@@ -5,11 +5,34 @@
 #define TELA_TESTS_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int test_passed_, test_failed_;
+
+/* Test data: a splitmix64 stream, reseeded per test program with
+ * test_rng_seed() so each file's data stay fixed. */
+static inline uint64_t *test_rng_state_(void) {
+    static uint64_t state = 0x9e3779b97f4a7c15ull;
+    return &state;
+}
+static inline void test_rng_seed(uint64_t seed) { *test_rng_state_() = seed; }
+static inline uint64_t test_rnd(void) {
+    uint64_t z = (*test_rng_state_() += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* uniform in [0, 1) */
+static inline double test_unif(void) { return (double)(test_rnd() >> 11) * (1.0 / 9007199254740992.0); }
+/* standard normal (Box-Muller) */
+static inline float test_gauss(void) {
+    double u = test_unif(), v = test_unif();
+    if (u < 1e-300) u = 1e-300;
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
 
 #define CHECK(cond) do { \
     if (cond) test_passed_++; \

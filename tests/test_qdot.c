@@ -32,28 +32,15 @@
 #include "util/cpu_features.h"
 #include "util/fp16.h"
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double unif(void) { return (double)(rnd() >> 11) * (1.0 / 9007199254740992.0); }
-static float gauss(void) {
-    double u = unif(), v = unif();
-    if (u < 1e-300) u = 1e-300;
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
 
 /* Activations or weights: gaussian with a scale that varies per 64
  * elements, plus rare outliers (as real activations have). */
 static void fill_floats(float *x, int64_t n, float scale) {
     float s = scale;
     for (int64_t i = 0; i < n; i++) {
-        if (i % 64 == 0) s = scale * (float)(0.2 + 2.0 * unif());
-        x[i] = s * gauss();
-        if (rnd() % 97 == 0) x[i] *= 8.0f;
+        if (i % 64 == 0) s = scale * (float)(0.2 + 2.0 * test_unif());
+        x[i] = s * test_gauss();
+        if (test_rnd() % 97 == 0) x[i] *= 8.0f;
     }
 }
 
@@ -67,7 +54,7 @@ static const tela_type k_types[] = {
 static int is_float_type(tela_type t) { return t == TELA_TYPE_F32 || t == TELA_TYPE_F16 || t == TELA_TYPE_BF16; }
 
 static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
-static uint16_t rand_scale_f16(void) { return tela_f32_to_f16((float)(0.001 + 0.05 * unif()) * (rnd() & 1 ? 1.0f : -1.0f)); }
+static uint16_t rand_scale_f16(void) { return tela_f32_to_f16((float)(0.001 + 0.05 * test_unif()) * (test_rnd() & 1 ? 1.0f : -1.0f)); }
 
 /* Random valid blocks: every bit pattern of the levels and packed scales is
  * valid; only the fp16 scales must be finite. Reaches the extremes (-128
@@ -75,7 +62,7 @@ static uint16_t rand_scale_f16(void) { return tela_f32_to_f16((float)(0.001 + 0.
  * data rarely produces. */
 static void random_blocks(tela_type type, uint8_t *dst, int64_t n) {
     const size_t bytes = tela_type_row_bytes(type, n);
-    for (size_t i = 0; i < bytes; i++) dst[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < bytes; i++) dst[i] = (uint8_t)test_rnd();
     const tela_type_traits *tt = tela_type_get_traits(type);
     const int64_t nb = n / tt->block_size;
     for (int64_t b = 0; b < nb; b++) {
@@ -98,11 +85,11 @@ static void random_blocks(tela_type type, uint8_t *dst, int64_t n) {
         }
     }
     if (type == TELA_TYPE_F32) {
-        for (int64_t i = 0; i < n; i++) { float v = gauss(); memcpy(dst + 4 * i, &v, 4); }
+        for (int64_t i = 0; i < n; i++) { float v = test_gauss(); memcpy(dst + 4 * i, &v, 4); }
     } else if (type == TELA_TYPE_F16) {
-        for (int64_t i = 0; i < n; i++) put16(dst + 2 * i, tela_f32_to_f16(gauss()));
+        for (int64_t i = 0; i < n; i++) put16(dst + 2 * i, tela_f32_to_f16(test_gauss()));
     } else if (type == TELA_TYPE_BF16) {
-        for (int64_t i = 0; i < n; i++) put16(dst + 2 * i, tela_f32_to_bf16(gauss()));
+        for (int64_t i = 0; i < n; i++) put16(dst + 2 * i, tela_f32_to_bf16(test_gauss()));
     }
 }
 
@@ -141,7 +128,7 @@ static void check_quantizer_bytes(tela_isa isa, tela_type act_type, tela_type we
             for (int i = 0; i < 64; i++) x[i] = (i % 3 == 0) ? -2.0f : (i % 3 == 1 ? 2.0f : 0.5f);
             break;
         case 2: /* values on rounding halves: with max 127, x*id = x */
-            for (int64_t i = 0; i < n; i++) x[i] = (float)((int)(rnd() % 254) - 127) + 0.5f;
+            for (int64_t i = 0; i < n; i++) x[i] = (float)((int)(test_rnd() % 254) - 127) + 0.5f;
             for (int64_t i = 0; i < n; i += 32) x[i] = 127.0f;
             break;
         case 3: /* zeros, negative zeros, a zero super-block */
@@ -322,6 +309,7 @@ static void check_big_gemm(tela_type type, tela_isa isa) {
 }
 
 int main(void) {
+    test_rng_seed(0x9e3779b97f4a7c15ull);
     char feat[256];
     printf("cpu: %s; best ISA %s\n", tela_cpu_features_string(feat, sizeof feat), tela_isa_name(tela_qdot_best_isa()));
     CHECK(tela_qdot_get(TELA_TYPE_Q4_K) != NULL);

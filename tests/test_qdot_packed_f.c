@@ -31,19 +31,6 @@
 #include "test.h"
 #include "util/fp16.h"
 
-static uint64_t g_rng = 0x853c49e6748fea9bull;
-static uint64_t rnd(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double unif(void) { return (double)(rnd() >> 11) * (1.0 / 9007199254740992.0); }
-static float gauss(void) {
-    double u = unif(), v = unif();
-    if (u < 1e-300) u = 1e-300;
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
 
 typedef struct {
     tela_type type;
@@ -72,8 +59,8 @@ static float w_at(const uint8_t *row, int64_t i, const wkind *kd) {
 /* A random weight stored in the type: mostly gaussian, sometimes zero, -0,
  * tiny (f16 subnormal) or large. */
 static void rand_w(uint8_t *dst, const wkind *kd) {
-    const uint64_t k = rnd() % 64;
-    float f = k == 0 ? 0.0f : k == 1 ? -0.0f : k == 2 ? 3e-6f * gauss() : k == 3 ? 300.0f * gauss() : 0.05f * gauss();
+    const uint64_t k = test_rnd() % 64;
+    float f = k == 0 ? 0.0f : k == 1 ? -0.0f : k == 2 ? 3e-6f * test_gauss() : k == 3 ? 300.0f * test_gauss() : 0.05f * test_gauss();
     if (kd->esize == 4) {
         memcpy(dst, &f, 4);
         return;
@@ -82,7 +69,7 @@ static void rand_w(uint8_t *dst, const wkind *kd) {
     memcpy(dst, &h, 2);
 }
 
-static float rand_x(void) { return gauss() * (rnd() % 50 == 0 ? 30.0f : 1.0f); }
+static float rand_x(void) { return test_gauss() * (test_rnd() % 50 == 0 ? 30.0f : 1.0f); }
 
 /* The contract: one output from the original rows (and sum |w x| in mag). */
 static float model_dot_mag(const uint8_t *w, const float *x, int64_t n, const wkind *kd, double *mag) {
@@ -130,8 +117,8 @@ static uint8_t *pack_all(const tela_qdot_packing *pk, const uint8_t *w, size_t w
 static int run_case(const wkind *kd, const tela_qdot_packing *pk, int64_t n_rows, int64_t n_cols, int64_t n) {
     const size_t es = kd->esize, wrb = (size_t)n * es;
     /* F16/BF16 rows only 2-byte aligned (odd element offsets), F32 rows 4 */
-    const size_t ws = wrb + (size_t)(rnd() % 3) * es;
-    const int64_t xs = n + (int64_t)(rnd() % 3); /* floats */
+    const size_t ws = wrb + (size_t)(test_rnd() % 3) * es;
+    const int64_t xs = n + (int64_t)(test_rnd() % 3); /* floats */
     const size_t wbytes = ws * (size_t)(n_rows - 1) + wrb;
     const size_t xcount = (size_t)(xs * (n_cols - 1) + n);
     /* exact-size buffers at odd element offsets: ASan catches any read past them */
@@ -144,9 +131,9 @@ static int run_case(const wkind *kd, const tela_qdot_packing *pk, int64_t n_rows
     for (int64_t r = 0; r < n_rows; r++)
         for (int64_t i = 0; i < n; i++) rand_w(w + (size_t)r * ws + (size_t)i * es, kd);
     for (size_t i = 0; i <= xcount; i++) xbuf[i] = rand_x();
-    uint8_t *packed = pack_all(pk, w, ws, n_rows, n, (int)(rnd() & 1));
+    uint8_t *packed = pack_all(pk, w, ws, n_rows, n, (int)(test_rnd() & 1));
     const int64_t groups = (n_rows + 15) / 16;
-    const int64_t os = groups * 16 + (int64_t)(rnd() % 3);
+    const int64_t os = groups * 16 + (int64_t)(test_rnd() % 3);
     float *out = malloc((size_t)(os * n_cols) * sizeof *out), *want = malloc((size_t)(n_rows * n_cols) * sizeof *want);
     if (!out || !want) abort();
     for (int64_t r = 0; r < n_rows; r++)
@@ -215,7 +202,7 @@ static void test_layout(const wkind *kd, const tela_qdot_packing *pk) {
     CHECK(gb % 64 == 0);
     uint8_t *w = malloc(ws * (size_t)n_rows);
     if (!w) abort();
-    for (size_t i = 0; i < ws * (size_t)n_rows; i++) w[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < ws * (size_t)n_rows; i++) w[i] = (uint8_t)test_rnd();
     uint8_t *p = pack_all(pk, w, ws, n_rows, n, 0), *q = xalloc(gb * groups);
     int bad = 0;
     for (int64_t g = 0; g < groups; g++)
@@ -336,6 +323,7 @@ static void test_matmul(const wkind *kd) {
 }
 
 int main(void) {
+    test_rng_seed(0x853c49e6748fea9bull);
     int ran = 0;
     for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; i++) {
         const wkind *kd = &k_kinds[i];

@@ -15,14 +15,8 @@
 #include "quant/quant.h"
 #include "test.h"
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t next_u32(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static float next_float(float scale) { return ((float)(next_u32() & 0xFFFFFF) / 8388608.0f - 1.0f) * scale; }
+/* uniform in [-scale, scale) */
+static float next_float(float scale) { return (float)(2.0 * test_unif() - 1.0) * scale; }
 
 /* Weight rows from the reference quantizer of random floats (some rows
  * with a large dynamic range, so scales and mins take many values). */

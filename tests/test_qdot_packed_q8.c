@@ -32,19 +32,6 @@
 #include "test.h"
 #include "util/fp16.h"
 
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double unif(void) { return (double)(rnd() >> 11) * (1.0 / 9007199254740992.0); }
-static float gauss(void) {
-    double u = unif(), v = unif();
-    if (u < 1e-300) u = 1e-300;
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
 
 typedef struct {
     tela_type type;
@@ -63,10 +50,10 @@ static uint16_t get16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v
 
 /* A random fp16 block scale: mostly moderate, sometimes 0 or subnormal. */
 static uint16_t rand_scale(void) {
-    const uint64_t k = rnd() % 50;
+    const uint64_t k = test_rnd() % 50;
     if (k == 0) return 0;
-    if (k == 1) return (uint16_t)(rnd() % 0x3ff + 1); /* subnormal */
-    return tela_f32_to_f16((float)(0.0005 + 0.05 * unif()) * (rnd() & 1 ? 1.0f : -1.0f));
+    if (k == 1) return (uint16_t)(test_rnd() % 0x3ff + 1); /* subnormal */
+    return tela_f32_to_f16((float)(0.0005 + 0.05 * test_unif()) * (test_rnd() & 1 ? 1.0f : -1.0f));
 }
 
 /* Random blocks of a row of n elements (bsize bytes per block): random
@@ -75,8 +62,8 @@ static uint16_t rand_scale(void) {
 static void rand_row(uint8_t *dst, int64_t n, size_t bsize) {
     for (int64_t b = 0; b < n / 32; b++) {
         uint8_t *blk = dst + (size_t)b * bsize;
-        const uint64_t k = rnd() % 16;
-        for (size_t i = 2; i < bsize; i++) blk[i] = k == 0 ? 0x80 : k == 1 ? 0x7f : k == 2 ? 0xff : (uint8_t)rnd();
+        const uint64_t k = test_rnd() % 16;
+        for (size_t i = 2; i < bsize; i++) blk[i] = k == 0 ? 0x80 : k == 1 ? 0x7f : k == 2 ? 0xff : (uint8_t)test_rnd();
         put16(blk, rand_scale());
     }
 }
@@ -90,8 +77,8 @@ static void rand_x(uint8_t *dst, int64_t n, int quantized) {
     }
     float *f = malloc((size_t)n * sizeof *f);
     if (!f) abort();
-    const float s = (float)(0.1 + 3.0 * unif());
-    for (int64_t i = 0; i < n; i++) f[i] = s * gauss() * (rnd() % 50 == 0 ? 10.0f : 1.0f);
+    const float s = (float)(0.1 + 3.0 * test_unif());
+    for (int64_t i = 0; i < n; i++) f[i] = s * test_gauss() * (test_rnd() % 50 == 0 ? 10.0f : 1.0f);
     if (tela_quantize_row(TELA_TYPE_Q8_0, f, dst, n) != TELA_OK) abort();
     free(f);
 }
@@ -155,7 +142,7 @@ static uint8_t *pack_all(const tela_qdot_packing *pk, const uint8_t *w, size_t w
 static int run_case(const wkind *kd, const tela_qdot_packing *pk, int64_t n_rows, int64_t n_cols, int64_t n,
                     int quantized_x) {
     const size_t wrb = (size_t)(n / 32) * kd->bsize, xrb = (size_t)(n / 32) * sizeof(tela_block_q8_0);
-    const size_t ws = wrb + (size_t)(rnd() % 3) * 7, xs = xrb + (size_t)(rnd() % 3) * 5;
+    const size_t ws = wrb + (size_t)(test_rnd() % 3) * 7, xs = xrb + (size_t)(test_rnd() % 3) * 5;
     const size_t wbytes = ws * (size_t)(n_rows - 1) + wrb, xbytes = xs * (size_t)(n_cols - 1) + xrb;
     /* exact-size buffers at odd offsets: ASan catches any read past them */
     uint8_t *wbuf = malloc(wbytes + 1), *xbuf = malloc(xbytes + 3);
@@ -164,9 +151,9 @@ static int run_case(const wkind *kd, const tela_qdot_packing *pk, int64_t n_rows
     memset(wbuf, 0x5A, wbytes + 1);
     for (int64_t r = 0; r < n_rows; r++) rand_row(w + (size_t)r * ws, n, kd->bsize);
     for (int64_t c = 0; c < n_cols; c++) rand_x(x + (size_t)c * xs, n, quantized_x);
-    uint8_t *packed = pack_all(pk, w, ws, n_rows, n, (int)(rnd() & 1));
+    uint8_t *packed = pack_all(pk, w, ws, n_rows, n, (int)(test_rnd() & 1));
     const int64_t groups = (n_rows + 15) / 16;
-    const int64_t os = groups * 16 + (int64_t)(rnd() % 3);
+    const int64_t os = groups * 16 + (int64_t)(test_rnd() % 3);
     float *out = malloc((size_t)(os * n_cols) * sizeof *out), *want = malloc((size_t)(n_rows * n_cols) * sizeof *want);
     if (!out || !want) abort();
     for (int64_t r = 0; r < n_rows; r++)
@@ -313,7 +300,7 @@ static void test_matmul(const wkind *kd) {
     float *x = malloc(sizeof(float) * (size_t)(n * n_tok)), *y[4];
     if (!w || !x || !xq) abort();
     for (int64_t r = 0; r < n_rows; r++) rand_row(w + (size_t)r * rb, n, kd->bsize);
-    for (int64_t i = 0; i < n * n_tok; i++) x[i] = gauss();
+    for (int64_t i = 0; i < n * n_tok; i++) x[i] = test_gauss();
     tela_mat m = {kd->type, w, n_rows, n, rb, NULL};
     const size_t pbytes = tela_op_pack_bytes(&m);
     if (pbytes == 0) {
@@ -366,6 +353,7 @@ static void test_matmul(const wkind *kd) {
 }
 
 int main(void) {
+    test_rng_seed(0x2545f4914f6cdd1dull);
     int ran = 0;
     for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; i++) {
         const wkind *kd = &k_kinds[i];
