@@ -276,7 +276,7 @@ static void test_matmul(const wkind *kd) {
     for (int64_t r = 0; r < n_rows; r++)
         for (int64_t i = 0; i < n; i++) rand_w(w + (size_t)r * rb + (size_t)i * kd->esize, kd);
     for (int64_t i = 0; i < n * n_tok; i++) x[i] = rand_x();
-    tela_mat m = {kd->type, w, n_rows, n, rb, NULL};
+    tela_mat m = {.type = kd->type, .data = w, .n_rows = n_rows, .n_cols = n, .row_bytes = rb};
     const size_t pbytes = tela_op_pack_bytes(&m);
     if (pbytes == 0) {
         printf("note: %s: packing is off (TELA_PACK=0?), tela_op_matmul not tested packed\n", kd->name);

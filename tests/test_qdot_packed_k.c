@@ -89,7 +89,7 @@ static void check_matmul(tela_type type, int64_t rows, int64_t n, int n_tok) {
     float *x = malloc(sizeof(float) * (size_t)(n * n_tok)), *y0 = malloc(sizeof(float) * (size_t)(rows * n_tok)),
           *y1 = malloc(sizeof(float) * (size_t)(rows * n_tok));
     for (int64_t i = 0; i < n * n_tok; i++) x[i] = next_float(1.5f);
-    tela_mat m = {type, w, rows, n, wrb, NULL};
+    tela_mat m = {.type = type, .data = w, .n_rows = rows, .n_cols = n, .row_bytes = wrb};
     const size_t pb = tela_op_pack_bytes(&m);
     CHECK(pb > 0);
     void *buf = aligned64(pb);

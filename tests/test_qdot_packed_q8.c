@@ -301,7 +301,7 @@ static void test_matmul(const wkind *kd) {
     if (!w || !x || !xq) abort();
     for (int64_t r = 0; r < n_rows; r++) rand_row(w + (size_t)r * rb, n, kd->bsize);
     for (int64_t i = 0; i < n * n_tok; i++) x[i] = test_gauss();
-    tela_mat m = {kd->type, w, n_rows, n, rb, NULL};
+    tela_mat m = {.type = kd->type, .data = w, .n_rows = n_rows, .n_cols = n, .row_bytes = rb};
     const size_t pbytes = tela_op_pack_bytes(&m);
     if (pbytes == 0) {
         printf("note: %s: packing is off (TELA_PACK=0?), tela_op_matmul not tested packed\n", kd->name);

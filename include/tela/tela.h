@@ -79,16 +79,21 @@ TELA_API const char *tela_type_name(tela_type type);
 typedef struct tela_model tela_model;
 
 typedef struct tela_model_params {
-    int n_threads;   /* threads for computation; 0 = all cores */
-    int load_mtp;    /* also load multi-token-prediction (nextn) tensors */
-    int verbose;     /* progress and load summary on stderr */
+    int n_threads;       /* threads for computation; 0 = all cores */
+    int load_mtp;        /* also load multi-token-prediction (nextn) tensors */
+    int verbose;         /* progress and load summary on stderr */
+    const char *device;  /* where to run: "cpu", "cuda", "cuda:N"; NULL or "auto" = $TELA_DEVICE, else a
+                            GPU when tela was built with CUDA and one is present (and the architecture
+                            runs there), else the CPU */
 } tela_model_params;
 
 TELA_API tela_model_params tela_model_default_params(void);
 
 /* Loads a GGUF file, a .safetensors file or a Hugging Face checkpoint
  * directory (config.json + *.safetensors [+ tokenizer.json]). Weights are
- * memory-mapped and used in their stored type. */
+ * memory-mapped and used in their stored type: packed for the CPU's
+ * kernels, or uploaded once to the GPU (failing, with the numbers, when
+ * they do not fit in its free memory). */
 TELA_API tela_status tela_model_load(const char *path, const tela_model_params *params,
                                      tela_model **out);
 TELA_API void tela_model_free(tela_model *model);
@@ -107,6 +112,7 @@ typedef struct tela_model_info {
     int32_t eos_token;       /* -1 if none */
     int has_tokenizer;
     int has_chat_template;
+    const char *device;      /* where it runs: "cpu (avx512, 2 threads)", "cuda:0 (NVIDIA H200, ...)" */
 } tela_model_info;
 
 TELA_API const tela_model_info *tela_model_get_info(const tela_model *model);
@@ -141,9 +147,17 @@ TELA_API tela_status tela_chat_render(const tela_model *model, const char *const
 
 typedef struct tela_session tela_session;
 
+/* Precision of a session's KV cache. */
+typedef enum tela_kv_type {
+    TELA_KV_DEFAULT = 0,  /* f16 on a GPU (f32 in the exact mode, TELA_EXACT_MATMUL=1); f32 on the CPU */
+    TELA_KV_F32 = 1,
+    TELA_KV_F16 = 2       /* GPU only; the CPU keeps f32 */
+} tela_kv_type;
+
 typedef struct tela_session_params {
     int32_t n_ctx;       /* context length in tokens; 0 = min(train ctx, 4096) */
     int n_threads;       /* 0 = the model's */
+    tela_kv_type kv_type;
 } tela_session_params;
 
 TELA_API tela_session_params tela_session_default_params(void);

@@ -25,6 +25,7 @@
  * factor[i]; the factors come from the GGUF tensor rope_freqs.weight, or
  * from config.json's Llama-3 rope scaling (computed as transformers does),
  * or are all 1. */
+#include "backend/cpu/ops.h" /* the naive oracle runs on the host */
 #include "model/model.h"
 #include "util/error.h"
 
@@ -34,14 +35,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tokens processed per step of a long prefill: bounds the activation
- * buffers of a session. */
-#define LLAMA_MAX_BATCH 256
-
+/* Fields ending in _b are the backend's copies (backend memory) of the
+ * host arrays of the same name, which the naive oracle reads. */
 typedef struct llama_layer {
     float *attn_norm, *ffn_norm;
+    const float *attn_norm_b, *ffn_norm_b;
     tela_mat wq, wk, wv, wo;
-    tela_mat w_gate, w_up, w_down;
+    tela_model_ffn ffn;
 } llama_layer;
 
 typedef struct llama_model {
@@ -49,20 +49,23 @@ typedef struct llama_model {
     int n_head, n_kv_head, head_dim, v_dim, n_rot;
     float eps;
     double *inv_freq;        /* [n_rot/2] */
+    const double *inv_freq_b;
     tela_rope_mode rope_mode;
     tela_mat tok_embd, output;
     float *output_norm;
+    const float *output_norm_b;
     llama_layer *layers;
 } llama_model;
 
+/* A session: the KV cache and the activations of one step of up to
+ * n_batch tokens, all in backend memory. */
 typedef struct llama_state {
+    tela_exec *ex;
     int32_t n_ctx;
     int n_batch;
-    size_t kv_floats;        /* floats of K (or V) per layer: n_ctx * n_kv_head * dim */
-    float *k_cache, *v_cache;  /* [n_layer][n_ctx][n_kv_head * head_dim / v_dim] */
-    /* activations of one step of up to n_batch tokens */
-    float *x, *xb, *q, *att, *gate, *up, *cs;
-    int32_t *pos;
+    tela_kv_cache *kv;
+    float *x, *xb, *q, *k, *v, *att, *gate, *cs;
+    tela_model_io io;        /* the step's tokens and positions, logits, greedy pick */
 } llama_state;
 
 static const char *const llama_hf_types[] = {"llama", NULL};
@@ -145,22 +148,47 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
         TELA_TRY(load_layer_mat(m, nm->wk, l, k_dim, L->n_embd, &ly->wk));
         TELA_TRY(load_layer_mat(m, nm->wv, l, v_dim, L->n_embd, &ly->wv));
         TELA_TRY(load_layer_mat(m, nm->wo, l, L->n_embd, o_in, &ly->wo));
-        TELA_TRY(load_layer_mat(m, nm->w_gate, l, L->n_ff, L->n_embd, &ly->w_gate));
-        TELA_TRY(load_layer_mat(m, nm->w_up, l, L->n_ff, L->n_embd, &ly->w_up));
-        TELA_TRY(load_layer_mat(m, nm->w_down, l, L->n_embd, L->n_ff, &ly->w_down));
+        TELA_TRY(load_layer_mat(m, nm->w_gate, l, L->n_ff, L->n_embd, &ly->ffn.w_gate));
+        TELA_TRY(load_layer_mat(m, nm->w_up, l, L->n_ff, L->n_embd, &ly->ffn.w_up));
+        TELA_TRY(load_layer_mat(m, nm->w_down, l, L->n_embd, L->n_ff, &ly->ffn.w_down));
     }
-    /* Pack what the forward pass multiplies by (not the embedding table). */
+    return TELA_OK;
+}
+
+/* Gives the backend its copies: norm weights and RoPE frequencies, and
+ * every matrix (the embedding table is only read by rows). */
+static tela_status prepare_backend(tela_model *m, llama_model *L) {
+    TELA_TRY(tela_model_const(m, L->inv_freq, (size_t)(L->n_rot / 2) * sizeof(double), (const void **)&L->inv_freq_b));
+    TELA_TRY(tela_model_const(m, L->output_norm, (size_t)L->n_embd * sizeof(float), (const void **)&L->output_norm_b));
+    const size_t cap = 2 + (size_t)L->n_layer * 7;
+    tela_mat **list = malloc(cap * sizeof *list);
+    tela_mat_use *uses = malloc(cap * sizeof *uses);
+    if (!list || !uses) {
+        free(list);
+        free(uses);
+        return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
+    }
     size_t n = 0;
-    tela_mat **list = malloc((1 + (size_t)L->n_layer * 7) * sizeof *list);
-    if (!list) return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
+    tela_status s = TELA_OK;
+    uses[n] = TELA_MAT_ROWS;
+    list[n++] = &L->tok_embd;
+    uses[n] = TELA_MAT_MATMUL;
     list[n++] = &L->output;
-    for (int l = 0; l < L->n_layer; l++) {
+    for (int l = 0; l < L->n_layer && s == TELA_OK; l++) {
         llama_layer *ly = &L->layers[l];
-        tela_mat *mats[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
-        for (size_t i = 0; i < 7; i++) list[n++] = mats[i];
+        const size_t nb = (size_t)L->n_embd * sizeof(float);
+        s = tela_model_const(m, ly->attn_norm, nb, (const void **)&ly->attn_norm_b);
+        if (s == TELA_OK) s = tela_model_const(m, ly->ffn_norm, nb, (const void **)&ly->ffn.norm);
+        ly->ffn_norm_b = ly->ffn.norm;
+        tela_mat *mats[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->ffn.w_gate, &ly->ffn.w_up, &ly->ffn.w_down};
+        for (size_t i = 0; i < 7; i++) {
+            uses[n] = TELA_MAT_MATMUL;
+            list[n++] = mats[i];
+        }
     }
-    tela_status s = tela_model_pack_mats(m, list, n);
+    if (s == TELA_OK) s = tela_model_prepare_mats(m, list, uses, n);
     free(list);
+    free(uses);
     return s;
 }
 
@@ -337,6 +365,7 @@ static tela_status llama_load(tela_model *m) {
     if (!L) return TELA_ERR_NOMEM;
     m->impl = L;
     TELA_TRY(m->gguf ? load_gguf(m, L) : load_hf(m, L));
+    TELA_TRY(prepare_backend(m, L));
     m->info.n_vocab = L->n_vocab;
     m->info.n_embd = L->n_embd;
     m->info.n_layer = L->n_layer;
@@ -351,58 +380,42 @@ static void llama_free(tela_model *m) { m->impl = NULL; }
 static void llama_state_free(void *p) {
     llama_state *s = p;
     if (!s) return;
-    free(s->k_cache);
-    free(s->v_cache);
-    free(s->x);
-    free(s->xb);
-    free(s->q);
-    free(s->att);
-    free(s->gate);
-    free(s->up);
-    free(s->cs);
-    free(s->pos);
+    tela_backend *be = tela_exec_backend(s->ex);
+    tela_kv_free(s->kv);
+    float *bufs[] = {s->x, s->xb, s->q, s->k, s->v, s->att, s->gate, s->cs};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(be, bufs[i]);
+    tela_model_io_free(&s->io);
     free(s);
 }
 
-static float *alloc_floats(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
-
-static tela_status llama_state_create(const tela_model *m, int32_t n_ctx, tela_threadpool *pool, void **out) {
+static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const tela_state_params *p, void **out) {
     const llama_model *L = m->impl;
     *out = NULL;
     llama_state *s = calloc(1, sizeof *s);
     if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
-    s->n_ctx = n_ctx;
-    s->n_batch = n_ctx < LLAMA_MAX_BATCH ? n_ctx : LLAMA_MAX_BATCH;
-    size_t kv_dim = (size_t)L->n_kv_head * (size_t)(L->head_dim > L->v_dim ? L->head_dim : L->v_dim);
-    s->kv_floats = (size_t)n_ctx * kv_dim;
-    double cache_bytes = 2.0 * L->n_layer * (double)s->kv_floats * sizeof(float);
-    if (cache_bytes > (double)SIZE_MAX / 2) {
-        llama_state_free(s);
-        return tela_errorf(TELA_ERR_NOMEM, "session: a KV cache of %.0f bytes is too large", cache_bytes);
-    }
-    size_t nb = (size_t)s->n_batch;
-    s->k_cache = alloc_floats((size_t)L->n_layer * s->kv_floats);
-    s->v_cache = alloc_floats((size_t)L->n_layer * s->kv_floats);
-    s->x = alloc_floats(nb * L->n_embd);
-    s->xb = alloc_floats(nb * L->n_embd);
-    s->q = alloc_floats(nb * L->n_head * L->head_dim);
-    s->att = alloc_floats(nb * L->n_head * L->v_dim);
-    s->gate = alloc_floats(nb * L->n_ff);
-    s->up = alloc_floats(nb * L->n_ff);
-    s->cs = alloc_floats(nb * L->n_rot);
-    s->pos = calloc(nb, sizeof *s->pos);
-    if (!s->k_cache || !s->v_cache || !s->x || !s->xb || !s->q || !s->att || !s->gate || !s->up || !s->cs ||
-        !s->pos) {
-        llama_state_free(s);
-        return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
-                           cache_bytes / (1024.0 * 1024.0));
-    }
-    size_t scratch = tela_op_attention_scratch(n_ctx, L->head_dim);
-    int64_t widest = L->n_embd;
-    if (L->n_ff > widest) widest = L->n_ff;
-    if ((int64_t)L->n_head * L->v_dim > widest) widest = (int64_t)L->n_head * L->v_dim;
-    if (tela_op_matmul_scratch(widest) > scratch) scratch = tela_op_matmul_scratch(widest);
-    tela_status st = tela_threadpool_reserve(pool, scratch);
+    s->ex = ex;
+    s->n_ctx = p->n_ctx;
+    int pref = tela_exec_preferred_batch(ex);
+    s->n_batch = p->n_ctx < pref ? p->n_ctx : pref;
+    const tela_kv_shape shape = {L->n_layer, p->n_ctx, L->n_kv_head, L->head_dim, L->v_dim, p->kv_dtype};
+    tela_status st = tela_kv_create(ex, &shape, &s->kv);
+    const size_t nb = (size_t)s->n_batch;
+    const size_t q_dim = (size_t)L->n_head * L->head_dim, k_dim = (size_t)L->n_kv_head * L->head_dim;
+    const size_t v_dim = (size_t)L->n_kv_head * L->v_dim, att_dim = (size_t)L->n_head * L->v_dim;
+    const struct {
+        float **buf;
+        size_t floats;
+        const char *what;
+    } acts[] = {
+        {&s->x, nb * L->n_embd, "activations"}, {&s->xb, nb * L->n_embd, "activations"},
+        {&s->q, nb * q_dim, "queries"},         {&s->k, nb * k_dim, "keys"},
+        {&s->v, nb * v_dim, "values"},          {&s->att, nb * att_dim, "attention outputs"},
+        {&s->gate, nb * L->n_ff, "feed-forward activations"}, {&s->cs, nb * L->n_rot, "RoPE table"},
+    };
+    tela_backend *be = tela_exec_backend(ex);
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0] && st == TELA_OK; i++)
+        st = tela_backend_alloc(be, acts[i].floats * sizeof(float), acts[i].what, (void **)acts[i].buf);
+    if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, L->n_vocab, s->n_batch);
     if (st != TELA_OK) {
         llama_state_free(s);
         return st;
@@ -411,122 +424,78 @@ static tela_status llama_state_create(const tela_model *m, int32_t n_ctx, tela_t
     return TELA_OK;
 }
 
-/* Cache rows past n_past are never read before they are written, so
- * there is nothing to clear. */
 static void llama_state_reset(const tela_model *m, void *state) {
     (void)m;
-    (void)state;
-}
-
-static size_t kv_row_floats(const llama_model *L, int v) {
-    return (size_t)L->n_kv_head * (size_t)(v ? L->v_dim : L->head_dim);
+    llama_state *s = state;
+    tela_kv_clear(s->ex, s->kv);
 }
 
 static size_t llama_state_size(const tela_model *m, const void *state, int32_t n_past) {
-    const llama_model *L = m->impl;
-    (void)state;
-    return (size_t)L->n_layer * (size_t)n_past * (kv_row_floats(L, 0) + kv_row_floats(L, 1)) * sizeof(float);
-}
-
-/* The image: for each layer, K rows [0, n_past), then V rows. */
-static void llama_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
-    const llama_model *L = m->impl;
+    (void)m;
     const llama_state *s = state;
-    unsigned char *p = dst;
-    for (int l = 0; l < L->n_layer; l++) {
-        size_t kb = (size_t)n_past * kv_row_floats(L, 0) * sizeof(float);
-        size_t vb = (size_t)n_past * kv_row_floats(L, 1) * sizeof(float);
-        memcpy(p, s->k_cache + (size_t)l * s->kv_floats, kb);
-        p += kb;
-        memcpy(p, s->v_cache + (size_t)l * s->kv_floats, vb);
-        p += vb;
-    }
+    return tela_kv_image_bytes(s->kv, n_past);
 }
 
-static void llama_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
-    const llama_model *L = m->impl;
+static tela_status llama_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
+    (void)m;
+    const llama_state *s = state;
+    return tela_kv_save(s->ex, s->kv, n_past, dst);
+}
+
+static tela_status llama_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
+    (void)m;
     llama_state *s = state;
-    const unsigned char *p = src;
-    for (int l = 0; l < L->n_layer; l++) {
-        size_t kb = (size_t)n_past * kv_row_floats(L, 0) * sizeof(float);
-        size_t vb = (size_t)n_past * kv_row_floats(L, 1) * sizeof(float);
-        memcpy(s->k_cache + (size_t)l * s->kv_floats, p, kb);
-        p += kb;
-        memcpy(s->v_cache + (size_t)l * s->kv_floats, p, vb);
-        p += vb;
-    }
+    return tela_kv_load(s->ex, s->kv, n_past, src);
 }
 
 /* ------------------------------------------------------------ forward */
 
-/* One step over nt <= n_batch tokens at positions pos0.. (the cache already
- * holds positions before pos0). Leaves the final hidden states in s->x. */
-static void forward_step(const llama_model *L, llama_state *s, tela_threadpool *pool, const int32_t *tokens, int nt,
-                         int32_t pos0) {
-    const int n_embd = L->n_embd;
-    const int64_t q_dim = (int64_t)L->n_head * L->head_dim;
-    const int64_t k_dim = (int64_t)kv_row_floats(L, 0), v_dim = (int64_t)kv_row_floats(L, 1);
-    const int64_t att_dim = (int64_t)L->n_head * L->v_dim;
+/* One step over the batch's tokens (at most n_batch; the cache already
+ * holds the positions before them). Leaves the final hidden states in s->x. */
+static void forward_step(const llama_model *L, llama_state *s, const tela_batch *b) {
+    tela_exec *ex = s->ex;
+    const int nt = b->n_tok, E = L->n_embd;
+    const int64_t q_dim = (int64_t)L->n_head * L->head_dim, k_dim = (int64_t)L->n_kv_head * L->head_dim;
+    const int64_t v_dim = (int64_t)L->n_kv_head * L->v_dim, att_dim = (int64_t)L->n_head * L->v_dim;
+    const float scale = (float)(1.0 / sqrt((double)L->head_dim));
 
-    for (int t = 0; t < nt; t++) s->pos[t] = pos0 + t;
-    tela_rope_table(s->cs, s->pos, nt, L->inv_freq, L->n_rot);
-    tela_op_get_rows(&L->tok_embd, tokens, nt, s->x, n_embd);
-
+    tela_exec_rope_table(ex, s->cs, b, L->inv_freq_b, L->n_rot);
+    tela_exec_get_rows(ex, &L->tok_embd, b->tokens, nt, s->x, E);
     for (int l = 0; l < L->n_layer; l++) {
         const llama_layer *ly = &L->layers[l];
-        float *kc = s->k_cache + (size_t)l * s->kv_floats;
-        float *vc = s->v_cache + (size_t)l * s->kv_floats;
-
         /* attention */
-        tela_op_rmsnorm_pool(pool, s->xb, n_embd, s->x, n_embd, ly->attn_norm, n_embd, nt, L->eps);
-        const tela_matmul_target qkv[3] = {
-            {&ly->wq, s->q, q_dim}, {&ly->wk, kc + (size_t)pos0 * k_dim, k_dim}, {&ly->wv, vc + (size_t)pos0 * v_dim, v_dim}};
-        tela_op_matmul_many(pool, qkv, 3, s->xb, n_embd, nt);
-        tela_op_rope(s->q, q_dim, nt, L->n_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
-        tela_op_rope(kc + (size_t)pos0 * k_dim, k_dim, nt, L->n_kv_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
-        tela_attn_args a = {
-            .q = s->q, .q_stride = q_dim, .k = kc, .k_stride = k_dim, .v = vc, .v_stride = v_dim,
-            .out = s->att, .out_stride = att_dim, .n_tok = nt, .pos0 = pos0, .n_head = L->n_head,
-            .n_kv_head = L->n_kv_head, .k_dim = L->head_dim, .v_dim = L->v_dim,
-            .scale = (float)(1.0 / sqrt((double)L->head_dim)),
-        };
-        tela_op_attention(pool, &a);
-        tela_op_matmul(pool, &ly->wo, s->att, att_dim, s->xb, n_embd, nt);
-        tela_op_add(s->x, s->xb, (int64_t)nt * n_embd);
-
+        tela_exec_rmsnorm(ex, s->xb, E, s->x, E, ly->attn_norm_b, E, nt, L->eps);
+        const tela_matmul_target qkv[3] = {{&ly->wq, s->q, q_dim}, {&ly->wk, s->k, k_dim}, {&ly->wv, s->v, v_dim}};
+        tela_exec_matmul_many(ex, qkv, 3, s->xb, E, nt);
+        tela_exec_rope(ex, s->q, q_dim, nt, L->n_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
+        tela_exec_rope(ex, s->k, k_dim, nt, L->n_kv_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
+        tela_exec_kv_store(ex, s->kv, l, s->k, k_dim, s->v, v_dim, b);
+        tela_exec_attention(ex, s->kv, l, s->q, q_dim, s->att, att_dim, b, L->n_head, scale);
+        tela_exec_matmul(ex, &ly->wo, s->att, att_dim, s->x, E, nt, true);
         /* feed-forward */
-        tela_op_rmsnorm_pool(pool, s->xb, n_embd, s->x, n_embd, ly->ffn_norm, n_embd, nt, L->eps);
-        const tela_matmul_target gate_up[2] = {{&ly->w_gate, s->gate, L->n_ff}, {&ly->w_up, s->up, L->n_ff}};
-        tela_op_matmul_many(pool, gate_up, 2, s->xb, n_embd, nt);
-        tela_op_swiglu_pool(pool, s->gate, s->up, (int64_t)nt * L->n_ff);
-        tela_op_matmul(pool, &ly->w_down, s->gate, L->n_ff, s->xb, n_embd, nt);
-        tela_op_add(s->x, s->xb, (int64_t)nt * n_embd);
+        tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, L->eps);
     }
 }
 
-static tela_status llama_forward(const tela_model *m, void *state, tela_threadpool *pool, const int32_t *tokens,
-                                 int32_t n, int32_t n_past, float *logits, int all_logits) {
+static void forward_output(const tela_model *m, void *state, const tela_model_step *step) {
     const llama_model *L = m->impl;
+    llama_state *s = state;
+    forward_step(L, s, &s->io.batch);
+    tela_model_output_head(s->ex, &L->output, L->output_norm_b, L->eps, s->x, s->xb, L->n_embd, step, &s->io);
+}
+
+static tela_status llama_forward(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
+                                 const tela_forward_out *out) {
     llama_state *s = state;
     if (n <= 0 || n_past < 0 || n_past > s->n_ctx - n)
         return tela_errorf(TELA_ERR_INTERNAL, "llama forward: %d tokens at position %d do not fit %d", n, n_past,
                            s->n_ctx);
-    const int n_embd = L->n_embd;
-    for (int32_t done = 0; done < n;) {
-        int nt = n - done < s->n_batch ? n - done : s->n_batch;
-        forward_step(L, s, pool, tokens + done, nt, n_past + done);
-        if (logits && all_logits)
-            tela_model_output_head(pool, &L->output, L->output_norm, L->eps, s->x, s->xb, n_embd, L->n_vocab, nt, 1,
-                                   logits + (size_t)done * L->n_vocab);
-        else if (logits && done + nt == n)
-            tela_model_output_head(pool, &L->output, L->output_norm, L->eps, s->x, s->xb, n_embd, L->n_vocab, nt, 0,
-                                   logits);
-        done += nt;
-    }
-    return TELA_OK;
+    return tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out);
 }
 
 /* ------------------------------------------------------- naive oracle */
+
+static float *alloc_floats(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
 /* Y[t] = W X[t] for n vectors, accumulating in double; each row of W is
  * dequantized once into `row`. */
@@ -620,10 +589,10 @@ static tela_status llama_forward_naive(const tela_model *m, const int32_t *token
         naive_matmul(&ly->wo, att, h, n, row);
         for (size_t i = 0; i < N * E; i++) x[i] += h[i];
         for (int32_t t = 0; t < n; t++) naive_rmsnorm(h + (size_t)t * E, x + (size_t)t * E, ly->ffn_norm, E, L->eps);
-        naive_matmul(&ly->w_gate, h, g, n, row);
-        naive_matmul(&ly->w_up, h, u, n, row);
+        naive_matmul(&ly->ffn.w_gate, h, g, n, row);
+        naive_matmul(&ly->ffn.w_up, h, u, n, row);
         for (size_t i = 0; i < N * F; i++) g[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
-        naive_matmul(&ly->w_down, g, h, n, row);
+        naive_matmul(&ly->ffn.w_down, g, h, n, row);
         for (size_t i = 0; i < N * E; i++) x[i] += h[i];
     }
     for (int32_t t = 0; t < n; t++) naive_rmsnorm(h + (size_t)t * E, x + (size_t)t * E, L->output_norm, E, L->eps);
@@ -644,6 +613,7 @@ done:
 
 const tela_arch tela_arch_llama = {
     .name = "llama",
+    .backends = 1u << TELA_BACKEND_CPU | 1u << TELA_BACKEND_CUDA,
     .hf_model_types = llama_hf_types,
     .load = llama_load,
     .free = llama_free,

@@ -5,7 +5,6 @@
  * tela_model_* functions. */
 #include "model/model.h"
 #include "quant/quant.h"
-#include "util/bigalloc.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -90,35 +89,112 @@ tela_status tela_model_get_mat(const tela_model *m, const char *name, int64_t n_
     return TELA_OK;
 }
 
-tela_status tela_model_pack_mats(tela_model *m, tela_mat *const *mats, size_t n) {
-    size_t total = 0, n_packed = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t b = mats[i]->data && !mats[i]->packed ? tela_op_pack_bytes(mats[i]) : 0;
-        if (b > SIZE_MAX - total - 64 * (n + 1)) return tela_errorf(TELA_ERR_NOMEM, "%s: weights too large", m->path);
-        total += b ? (b + 63) / 64 * 64 : 0;
-        n_packed += b != 0;
-    }
-    if (total == 0) return TELA_OK;
-    double t0 = (double)clock() / CLOCKS_PER_SEC;
-    if (m->packed) return tela_errorf(TELA_ERR_ARG, "%s: weights packed twice", m->path);
-    unsigned char *buf = tela_big_alloc(total);
-    if (!buf)
-        return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory for %zu MiB of packed weights", m->path, total >> 20);
-    m->packed = buf;
-    m->packed_bytes = total;
-    tela_threadpool *pool = NULL;
-    TELA_TRY(tela_threadpool_create(m->n_threads, &pool));
-    for (size_t i = 0; i < n; i++) {
-        size_t b = mats[i]->data && !mats[i]->packed ? tela_op_pack_bytes(mats[i]) : 0;
-        if (!b) continue;
-        tela_op_pack(pool, mats[i], buf);
-        buf += (b + 63) / 64 * 64;
-    }
-    tela_threadpool_free(pool);
-    if (m->verbose)
-        fprintf(stderr, "tela: packed %zu weight matrices (%.1f MiB) for the CPU kernels in %.2f s of CPU time\n",
-                n_packed, (double)total / (1 << 20), (double)clock() / CLOCKS_PER_SEC - t0);
+tela_status tela_model_const(tela_model *m, const void *host, size_t bytes, const void **out) {
+    tela_status s = tela_backend_const(m->be, host, bytes, out);
+    return s == TELA_OK ? s : tela_error_prefix(s, "%s: ", m->path);
+}
+
+tela_status tela_model_prepare_mats(tela_model *m, tela_mat *const *mats, const tela_mat_use *uses, size_t n) {
+    tela_status s = tela_backend_prepare_mats(m->be, mats, uses, n, m->verbose);
+    return s == TELA_OK ? s : tela_error_prefix(s, "%s: ", m->path);
+}
+
+/* ------------------------------------------------- forward-pass helpers */
+
+tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, int n_batch) {
+    memset(io, 0, sizeof *io);
+    io->ex = ex;
+    io->n_vocab = n_vocab;
+    io->n_batch = n_batch;
+    tela_backend *be = tela_exec_backend(ex);
+    TELA_TRY(tela_backend_alloc(be, (size_t)n_batch * sizeof(int32_t), "token ids", (void **)&io->tok));
+    TELA_TRY(tela_backend_alloc(be, (size_t)n_batch * sizeof(int32_t), "positions", (void **)&io->pos));
+    TELA_TRY(tela_backend_alloc(be, (size_t)n_vocab * sizeof(float), "logits", (void **)&io->logits1));
+    TELA_TRY(tela_backend_alloc(be, sizeof(int32_t), "the greedy pick", (void **)&io->pick));
     return TELA_OK;
+}
+
+void tela_model_io_free(tela_model_io *io) {
+    if (!io->ex) return;
+    tela_backend *be = tela_exec_backend(io->ex);
+    tela_backend_free_mem(be, io->tok);
+    tela_backend_free_mem(be, io->pos);
+    tela_backend_free_mem(be, io->logits1);
+    tela_backend_free_mem(be, io->logits);
+    tela_backend_free_mem(be, io->pick);
+    memset(io, 0, sizeof *io);
+}
+
+/* Backend memory for `rows` rows of logits: the fixed one-row buffer, or
+ * the all-logits buffer grown to size (never while a graph is captured:
+ * only decode steps are, and they have one row). */
+static tela_status io_logits(tela_model_io *io, int rows, float **out) {
+    if (rows <= 1) {
+        *out = io->logits1;
+        return TELA_OK;
+    }
+    if (rows > io->logit_rows) {
+        tela_backend *be = tela_exec_backend(io->ex);
+        TELA_TRY(tela_exec_sync(io->ex));
+        tela_backend_free_mem(be, io->logits);
+        io->logits = NULL;
+        io->logit_rows = 0;
+        TELA_TRY(tela_backend_alloc(be, (size_t)rows * (size_t)io->n_vocab * sizeof(float), "logits",
+                                    (void **)&io->logits));
+        io->logit_rows = rows;
+    }
+    *out = io->logits;
+    return TELA_OK;
+}
+
+tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_step_fn fn, tela_model_io *io,
+                                 const int32_t *tokens, int32_t n, int32_t n_past, const tela_forward_out *out) {
+    tela_exec *ex = io->ex;
+    const bool host = tela_exec_host_visible(ex);
+    const size_t row_bytes = (size_t)io->n_vocab * sizeof(float);
+    for (int32_t done = 0; done < n;) {
+        const int nt = n - done < io->n_batch ? n - done : io->n_batch;
+        const bool last = done + nt == n;
+        tela_model_step step = {nt, 0, NULL, last && out->greedy != NULL};
+        if (out->logits && out->all_logits) step.rows = nt;
+        else if (last && (out->logits || out->greedy)) step.rows = 1;
+        float *host_dst = out->logits ? out->logits + (out->all_logits ? (size_t)done * io->n_vocab : 0) : NULL;
+        if (step.rows && host && host_dst) step.logits = host_dst; /* the CPU writes straight to the caller */
+        else if (step.rows) TELA_TRY(io_logits(io, step.rows, &step.logits));
+        TELA_TRY(tela_exec_set_batch(ex, &io->batch, io->tok, io->pos, tokens + done, nt, n_past + done));
+        if (nt == 1) {
+            /* decode steps repeat: the same work at every position of a length bucket */
+            uint64_t key = 1u | (uint64_t)step.rows << 8 | (uint64_t)step.pick << 16 |
+                           (uint64_t)tela_exec_length_bucket(ex, n_past + done + 1) << 32;
+            if (tela_exec_graph_begin(ex, key)) fn(m, state, &step);
+            TELA_TRY(tela_exec_graph_end(ex));
+        } else {
+            fn(m, state, &step);
+        }
+        if (step.rows && host_dst && step.logits != host_dst)
+            TELA_TRY(tela_exec_download(ex, host_dst, step.logits, (size_t)step.rows * row_bytes));
+        if (step.pick) TELA_TRY(tela_exec_download(ex, out->greedy, io->pick, sizeof(int32_t)));
+        done += nt;
+    }
+    return tela_exec_sync(ex);
+}
+
+void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *norm, float eps, const float *x,
+                            float *xb, int n_embd, const tela_model_step *step, tela_model_io *io) {
+    if (step->rows == 0) return;
+    const float *first = x + (size_t)(step->n_tok - step->rows) * n_embd;
+    tela_exec_rmsnorm(ex, xb, n_embd, first, n_embd, norm, n_embd, step->rows, eps);
+    tela_exec_matmul(ex, output, xb, n_embd, step->logits, io->n_vocab, step->rows, false);
+    if (step->pick)
+        tela_exec_argmax(ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
+}
+
+void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, float *x, float *xb, float *gate, int n_embd,
+                           int n_tok, float eps) {
+    const int64_t n_ff = f->w_gate.n_rows;
+    tela_exec_rmsnorm(ex, xb, n_embd, x, n_embd, f->norm, n_embd, n_tok, eps);
+    tela_exec_matmul_swiglu(ex, &f->w_gate, &f->w_up, xb, n_embd, gate, n_ff, n_tok);
+    tela_exec_matmul(ex, &f->w_down, gate, n_ff, x, n_embd, n_tok, true);
 }
 
 tela_status tela_model_get_vec(tela_model *m, const char *name, int64_t n, bool optional, float **out) {
@@ -363,6 +439,30 @@ static void tensor_stats(tela_model *m) {
     m->info.file_type = tr ? tr->name : "unknown";
 }
 
+/* The backend the user asked for (params.device, else $TELA_DEVICE, else
+ * the default: a GPU when there is one and the architecture runs there). */
+static tela_status choose_backend(tela_model *m) {
+    const char *dev = m->device_req && m->device_req[0] ? m->device_req : getenv("TELA_DEVICE");
+    bool automatic = !dev || !dev[0] || !strcmp(dev, "auto");
+    tela_status s;
+    if (automatic) {
+        bool gpu = tela_backend_cuda_device_count() > 0 && (m->arch->backends & (1u << TELA_BACKEND_CUDA));
+        s = tela_backend_create(gpu ? "cuda" : "cpu", m->n_threads, &m->be);
+    } else {
+        s = tela_backend_create(dev, m->n_threads, &m->be);
+    }
+    if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
+    tela_backend_kind kind = tela_backend_get_kind(m->be);
+    if (!(m->arch->backends & (1u << kind)))
+        return tela_errorf(TELA_ERR_UNSUPPORTED,
+                           "%s: %s models do not run on %s yet in this version of tela; use --device cpu", m->path,
+                           m->arch->name, tela_backend_description(m->be));
+    snprintf(m->device_buf, sizeof m->device_buf, "%s", tela_backend_description(m->be));
+    m->info.device = m->device_buf;
+    if (m->verbose) fprintf(stderr, "tela: device: %s\n", m->device_buf);
+    return TELA_OK;
+}
+
 static tela_status model_load(tela_model *m) {
     struct stat st;
     if (stat(m->path, &st) != 0) return tela_errorf(TELA_ERR_IO, "%s: no such file or directory", m->path);
@@ -385,6 +485,7 @@ static tela_status model_load(tela_model *m) {
                                m->path);
         }
     }
+    TELA_TRY(choose_backend(m));
     TELA_TRY(m->arch->load(m));
     TELA_TRY(load_vocab(m));
     m->info.arch = m->arch_name;
@@ -426,9 +527,10 @@ tela_status tela_model_load(const char *path, const tela_model_params *params, t
         free(m);
         return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", path);
     }
-    m->n_threads = p.n_threads > 0 ? p.n_threads : tela_cpu_count();
+    m->n_threads = p.n_threads > 0 ? p.n_threads : 0; /* 0: the backend's default */
     m->verbose = p.verbose;
     m->load_mtp = p.load_mtp;
+    m->device_req = p.device;
     tela_status s = model_load(m);
     if (s != TELA_OK) {
         tela_model_free(m);
@@ -453,7 +555,7 @@ void tela_model_free(tela_model *model) {
     if (model->vocab) tela_vocab_free(model->vocab);
     if (model->gguf) tela_gguf_close(model->gguf);
     if (model->ckpt) tela_checkpoint_close(model->ckpt);
-    tela_big_free(model->packed, model->packed_bytes);
+    tela_backend_free(model->be);
     for (size_t i = 0; i < model->n_allocs; i++) free(model->allocs[i]);
     free(model->allocs);
     free(model->no_vocab_reason);
@@ -463,10 +565,3 @@ void tela_model_free(tela_model *model) {
 
 const tela_model_info *tela_model_get_info(const tela_model *model) { return model ? &model->info : NULL; }
 
-void tela_model_output_head(tela_threadpool *pool, const tela_mat *output, const float *norm, float eps,
-                            const float *x, float *xb, int n_embd, int n_vocab, int nt, int all, float *logits) {
-    const float *first = all ? x : x + (size_t)(nt - 1) * n_embd;
-    int rows = all ? nt : 1;
-    tela_op_rmsnorm(xb, n_embd, first, n_embd, norm, n_embd, rows, eps);
-    tela_op_matmul(pool, output, xb, n_embd, logits, n_vocab, rows);
-}

@@ -21,8 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "backend/cpu/ops.h"
-#include "backend/cpu/threadpool.h"
+#include "backend/backend.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "tokenizer/tokenizer.h"
@@ -40,12 +39,12 @@ struct tela_model {
     const void *hf_config;      /* the checkpoint's config.json (a cJSON *), or NULL */
     tela_vocab *vocab;          /* NULL when there is no (usable) tokenizer */
     char *no_vocab_reason;      /* why vocab is NULL, for error messages */
-    int n_threads;              /* default threads for sessions (>= 1) */
+    int n_threads;              /* threads for sessions; 0: the backend's default (all cores) */
     int verbose;
     int load_mtp;
-    /* The packed weights (tela_model_pack_mats), from tela_big_alloc. */
-    void *packed;
-    size_t packed_bytes;
+    tela_backend *be;           /* where the weights are and the forward pass runs */
+    const char *device_req;     /* params.device during the load */
+    char device_buf[192];       /* info.device */
     /* Allocations freed with the model (tela_model_alloc). */
     void **allocs;
     size_t n_allocs, cap_allocs;
@@ -54,41 +53,53 @@ struct tela_model {
     char name_buf[256];
 };
 
+/* What a session asks of its state. */
+typedef struct tela_state_params {
+    int32_t n_ctx;
+    tela_kv_dtype kv_dtype;
+} tela_state_params;
+
+/* What a forward pass returns (host memory). */
+typedef struct tela_forward_out {
+    float *logits;       /* NULL, the last position's n_vocab logits, or every position's when all_logits */
+    int all_logits;
+    int32_t *greedy;     /* NULL, or the argmax of the last position's logits, picked where they are */
+} tela_forward_out;
+
 /* Per-session state of an architecture, created for a context of n_ctx
- * tokens. All functions but forward are cheap bookkeeping. */
+ * tokens on an exec of the model's backend. All functions but forward are
+ * cheap bookkeeping (or copies, for snapshots). */
 struct tela_arch {
     const char *name;                   /* GGUF general.architecture, e.g. "llama" */
     const char *const *hf_model_types;  /* config.json model_type values, NULL-terminated */
+    unsigned backends;                  /* bit 1 << kind for each backend kind the forward pass runs on */
 
     /* Reads hyperparameters and weights (shapes and types checked) from the
-     * model's source. On failure the model is freed by the caller, which
-     * calls free() below if load set m->impl. */
+     * model's source and gives the backend its copies (tela_model_const,
+     * tela_model_prepare_mats). On failure the model is freed by the
+     * caller, which calls free() below if load set m->impl. */
     tela_status (*load)(tela_model *m);
     void (*free)(tela_model *m);
 
-    /* Creates the state of a session of n_ctx tokens. pool is the session's
-     * thread pool; reserve the per-thread scratch forward() needs on it. */
-    tela_status (*state_create)(const tela_model *m, int32_t n_ctx, tela_threadpool *pool, void **out);
+    tela_status (*state_create)(const tela_model *m, tela_exec *ex, const tela_state_params *p, void **out);
     void (*state_free)(void *state);
     /* Forget everything (the next token is at position 0). */
     void (*state_reset)(const tela_model *m, void *state);
     /* Snapshot image of the state holding positions [0, n_past): size, save
-     * into dst (state_size bytes), load from such an image. */
+     * into dst (state_size bytes, host memory), load from such an image. */
     size_t (*state_size)(const tela_model *m, const void *state, int32_t n_past);
-    void (*state_save)(const tela_model *m, const void *state, int32_t n_past, void *dst);
-    void (*state_load)(const tela_model *m, void *state, int32_t n_past, const void *src);
+    tela_status (*state_save)(const tela_model *m, const void *state, int32_t n_past, void *dst);
+    tela_status (*state_load)(const tela_model *m, void *state, int32_t n_past, const void *src);
 
     /* Runs the model over tokens[0..n) at positions n_past..n_past+n-1.
-     * The caller guarantees 0 < n, n_past + n <= n_ctx and valid ids.
-     * logits: NULL, or the last position's n_vocab logits, or every
-     * position's (n * n_vocab) when all_logits. Same inputs and thread count
-     * must give bit-identical results. */
-    tela_status (*forward)(const tela_model *m, void *state, tela_threadpool *pool, const int32_t *tokens,
-                           int32_t n, int32_t n_past, float *logits, int all_logits);
+     * The caller guarantees 0 < n, n_past + n <= n_ctx and valid ids. Same
+     * inputs and thread count must give bit-identical results. */
+    tela_status (*forward)(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
+                           const tela_forward_out *out);
 
     /* Optional test oracle: the logits at every position of tokens[0..n)
-     * (n * n_vocab floats) computed the plain way, without a cache or any
-     * session state, single-threaded. NULL if not provided. */
+     * (n * n_vocab floats) computed the plain way on the host, without a
+     * cache or any session state, single-threaded. NULL if not provided. */
     tela_status (*forward_naive)(const tela_model *m, const int32_t *tokens, int32_t n, float *logits);
 };
 
@@ -108,18 +119,71 @@ tela_status tela_model_get_mat(const tela_model *m, const char *name, int64_t n_
  * owned by the model. When optional and absent: *out = NULL and TELA_OK. */
 tela_status tela_model_get_vec(tela_model *m, const char *name, int64_t n, bool optional, float **out);
 
-/* The output head of a batch of nt hidden states x (rows of n_embd):
- * logits = W_output rmsnorm(x) * norm, for every row when all, else for the
- * last row only. xb is scratch of nt rows. Shared by the architectures. */
-void tela_model_output_head(tela_threadpool *pool, const tela_mat *output, const float *norm, float eps,
-                            const float *x, float *xb, int n_embd, int n_vocab, int nt, int all, float *logits);
+/* The backend's copy of host data the forward pass reads (norm weights,
+ * RoPE frequencies): tela_backend_const on the model's backend. */
+tela_status tela_model_const(tela_model *m, const void *host, size_t bytes, const void **out);
 
-/* Packs the matrices the forward pass multiplies by (not the embedding
- * table, which is only read by rows) into the CPU kernels' layout
- * (tela_op_pack), using the model's threads, with memory owned by the model.
- * A matrix whose type has no packed kernels is left as it is. Called by an
+/* Prepares the matrices for the model's backend (tela_backend_prepare_mats:
+ * packed for the CPU kernels, uploaded to a GPU). Called by an
  * architecture at the end of its load. */
-tela_status tela_model_pack_mats(tela_model *m, tela_mat *const *mats, size_t n);
+tela_status tela_model_prepare_mats(tela_model *m, tela_mat *const *mats, const tela_mat_use *uses, size_t n);
+
+/* ---- helpers for architectures' forward passes ---- */
+
+/* A session's input and output buffers in backend memory: the tokens and
+ * positions of the current step (batch), the logits, the greedy pick. */
+typedef struct tela_model_io {
+    tela_exec *ex;
+    int n_vocab, n_batch;
+    int32_t *tok, *pos;          /* [n_batch] */
+    tela_batch batch;
+    float *logits1;              /* [n_vocab]: one row, at a fixed address (captured decode steps) */
+    float *logits;               /* [logit_rows][n_vocab] for all-logits steps, grown as needed */
+    int logit_rows;
+    int32_t *pick;               /* [1] */
+} tela_model_io;
+
+tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, int n_batch);
+void tela_model_io_free(tela_model_io *io);
+
+/* What one step computes at its end: the logits of `rows` hidden-state rows
+ * (0, 1: the last, or n_tok: all) into `logits` (backend memory), and
+ * with `pick` the greedy token of the last row into io->pick. */
+typedef struct tela_model_step {
+    int n_tok;
+    int rows;
+    float *logits;
+    bool pick;
+} tela_model_step;
+
+/* Runs one step: the layers over io->batch, then the output head as step
+ * says (tela_model_output_head). */
+typedef void (*tela_model_step_fn)(const tela_model *m, void *state, const tela_model_step *step);
+
+/* The per-step loop of a forward pass, shared by the architectures: splits
+ * tokens[0..n) into steps of at most io->n_batch tokens, uploads each
+ * step's tokens and positions, runs it (a decode step through the exec's
+ * graph capture), and returns the logits and pick that out asks for. */
+tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_step_fn fn, tela_model_io *io,
+                                 const int32_t *tokens, int32_t n, int32_t n_past, const tela_forward_out *out);
+
+/* The output head of a step of step->n_tok hidden states x (rows of
+ * n_embd): logits = W_output rmsnorm(x) * norm for the rows step asks for,
+ * and the greedy pick. xb is scratch of n_tok rows. */
+void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *norm, float eps, const float *x,
+                            float *xb, int n_embd, const tela_model_step *step, tela_model_io *io);
+
+/* A SwiGLU feed-forward block, as Llama and Qwen3.5 have it:
+ *     x = x + W_down (silu(W_gate h) * W_up h),   h = rmsnorm(x) * norm
+ * over n_tok rows of n_embd; xb (n_tok rows of n_embd) and gate (n_tok rows
+ * of W_gate.n_rows) are scratch. norm: backend memory. */
+typedef struct tela_model_ffn {
+    const float *norm;
+    tela_mat w_gate, w_up, w_down;
+} tela_model_ffn;
+
+void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, float *x, float *xb, float *gate, int n_embd,
+                           int n_tok, float eps);
 
 /* Zeroed memory freed with the model. NULL (with an error set) on failure. */
 void *tela_model_alloc(tela_model *m, size_t bytes);

@@ -70,7 +70,9 @@
  * state (nv x dk x dv floats). A snapshot is the K/V rows [0, n_past) plus
  * all conv and recurrent states: its size does not grow with the GDN layers'
  * history, which is what makes hybrid models cheap to snapshot. */
+#include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/gdn.h"
+#include "backend/cpu/ops.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -103,7 +105,7 @@ typedef struct qwen35_layer {
     bool is_attn;
     int slot;                    /* index among the attention (or among the GDN) layers */
     float *attn_norm, *post_norm;
-    tela_mat w_gate, w_up, w_down;
+    tela_model_ffn ffn;          /* ffn.norm: the backend's copy of post_norm */
     qwen35_attn attn;
     qwen35_gdn gdn;
 } qwen35_layer;
@@ -287,9 +289,10 @@ static tela_status load_layer(tela_model *m, const qwen35_model *Q, const layer_
     const qwen35_names *nm = loc->nm;
     TELA_TRY(get_norm(m, loc, nm->attn_norm, Q->n_embd, nm->hf, &ly->attn_norm));
     TELA_TRY(get_norm(m, loc, nm->post_norm, Q->n_embd, nm->hf, &ly->post_norm));
-    TELA_TRY(get_mat(m, loc, nm->w_gate, Q->n_ff, Q->n_embd, &ly->w_gate));
-    TELA_TRY(get_mat(m, loc, nm->w_up, Q->n_ff, Q->n_embd, &ly->w_up));
-    TELA_TRY(get_mat(m, loc, nm->w_down, Q->n_embd, Q->n_ff, &ly->w_down));
+    TELA_TRY(get_mat(m, loc, nm->w_gate, Q->n_ff, Q->n_embd, &ly->ffn.w_gate));
+    TELA_TRY(get_mat(m, loc, nm->w_up, Q->n_ff, Q->n_embd, &ly->ffn.w_up));
+    TELA_TRY(get_mat(m, loc, nm->w_down, Q->n_embd, Q->n_ff, &ly->ffn.w_down));
+    TELA_TRY(tela_model_const(m, ly->post_norm, (size_t)Q->n_embd * sizeof(float), (const void **)&ly->ffn.norm));
     if (ly->is_attn) return load_attn(m, Q, loc, &ly->attn);
     return load_gdn(m, Q, loc, &ly->gdn);
 }
@@ -331,7 +334,7 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
 /* Adds a layer's matrices (those of its kind) to a list for packing. */
 static size_t layer_mats(qwen35_layer *ly, tela_mat **list) {
     size_t n = 0;
-    tela_mat *common[] = {&ly->w_gate, &ly->w_up, &ly->w_down};
+    tela_mat *common[] = {&ly->ffn.w_gate, &ly->ffn.w_up, &ly->ffn.w_down};
     tela_mat *attn[] = {&ly->attn.wq, &ly->attn.wk, &ly->attn.wv, &ly->attn.wo};
     tela_mat *gdn[] = {&ly->gdn.w_qkv, &ly->gdn.w_z, &ly->gdn.w_beta, &ly->gdn.w_alpha, &ly->gdn.w_out};
     for (size_t i = 0; i < 3; i++) list[n++] = common[i];
@@ -342,19 +345,26 @@ static size_t layer_mats(qwen35_layer *ly, tela_mat **list) {
     return n;
 }
 
-/* Packs every matrix the forward pass multiplies by (tela_model_pack_mats). */
+/* Prepares every matrix the forward pass multiplies by for the backend
+ * (tela_model_prepare_mats). */
 static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     size_t cap = 1 + (size_t)(Q->n_layer + Q->n_mtp) * 9, n = 0;
     tela_mat **list = malloc(cap * sizeof *list);
-    if (!list) return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
+    tela_mat_use *uses = calloc(cap, sizeof *uses); /* all TELA_MAT_MATMUL */
+    if (!list || !uses) {
+        free(list);
+        free(uses);
+        return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
+    }
     list[n++] = &Q->output;
     for (int l = 0; l < Q->n_layer; l++) n += layer_mats(&Q->layers[l], list + n);
     for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
         n += layer_mats(&Q->mtp[i].layer, list + n);
         list[n++] = &Q->mtp[i].eh_proj;
     }
-    tela_status s = tela_model_pack_mats(m, list, n);
+    tela_status s = tela_model_prepare_mats(m, list, uses, n);
     free(list);
+    free(uses);
     return s;
 }
 
@@ -663,18 +673,20 @@ typedef struct qwen35_state {
     float *k_cache, *v_cache;    /* [n_attn][n_ctx][kv_dim] */
     float *conv, *rec;           /* [n_gdn][...] */
     /* activations of one step of up to n_batch tokens */
-    float *x, *xb, *q, *qg, *att, *gate, *up, *cs;
+    float *x, *xb, *q, *qg, *att, *gate, *cs;
     float *qkv_in, *qkv, *z, *beta, *g, *core;
-    int32_t *pos;
+    tela_exec *ex;
+    tela_threadpool *pool;       /* the CPU exec's (this forward pass runs on the CPU only, for now) */
+    tela_model_io io;
 } qwen35_state;
 
 static void qwen35_state_free(void *p) {
     qwen35_state *s = p;
     if (!s) return;
-    float *bufs[] = {s->k_cache, s->v_cache, s->conv, s->rec, s->x, s->xb, s->q, s->qg, s->att, s->gate, s->up,
+    float *bufs[] = {s->k_cache, s->v_cache, s->conv, s->rec, s->x, s->xb, s->q, s->qg, s->att, s->gate,
                      s->cs, s->qkv_in, s->qkv, s->z, s->beta, s->g, s->core};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-    free(s->pos);
+    tela_model_io_free(&s->io);
     free(s);
 }
 
@@ -684,11 +696,15 @@ static float *alloc_floats(size_t n, bool *failed) {
     return p;
 }
 
-static tela_status qwen35_state_create(const tela_model *m, int32_t n_ctx, tela_threadpool *pool, void **out) {
+static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const tela_state_params *p, void **out) {
     const qwen35_model *Q = m->impl;
+    const int32_t n_ctx = p->n_ctx;
+    tela_threadpool *pool = tela_exec_cpu_pool(ex);
     *out = NULL;
     qwen35_state *s = calloc(1, sizeof *s);
     if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    s->ex = ex;
+    s->pool = pool;
     s->n_ctx = n_ctx;
     s->n_batch = n_ctx < QWEN35_MAX_BATCH ? n_ctx : QWEN35_MAX_BATCH;
     s->kv_floats = (size_t)n_ctx * (size_t)kv_dim(Q);
@@ -714,7 +730,6 @@ static tela_status qwen35_state_create(const tela_model *m, int32_t n_ctx, tela_
     s->qg = alloc_floats(nb * Q->n_head * Q->head_dim * 2, &failed);
     s->att = alloc_floats(nb * Q->n_head * Q->head_dim, &failed);
     s->gate = alloc_floats(nb * Q->n_ff, &failed);
-    s->up = alloc_floats(nb * Q->n_ff, &failed);
     s->cs = alloc_floats(nb * Q->n_rot, &failed);
     if (Q->n_gdn > 0) {
         s->qkv_in = alloc_floats(nb * conv_dim(Q), &failed);
@@ -724,8 +739,8 @@ static tela_status qwen35_state_create(const tela_model *m, int32_t n_ctx, tela_
         s->beta = alloc_floats(nb * Q->nv, &failed);
         s->g = alloc_floats(nb * Q->nv, &failed);
     }
-    s->pos = calloc(nb, sizeof *s->pos);
-    if (failed || !s->pos) {
+    if (!failed && tela_model_io_init(&s->io, ex, Q->n_vocab, s->n_batch) != TELA_OK) failed = true;
+    if (failed) {
         qwen35_state_free(s);
         return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a state of %d tokens (%.1f MiB)", n_ctx,
                            bytes / (1024.0 * 1024.0));
@@ -767,7 +782,7 @@ static size_t qwen35_state_size(const tela_model *m, const void *state, int32_t 
 
 /* The image: for each attention layer its K rows [0, n_past) then its V
  * rows; then every GDN layer's conv state, then every recurrent state. */
-static void qwen35_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
+static tela_status qwen35_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
     const qwen35_model *Q = m->impl;
     const qwen35_state *s = state;
     unsigned char *p = dst;
@@ -781,9 +796,10 @@ static void qwen35_state_save(const tela_model *m, const void *state, int32_t n_
     memcpy(p, s->conv, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
     p += (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
     memcpy(p, s->rec, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+    return TELA_OK;
 }
 
-static void qwen35_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
+static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     const unsigned char *p = src;
@@ -797,6 +813,7 @@ static void qwen35_state_load(const tela_model *m, void *state, int32_t n_past, 
     memcpy(s->conv, p, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
     p += (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
     memcpy(s->rec, p, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+    return TELA_OK;
 }
 
 /* ------------------------------------------------------------- forward */
@@ -910,56 +927,44 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, tela_threadpool *p
     tela_op_matmul(pool, &G->w_out, s->core, vd, s->xb, E, nt);
 }
 
-/* One step over nt <= n_batch tokens at positions pos0..; leaves the final
+/* One step over the batch's tokens (at most n_batch); leaves the final
  * hidden states (before the output norm) in s->x. */
-static void forward_step(const qwen35_model *Q, qwen35_state *s, tela_threadpool *pool, const int32_t *tokens,
-                         int nt, int32_t pos0) {
-    const int E = Q->n_embd;
-    for (int t = 0; t < nt; t++) s->pos[t] = pos0 + t;
-    tela_rope_table(s->cs, s->pos, nt, Q->inv_freq, Q->n_rot);
-    tela_op_get_rows(&Q->tok_embd, tokens, nt, s->x, E);
+static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
+    tela_threadpool *pool = s->pool;
+    const int E = Q->n_embd, nt = b->n_tok;
+    tela_rope_table(s->cs, b->pos, nt, Q->inv_freq, Q->n_rot);
+    tela_op_get_rows(&Q->tok_embd, b->tokens, nt, s->x, E);
     for (int l = 0; l < Q->n_layer; l++) {
         const qwen35_layer *ly = &Q->layers[l];
         tela_op_rmsnorm_pool(pool, s->xb, E, s->x, E, ly->attn_norm, E, nt, Q->eps);
         if (ly->is_attn)
-            attn_layer(Q, s, pool, ly, nt, pos0);
+            attn_layer(Q, s, pool, ly, nt, b->pos0);
         else
             gdn_layer(Q, s, pool, ly, nt);
         tela_op_add(s->x, s->xb, (int64_t)nt * E);
-
-        tela_op_rmsnorm_pool(pool, s->xb, E, s->x, E, ly->post_norm, E, nt, Q->eps);
-        const tela_matmul_target gate_up[2] = {{&ly->w_gate, s->gate, Q->n_ff}, {&ly->w_up, s->up, Q->n_ff}};
-        tela_op_matmul_many(pool, gate_up, 2, s->xb, E, nt);
-        tela_op_swiglu_pool(pool, s->gate, s->up, (int64_t)nt * Q->n_ff);
-        tela_op_matmul(pool, &ly->w_down, s->gate, Q->n_ff, s->xb, E, nt);
-        tela_op_add(s->x, s->xb, (int64_t)nt * E);
+        tela_model_ffn_swiglu(s->ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, Q->eps);
     }
 }
 
-static tela_status qwen35_forward(const tela_model *m, void *state, tela_threadpool *pool, const int32_t *tokens,
-                                  int32_t n, int32_t n_past, float *logits, int all_logits) {
+static void forward_output(const tela_model *m, void *state, const tela_model_step *step) {
     const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    forward_step(Q, s, &s->io.batch);
+    tela_model_output_head(s->ex, &Q->output, Q->output_norm, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
+}
+
+static tela_status qwen35_forward(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
+                                  const tela_forward_out *out) {
     qwen35_state *s = state;
     if (n <= 0 || n_past < 0 || n_past > s->n_ctx - n)
         return tela_errorf(TELA_ERR_INTERNAL, "qwen35 forward: %d tokens at position %d do not fit %d", n, n_past,
                            s->n_ctx);
-    const int E = Q->n_embd;
-    for (int32_t done = 0; done < n;) {
-        int nt = n - done < s->n_batch ? n - done : s->n_batch;
-        forward_step(Q, s, pool, tokens + done, nt, n_past + done);
-        if (logits && all_logits)
-            tela_model_output_head(pool, &Q->output, Q->output_norm, Q->eps, s->x, s->xb, E, Q->n_vocab, nt, 1,
-                                   logits + (size_t)done * Q->n_vocab);
-        else if (logits && done + nt == n)
-            tela_model_output_head(pool, &Q->output, Q->output_norm, Q->eps, s->x, s->xb, E, Q->n_vocab, nt, 0,
-                                   logits);
-        done += nt;
-    }
-    return TELA_OK;
+    return tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out);
 }
 
 const tela_arch tela_arch_qwen35 = {
     .name = "qwen35",
+    .backends = 1u << TELA_BACKEND_CPU, /* the CUDA forward pass is issue 15 */
     .hf_model_types = qwen35_hf_types,
     .load = qwen35_load,
     .free = qwen35_free,

@@ -16,6 +16,23 @@ tela_session_params tela_session_default_params(void) {
     return p;
 }
 
+/* The KV precision: f16 on a GPU unless the exact mode or the caller asks
+ * for f32; the CPU computes attention in f32 only. */
+static tela_status kv_dtype(const tela_model *model, tela_kv_type type, tela_kv_dtype *out) {
+    bool cpu = tela_backend_get_kind(model->be) == TELA_BACKEND_CPU;
+    switch (type) {
+    case TELA_KV_DEFAULT: *out = cpu || tela_ops_exact_matmul() ? TELA_KV_DTYPE_F32 : TELA_KV_DTYPE_F16; return TELA_OK;
+    case TELA_KV_F32: *out = TELA_KV_DTYPE_F32; return TELA_OK;
+    case TELA_KV_F16:
+        if (cpu)
+            return tela_errorf(TELA_ERR_UNSUPPORTED, "session: an f16 KV cache needs a GPU; the CPU keeps keys and "
+                                                     "values in f32");
+        *out = TELA_KV_DTYPE_F16;
+        return TELA_OK;
+    }
+    return tela_errorf(TELA_ERR_ARG, "session: unknown KV cache type %d", (int)type);
+}
+
 tela_status tela_session_create(tela_model *model, const tela_session_params *params, tela_session **out) {
     if (!out) return tela_errorf(TELA_ERR_ARG, "tela_session_create: out is NULL");
     *out = NULL;
@@ -40,8 +57,10 @@ tela_status tela_session_create(tela_model *model, const tela_session_params *pa
         tela_session_free(s);
         return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     }
-    tela_status st = tela_threadpool_create(n_threads, &s->pool);
-    if (st == TELA_OK) st = model->arch->state_create(model, n_ctx, s->pool, &s->state);
+    tela_state_params sp = {n_ctx, TELA_KV_DTYPE_F32};
+    tela_status st = kv_dtype(model, p.kv_type, &sp.kv_dtype);
+    if (st == TELA_OK) st = tela_exec_create(model->be, n_threads, &s->ex);
+    if (st == TELA_OK) st = model->arch->state_create(model, s->ex, &sp, &s->state);
     if (st != TELA_OK) {
         tela_session_free(s);
         return st;
@@ -53,7 +72,7 @@ tela_status tela_session_create(tela_model *model, const tela_session_params *pa
 void tela_session_free(tela_session *session) {
     if (!session) return;
     if (session->state) session->model->arch->state_free(session->state);
-    tela_threadpool_free(session->pool);
+    tela_exec_free(session->ex);
     free(session->tokens);
     free(session->logits);
     free(session);
@@ -70,8 +89,8 @@ void tela_session_reset(tela_session *session) {
     session->has_logits = false;
 }
 
-tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, int32_t n, float *logits,
-                                       int all_logits, bool store_last) {
+/* The checks of an evaluation: ids in the vocabulary, room in the context. */
+static tela_status check_eval(const tela_session *s, const int32_t *tokens, int32_t n) {
     if (!s) return tela_errorf(TELA_ERR_ARG, "tela_session_eval: session is NULL");
     if (n < 0 || (n > 0 && !tokens)) return tela_errorf(TELA_ERR_ARG, "tela_session_eval: bad token array (n = %d)", n);
     if (n == 0) return TELA_OK;
@@ -84,13 +103,22 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
         return tela_errorf(TELA_ERR_CONTEXT,
                            "%d tokens do not fit in the context: %d of %d positions are used, %d are left", n,
                            s->n_past, s->n_ctx, s->n_ctx - s->n_past);
+    return TELA_OK;
+}
+
+tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, int32_t n, float *logits,
+                                       int all_logits, bool store_last) {
+    TELA_TRY(check_eval(s, tokens, n));
+    if (n == 0) return TELA_OK;
+    const int32_t n_vocab = s->model->info.n_vocab;
     float *dst = logits;
     if (!dst && store_last) {
         dst = s->logits;
         all_logits = 0;
     }
     s->has_logits = false;
-    TELA_TRY(s->model->arch->forward(s->model, s->state, s->pool, tokens, n, s->n_past, dst, all_logits));
+    const tela_forward_out out = {dst, all_logits, NULL};
+    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
     memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
     if (dst) {
@@ -98,6 +126,17 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
         if (last != s->logits) memcpy(s->logits, last, (size_t)n_vocab * sizeof(float));
         s->has_logits = true;
     }
+    return TELA_OK;
+}
+
+tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int32_t n, int32_t *pick) {
+    TELA_TRY(check_eval(s, tokens, n));
+    if (n == 0) return tela_errorf(TELA_ERR_ARG, "tela_session_eval_greedy: no tokens");
+    s->has_logits = false;
+    const tela_forward_out out = {NULL, 0, pick};
+    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
+    memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
+    s->n_past += n;
     return TELA_OK;
 }
 
@@ -133,7 +172,11 @@ tela_status tela_session_snapshot(const tela_session *session, tela_snapshot **o
         memcpy(snap->logits, session->logits, lb);
     }
     memcpy(snap->tokens, session->tokens, (size_t)session->n_past * sizeof *snap->tokens);
-    arch->state_save(session->model, session->state, session->n_past, snap->state);
+    tela_status st = arch->state_save(session->model, session->state, session->n_past, snap->state);
+    if (st != TELA_OK) {
+        tela_snapshot_free(snap);
+        return st;
+    }
     *out = snap;
     return TELA_OK;
 }
@@ -145,7 +188,12 @@ tela_status tela_session_restore(tela_session *session, const tela_snapshot *sna
     if (snap->n_ctx != session->n_ctx)
         return tela_errorf(TELA_ERR_ARG, "tela_session_restore: the snapshot's context (%d) differs from the session's (%d)",
                            snap->n_ctx, session->n_ctx);
-    session->model->arch->state_load(session->model, session->state, snap->n_past, snap->state);
+    tela_status st = session->model->arch->state_load(session->model, session->state, snap->n_past, snap->state);
+    if (st != TELA_OK) {
+        /* a partly loaded state is no state: start over */
+        tela_session_reset(session);
+        return st;
+    }
     memcpy(session->tokens, snap->tokens, (size_t)snap->n_past * sizeof *snap->tokens);
     session->n_past = snap->n_past;
     session->has_logits = snap->logits != NULL;

@@ -1,5 +1,5 @@
 /* session.h: the runtime's view of a session (shared by session.c and
- * generate.c): the model, the architecture's state, the thread pool, the
+ * generate.c): the model, the architecture's state, the backend exec, the
  * tokens at each position and the last computed logits. */
 #ifndef TELA_RUNTIME_SESSION_H
 #define TELA_RUNTIME_SESSION_H
@@ -10,7 +10,7 @@
 struct tela_session {
     tela_model *model;
     void *state;             /* owned by model->arch */
-    tela_threadpool *pool;
+    tela_exec *ex;           /* where the forward passes run */
     int32_t n_ctx;
     int32_t n_past;
     int32_t *tokens;         /* [n_ctx]: the token at each position < n_past */
@@ -32,5 +32,10 @@ struct tela_snapshot {
  * session (s->logits) when store_last is set. */
 tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, int32_t n, float *logits,
                                        int all_logits, bool store_last);
+
+/* Evaluates tokens like tela_session_eval and returns the greedy pick of
+ * the last position's logits, chosen where they were computed (on a GPU
+ * only the token comes back); the session then holds no host logits. */
+tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int32_t n, int32_t *pick);
 
 #endif

@@ -22,43 +22,6 @@ bool tela_op_type_supported(tela_type type) {
     return tr && tr->can_dequantize;
 }
 
-/* Row bytes for the plain float types without the quant layer (which also
- * handles them; this keeps those paths independent of it). */
-static size_t row_bytes(tela_type type, int64_t n) {
-    switch (type) {
-    case TELA_TYPE_F32: return (size_t)n * 4;
-    case TELA_TYPE_F16:
-    case TELA_TYPE_BF16: return (size_t)n * 2;
-    default: return tela_type_row_bytes(type, n);
-    }
-}
-
-tela_status tela_mat_from_tensor(const tela_tensor *t, tela_mat *out) {
-    memset(out, 0, sizeof *out);
-    if (!tela_op_type_supported(t->type)) {
-        const tela_type_traits *tr = tela_type_get_traits(t->type);
-        return tela_errorf(TELA_ERR_UNSUPPORTED, "tensor '%s': type %s (%d) cannot be computed on", t->name,
-                           tr ? tr->name : "unknown", (int)t->type);
-    }
-    if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] <= 0 || t->ne[1] <= 0)
-        return tela_errorf(TELA_ERR_FORMAT, "tensor '%s': expected a 2-D matrix, found shape [%lld, %lld, %lld, %lld]",
-                           t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                           (long long)t->ne[3]);
-    size_t rb = row_bytes(t->type, t->ne[0]);
-    if (rb == 0)
-        return tela_errorf(TELA_ERR_FORMAT, "tensor '%s': a row of %lld elements is not a whole number of blocks",
-                           t->name, (long long)t->ne[0]);
-    if ((uint64_t)t->ne[1] > SIZE_MAX / rb || rb * (size_t)t->ne[1] != t->nbytes || !t->data)
-        return tela_errorf(TELA_ERR_FORMAT, "tensor '%s': %zu bytes of data for %lld rows of %zu bytes", t->name,
-                           t->nbytes, (long long)t->ne[1], rb);
-    out->type = t->type;
-    out->data = t->data;
-    out->n_rows = t->ne[1];
-    out->n_cols = t->ne[0];
-    out->row_bytes = rb;
-    return TELA_OK;
-}
-
 size_t tela_op_matmul_scratch(int64_t n_cols) { return (size_t)n_cols; }
 
 /* Row r of W as f32: a pointer into the weight for (aligned) F32, else
@@ -110,24 +73,6 @@ float tela_dot_f32(const float *a, const float *b, int64_t n) {
     for (; i + 8 <= n; i += 8) acc += *(const tela_v8f *)(a + i) * *(const tela_v8f *)(b + i);
     for (int j = 0; i < n; i++, j++) acc[j] += a[i] * b[i];
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-/* The exact reference path for quantized weights: off unless
- * tela_ops_set_exact_matmul(true) or TELA_EXACT_MATMUL=1 in the environment
- * (read on first use). 0 = unset, 1 = fast, 2 = exact. */
-static atomic_int exact_mode;
-
-void tela_ops_set_exact_matmul(bool exact) { atomic_store(&exact_mode, exact ? 2 : 1); }
-
-bool tela_ops_exact_matmul(void) {
-    int m = atomic_load(&exact_mode);
-    if (m == 0) {
-        const char *e = getenv("TELA_EXACT_MATMUL");
-        m = e && e[0] && strcmp(e, "0") != 0 ? 2 : 1;
-        int expected = 0;
-        if (!atomic_compare_exchange_strong(&exact_mode, &expected, m)) m = expected;
-    }
-    return m == 2;
 }
 
 typedef struct {

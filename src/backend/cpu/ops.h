@@ -14,25 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "backend/cpu/threadpool.h"
+#include "backend/backend.h"
 #include "format/tensor.h"
-
-/* A weight matrix as stored: n_rows rows of n_cols elements of `type`, row r
- * at data + r * row_bytes. y = W x computes one output per row. */
-typedef struct tela_mat {
-    tela_type type;
-    const void *data;
-    int64_t n_rows;
-    int64_t n_cols;
-    size_t row_bytes;
-    /* The same weights in the CPU kernels' packed layout (qdot.h), made by
-     * tela_op_pack, or NULL: matmul then uses it instead of data. */
-    const void *packed;
-} tela_mat;
-
-/* Views a stored 2-D tensor (ne[0] = columns, ne[1] = rows) as a matrix.
- * Fails (naming the tensor) if the type cannot be computed on or the byte
- * size does not match the shape. */
-tela_status tela_mat_from_tensor(const tela_tensor *t, tela_mat *out);
 
 /* Whether matmul/get_rows can use a weight of this type. */
 bool tela_op_type_supported(tela_type type);
@@ -53,21 +36,8 @@ void tela_op_matmul(tela_threadpool *pool, const tela_mat *w, const float *x, in
  * key and value projections): the same results as tela_op_matmul on each,
  * with x quantized once and all rows in one dispatch to the pool (fewer
  * synchronizations per token when decoding). */
-typedef struct tela_matmul_target {
-    const tela_mat *w;
-    float *y;
-    int64_t y_stride;
-} tela_matmul_target;
-
 void tela_op_matmul_many(tela_threadpool *pool, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
                          int n_tok);
-
-/* The exact mode for quantized weights: each weight row is dequantized and
- * dotted with the f32 activations (slow; for parity tests). Process-wide;
- * defaults to TELA_EXACT_MATMUL=1 in the environment, else off. Set it
- * before creating sessions, not while another thread runs a matmul. */
-void tela_ops_set_exact_matmul(bool exact);
-bool tela_ops_exact_matmul(void);
 
 /* Bytes of W in the packed layout of this CPU's kernels, 0 if W is not
  * worth packing: no packed kernels for its type, the exact mode is on, or
@@ -99,11 +69,6 @@ void tela_op_rmsnorm_pool(tela_threadpool *pool, float *out, int64_t out_stride,
 /* RoPE angle table for n_tok positions pos[t]: cs[t][i] = (cos, sin) of
  * pos[t] * inv_freq[i] for i < n_rot/2, computed in double. */
 void tela_rope_table(float *cs, const int32_t *pos, int n_tok, const double *inv_freq, int n_rot);
-
-typedef enum tela_rope_mode {
-    TELA_ROPE_ADJACENT = 0,  /* rotates pairs (x[2i], x[2i+1]): ggml's normal mode, GGUF llama */
-    TELA_ROPE_HALVES = 1     /* rotates pairs (x[i], x[i + n_rot/2]): HF rotate_half, ggml's neox */
-} tela_rope_mode;
 
 /* Rotates the first n_rot dims of each of n_heads heads (head_dim floats
  * each, contiguous) of each token row, using the table from tela_rope_table. */

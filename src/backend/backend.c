@@ -1,0 +1,262 @@
+/* backend.c: choosing a backend from a device string, and the calls of
+ * backend.h, each handed to the backend that owns the object. */
+#include "backend/backend_impl.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool tela_backend_cuda_built(void) {
+#ifdef TELA_HAVE_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+int tela_backend_cuda_device_count(void) {
+#ifdef TELA_HAVE_CUDA
+    return tela_backend_cuda_count();
+#else
+    return 0;
+#endif
+}
+
+/* A type the reference dequantizer knows (every backend computes on a
+ * subset; tela_backend_type_supported says which). */
+static bool mat_type_known(tela_type type) {
+    if (type == TELA_TYPE_F32 || type == TELA_TYPE_F16 || type == TELA_TYPE_BF16) return true;
+    const tela_type_traits *tr = tela_type_get_traits(type);
+    return tr && tr->can_dequantize;
+}
+
+/* Row bytes for the plain float types without the quant layer (which also
+ * handles them; this keeps those paths independent of it). */
+static size_t row_bytes(tela_type type, int64_t n) {
+    switch (type) {
+    case TELA_TYPE_F32: return (size_t)n * 4;
+    case TELA_TYPE_F16:
+    case TELA_TYPE_BF16: return (size_t)n * 2;
+    default: return tela_type_row_bytes(type, n);
+    }
+}
+
+tela_status tela_mat_from_tensor(const tela_tensor *t, tela_mat *out) {
+    memset(out, 0, sizeof *out);
+    if (!mat_type_known(t->type)) {
+        const tela_type_traits *tr = tela_type_get_traits(t->type);
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "tensor '%s': type %s (%d) cannot be computed on", t->name,
+                           tr ? tr->name : "unknown", (int)t->type);
+    }
+    if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] <= 0 || t->ne[1] <= 0)
+        return tela_errorf(TELA_ERR_FORMAT, "tensor '%s': expected a 2-D matrix, found shape [%lld, %lld, %lld, %lld]",
+                           t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                           (long long)t->ne[3]);
+    size_t rb = row_bytes(t->type, t->ne[0]);
+    if (rb == 0)
+        return tela_errorf(TELA_ERR_FORMAT, "tensor '%s': a row of %lld elements is not a whole number of blocks",
+                           t->name, (long long)t->ne[0]);
+    if ((uint64_t)t->ne[1] > SIZE_MAX / rb || rb * (size_t)t->ne[1] != t->nbytes || !t->data)
+        return tela_errorf(TELA_ERR_FORMAT, "tensor '%s': %zu bytes of data for %lld rows of %zu bytes", t->name,
+                           t->nbytes, (long long)t->ne[1], rb);
+    out->name = t->name;
+    out->type = t->type;
+    out->data = t->data;
+    out->n_rows = t->ne[1];
+    out->n_cols = t->ne[0];
+    out->row_bytes = rb;
+    return TELA_OK;
+}
+
+/* "cuda" -> 0, "cuda:3" -> 3; -1 when the string is not of that form. */
+static int cuda_index(const char *device) {
+    if (strncmp(device, "cuda", 4) != 0) return -1;
+    if (device[4] == '\0') return 0;
+    if (device[4] != ':' || device[5] < '0' || device[5] > '9') return -1;
+    char *end = NULL;
+    long v = strtol(device + 5, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1024) return -1;
+    return (int)v;
+}
+
+tela_status tela_backend_create(const char *device, int n_threads, tela_backend **out) {
+    *out = NULL;
+    if (!device || !device[0] || !strcmp(device, "auto")) {
+        if (tela_backend_cuda_device_count() > 0) {
+#ifdef TELA_HAVE_CUDA
+            return tela_backend_cuda_create(0, n_threads, out);
+#endif
+        }
+        return tela_backend_cpu_create(n_threads, out);
+    }
+    if (!strcmp(device, "cpu")) return tela_backend_cpu_create(n_threads, out);
+    int idx = cuda_index(device);
+    if (idx < 0)
+        return tela_errorf(TELA_ERR_ARG, "device '%s' is not one of cpu, cuda, cuda:N", device);
+    if (!tela_backend_cuda_built())
+        return tela_errorf(TELA_ERR_UNSUPPORTED,
+                           "device '%s': this tela was built without CUDA (configure with -DTELA_CUDA=ON on a "
+                           "machine with the CUDA toolkit), so only the CPU is available",
+                           device);
+    int count = tela_backend_cuda_device_count();
+    if (count == 0)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "device '%s': no CUDA GPU is available (no driver or no device)",
+                           device);
+    if (idx >= count)
+        return tela_errorf(TELA_ERR_ARG, "device '%s': there %s only %d CUDA GPU%s (cuda:0%s)", device,
+                           count == 1 ? "is" : "are", count, count == 1 ? "" : "s", count == 1 ? "" : " ..");
+#ifdef TELA_HAVE_CUDA
+    return tela_backend_cuda_create(idx, n_threads, out);
+#else
+    return TELA_ERR_INTERNAL;
+#endif
+}
+
+void tela_backend_free(tela_backend *be) {
+    if (be) be->ops->destroy(be);
+}
+
+tela_backend_kind tela_backend_get_kind(const tela_backend *be) { return be->kind; }
+const char *tela_backend_description(const tela_backend *be) { return be->description; }
+
+tela_status tela_backend_mem_info(tela_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    return be->ops->mem_info(be, free_bytes, total_bytes);
+}
+
+bool tela_backend_type_supported(const tela_backend *be, tela_type type) { return be->ops->type_supported(be, type); }
+
+tela_status tela_backend_prepare_mats(tela_backend *be, tela_mat *const *mats, const tela_mat_use *uses, size_t n,
+                                      int verbose) {
+    return be->ops->prepare_mats(be, mats, uses, n, verbose);
+}
+
+size_t tela_backend_mats_bytes(const tela_backend *be, tela_mat *const *mats, size_t n) {
+    return be->ops->mats_bytes(be, mats, n);
+}
+
+tela_status tela_backend_alloc(tela_backend *be, size_t bytes, const char *what, void **out) {
+    return be->ops->alloc(be, bytes, what, out);
+}
+
+void tela_backend_free_mem(tela_backend *be, void *p) {
+    if (p) be->ops->free_mem(be, p);
+}
+
+tela_status tela_backend_const(tela_backend *be, const void *host, size_t bytes, const void **out) {
+    *out = NULL;
+    if (!host) return TELA_OK;
+    return be->ops->make_const(be, host, bytes, out);
+}
+
+tela_status tela_exec_create(tela_backend *be, int n_threads, tela_exec **out) {
+    return be->ops->exec_create(be, n_threads, out);
+}
+
+void tela_exec_free(tela_exec *ex) {
+    if (ex) ex->ops->exec_free(ex);
+}
+
+tela_backend *tela_exec_backend(const tela_exec *ex) { return ex->be; }
+bool tela_exec_host_visible(const tela_exec *ex) { return ex->be->host_visible; }
+int tela_exec_preferred_batch(const tela_exec *ex) { return ex->ops->preferred_batch(ex); }
+tela_status tela_exec_sync(tela_exec *ex) { return ex->ops->sync(ex); }
+
+tela_status tela_exec_upload(tela_exec *ex, void *dst, const void *host_src, size_t bytes) {
+    return bytes ? ex->ops->upload(ex, dst, host_src, bytes) : TELA_OK;
+}
+
+tela_status tela_exec_download(tela_exec *ex, void *host_dst, const void *src, size_t bytes) {
+    return ex->ops->download(ex, host_dst, src, bytes);
+}
+
+bool tela_exec_graph_begin(tela_exec *ex, uint64_t key) { return ex->ops->graph_begin(ex, key); }
+tela_status tela_exec_graph_end(tela_exec *ex) { return ex->ops->graph_end(ex); }
+uint32_t tela_exec_length_bucket(const tela_exec *ex, int32_t n_kv) { return ex->ops->length_bucket(ex, n_kv); }
+
+tela_status tela_exec_set_batch(tela_exec *ex, tela_batch *batch, int32_t *tok_mem, int32_t *pos_mem,
+                                const int32_t *tokens, int n, int32_t pos0) {
+    /* Positions in chunks through a small host buffer. */
+    int32_t buf[256];
+    for (int done = 0; done < n;) {
+        int k = n - done < 256 ? n - done : 256;
+        for (int i = 0; i < k; i++) buf[i] = pos0 + done + i;
+        TELA_TRY(tela_exec_upload(ex, pos_mem + done, buf, (size_t)k * sizeof(int32_t)));
+        done += k;
+    }
+    TELA_TRY(tela_exec_upload(ex, tok_mem, tokens, (size_t)n * sizeof(int32_t)));
+    batch->n_tok = n;
+    batch->pos0 = pos0;
+    batch->tokens = tok_mem;
+    batch->pos = pos_mem;
+    return TELA_OK;
+}
+
+void tela_exec_get_rows(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
+    ex->ops->get_rows(ex, w, ids, n, out, out_stride);
+}
+
+void tela_exec_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride,
+                       const float *w, int64_t n, int n_rows, float eps) {
+    ex->ops->rmsnorm(ex, out, out_stride, x, x_stride, w, n, n_rows, eps);
+}
+
+void tela_exec_matmul(tela_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
+                      int n_tok, bool accumulate) {
+    const tela_matmul_target t = {w, y, y_stride};
+    ex->ops->matmul_many(ex, &t, 1, x, x_stride, n_tok, accumulate);
+}
+
+void tela_exec_matmul_many(tela_exec *ex, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
+                           int n_tok) {
+    ex->ops->matmul_many(ex, t, n, x, x_stride, n_tok, false);
+}
+
+void tela_exec_matmul_swiglu(tela_exec *ex, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
+                             int64_t x_stride, float *out, int64_t out_stride, int n_tok) {
+    ex->ops->matmul_swiglu(ex, w_gate, w_up, x, x_stride, out, out_stride, n_tok);
+}
+
+void tela_exec_add(tela_exec *ex, float *y, const float *x, int64_t n) { ex->ops->add(ex, y, x, n); }
+
+void tela_exec_rope_table(tela_exec *ex, float *cs, const tela_batch *b, const double *inv_freq, int n_rot) {
+    ex->ops->rope_table(ex, cs, b, inv_freq, n_rot);
+}
+
+void tela_exec_rope(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
+                    const float *cs, tela_rope_mode mode) {
+    ex->ops->rope(ex, x, x_stride, n_tok, n_heads, head_dim, n_rot, cs, mode);
+}
+
+void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out) { ex->ops->argmax(ex, x, n, out); }
+
+tela_status tela_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out) {
+    return ex->ops->kv_create(ex, shape, out);
+}
+
+void tela_kv_free(tela_kv_cache *kv) {
+    if (kv) kv->ops->kv_free(kv);
+}
+
+const tela_kv_shape *tela_kv_get_shape(const tela_kv_cache *kv) { return &kv->shape; }
+void tela_kv_clear(tela_exec *ex, tela_kv_cache *kv) { kv->ops->kv_clear(ex, kv); }
+size_t tela_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past) { return kv->ops->kv_image_bytes(kv, n_past); }
+
+tela_status tela_kv_save(tela_exec *ex, const tela_kv_cache *kv, int32_t n_past, void *host_dst) {
+    return kv->ops->kv_save(ex, kv, n_past, host_dst);
+}
+
+tela_status tela_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const void *host_src) {
+    return kv->ops->kv_load(ex, kv, n_past, host_src);
+}
+
+void tela_exec_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
+                        int64_t v_stride, const tela_batch *b) {
+    kv->ops->kv_store(ex, kv, layer, k, k_stride, v, v_stride, b);
+}
+
+void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
+                         float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
+    kv->ops->attention(ex, kv, layer, q, q_stride, out, out_stride, b, n_head, scale);
+}

@@ -1,0 +1,268 @@
+/* backend.h: the interface between the models and the compute backends.
+ *
+ * A model's forward pass is written once, as a sequence of the operations
+ * below; each backend (backend/cpu: the host's cores, backend/cuda: an
+ * NVIDIA GPU) implements them. Nothing in this header, and nothing above
+ * src/backend/, knows which backend runs.
+ *
+ * Three objects:
+ *  - tela_backend: a device. Weights are prepared for it once, at load
+ *    (tela_backend_prepare_mats: packed for the CPU kernels, uploaded to GPU
+ *    memory in a GPU layout), and it allocates memory ("backend memory": host
+ *    memory on the CPU, device memory on a GPU).
+ *  - tela_exec: where one session's operations run (the CPU's thread pool;
+ *    a CUDA stream with its scratch buffers and captured graphs). Operations
+ *    on one exec run in the order they are issued; on a GPU they may still
+ *    be running when the call returns, until tela_exec_download or
+ *    tela_exec_sync.
+ *  - tela_kv_cache: the keys and values of a session's attention layers, in
+ *    the backend's own layout and precision.
+ *
+ * Pointers passed to operations are backend memory (except where a
+ * parameter says "host"); the forward pass may compute offsets into them
+ * but never dereferences them. Activations are f32 rows, `stride` floats
+ * apart. A step's tokens and positions are in backend memory too, so that a
+ * GPU can capture a decode step once as a graph and replay it at every
+ * position (tela_exec_graph_begin).
+ *
+ * Determinism: on the CPU, each result is bit-identical for any thread count
+ * (backend/cpu/ops.h). On a GPU, a given build, device and exec give the
+ * same results run after run. */
+#ifndef TELA_BACKEND_BACKEND_H
+#define TELA_BACKEND_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "format/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#ifdef __cplusplus
+}
+#endif
+#endif
+
+typedef enum tela_backend_kind { TELA_BACKEND_CPU = 0, TELA_BACKEND_CUDA = 1 } tela_backend_kind;
+
+/* A weight matrix as stored: n_rows rows of n_cols elements of `type`, row r
+ * at data + r * row_bytes (host memory, usually the mapped file). y = W x
+ * computes one output per row. A backend adds its own copy at load:
+ * `packed` (the CPU kernels' interleaved layout, backend/cpu/qdot.h) or
+ * `dev` (device memory, backend/cuda). */
+typedef struct tela_mat {
+    const char *name;        /* the tensor's name, for messages */
+    tela_type type;
+    const void *data;
+    int64_t n_rows;
+    int64_t n_cols;
+    size_t row_bytes;
+    const void *packed;
+    const void *dev;
+} tela_mat;
+
+/* Views a stored 2-D tensor (ne[0] = columns, ne[1] = rows) as a matrix.
+ * Fails (naming the tensor) if the type cannot be computed on or the byte
+ * size does not match the shape. */
+tela_status tela_mat_from_tensor(const tela_tensor *t, tela_mat *out);
+
+/* How the forward pass uses a matrix: multiplied by (matmul), or only read
+ * by rows (the token embedding). A CPU packs only the former. */
+typedef enum tela_mat_use { TELA_MAT_MATMUL = 0, TELA_MAT_ROWS = 1 } tela_mat_use;
+
+/* Precision of a KV cache. */
+typedef enum tela_kv_dtype { TELA_KV_DTYPE_F32 = 0, TELA_KV_DTYPE_F16 = 1 } tela_kv_dtype;
+
+/* RoPE pair conventions. */
+typedef enum tela_rope_mode {
+    TELA_ROPE_ADJACENT = 0,  /* rotates pairs (x[2i], x[2i+1]): ggml's normal mode, GGUF llama */
+    TELA_ROPE_HALVES = 1     /* rotates pairs (x[i], x[i + n_rot/2]): HF rotate_half, ggml's neox */
+} tela_rope_mode;
+
+typedef struct tela_backend tela_backend;
+typedef struct tela_exec tela_exec;
+typedef struct tela_kv_cache tela_kv_cache;
+typedef struct tela_backend_ops tela_backend_ops;
+
+/* One step of tokens: n_tok tokens at consecutive positions pos0.. . pos0
+ * is for the host's bookkeeping; the operations read the positions from
+ * `pos` (backend memory), so a captured GPU graph serves every position. */
+typedef struct tela_batch {
+    int n_tok;
+    int32_t pos0;
+    const int32_t *tokens;   /* backend memory [n_tok] */
+    const int32_t *pos;      /* backend memory [n_tok]: pos0 + t */
+} tela_batch;
+
+/* Shapes of a KV cache: n_layer layers of n_ctx positions, each position
+ * holding n_kv_head heads of k_dim keys and v_dim values. */
+typedef struct tela_kv_shape {
+    int n_layer;
+    int32_t n_ctx;
+    int n_kv_head;
+    int k_dim;
+    int v_dim;
+    tela_kv_dtype dtype;
+} tela_kv_shape;
+
+/* y_i = W_i x for several matrices of the same input (tela_exec_matmul_many). */
+typedef struct tela_matmul_target {
+    const tela_mat *w;
+    float *y;
+    int64_t y_stride;
+} tela_matmul_target;
+
+/* ----------------------------------------------------------- devices */
+
+/* What a device string names: "cpu", "cuda", "cuda:N"; NULL or "" or
+ * "auto": a GPU when tela was built with CUDA and one is present, else the
+ * CPU. n_threads is for the CPU backend (and for host work of the others). */
+tela_status tela_backend_create(const char *device, int n_threads, tela_backend **out);
+void tela_backend_free(tela_backend *be);
+tela_backend_kind tela_backend_get_kind(const tela_backend *be);
+/* "cpu (AVX-512, 2 threads)", "cuda:0 (NVIDIA H200, 139.8 GiB, sm_90)". */
+const char *tela_backend_description(const tela_backend *be);
+/* Whether tela was built with the CUDA backend, and how many GPUs it sees
+ * (0 without CUDA, driver or GPU). */
+bool tela_backend_cuda_built(void);
+int tela_backend_cuda_device_count(void);
+/* Free and total bytes of the device's memory (the host's for the CPU). */
+tela_status tela_backend_mem_info(tela_backend *be, size_t *free_bytes, size_t *total_bytes);
+/* Whether matmul and get_rows can use a weight of this type here. */
+bool tela_backend_type_supported(const tela_backend *be, tela_type type);
+
+/* Prepares weights for the backend, once, at load: mats[i] is used as
+ * uses[i] says. The CPU packs matrices for its kernels (memory owned by the
+ * backend); a GPU uploads every one to device memory (matrices sharing
+ * host data, such as a tied output head, share one copy). Fails, freeing
+ * what it allocated, with a message naming the tensor and what is missing:
+ * a type without GPU kernels, or device memory (needed and free bytes).
+ * verbose: progress on stderr. */
+tela_status tela_backend_prepare_mats(tela_backend *be, tela_mat *const *mats, const tela_mat_use *uses, size_t n,
+                                      int verbose);
+/* Bytes of device memory that prepare_mats takes for these matrices (0 on
+ * the CPU, whose packed copy is in host memory). */
+size_t tela_backend_mats_bytes(const tela_backend *be, tela_mat *const *mats, size_t n);
+
+/* Backend memory: zeroed on allocation; freed with tela_backend_free_mem.
+ * A failure names `what` and the bytes asked for. */
+tela_status tela_backend_alloc(tela_backend *be, size_t bytes, const char *what, void **out);
+void tela_backend_free_mem(tela_backend *be, void *p);
+/* A copy in backend memory of host data that the forward pass reads (norm
+ * weights, RoPE frequencies); owned by the backend until it is freed. On
+ * the CPU this is the host pointer itself. NULL for NULL. */
+tela_status tela_backend_const(tela_backend *be, const void *host, size_t bytes, const void **out);
+
+/* The exact mode for quantized weights: each weight row is dequantized and
+ * dotted with f32 activations (slow; for parity tests), and GPU sessions
+ * default to f32 KV caches. Process-wide; defaults to TELA_EXACT_MATMUL=1
+ * in the environment, else off. Set it before creating sessions, not while
+ * another thread computes. (backend/exact_mode.c) */
+void tela_ops_set_exact_matmul(bool exact);
+bool tela_ops_exact_matmul(void);
+
+/* -------------------------------------------------------------- execs */
+
+tela_status tela_exec_create(tela_backend *be, int n_threads, tela_exec **out);
+void tela_exec_free(tela_exec *ex);
+tela_backend *tela_exec_backend(const tela_exec *ex);
+/* Whether backend memory is host memory (the CPU): host buffers may then be
+ * passed to the operations directly. */
+bool tela_exec_host_visible(const tela_exec *ex);
+/* Tokens per step of a long prefill that this backend processes best (a
+ * forward pass may use fewer, for its buffers). */
+int tela_exec_preferred_batch(const tela_exec *ex);
+/* Waits for everything issued; reports an asynchronous failure. */
+tela_status tela_exec_sync(tela_exec *ex);
+/* Host -> backend memory, ordered with the operations; the host buffer may
+ * be reused when the call returns. */
+tela_status tela_exec_upload(tela_exec *ex, void *dst, const void *host_src, size_t bytes);
+/* Backend -> host memory after everything issued before it; the data is in
+ * host_dst when the call returns (no copy when both are the same memory). */
+tela_status tela_exec_download(tela_exec *ex, void *host_dst, const void *src, size_t bytes);
+
+/* Graph capture of the steps that repeat (decoding): the ops issued between
+ * graph_begin and graph_end form one step identified by `key` (everything
+ * that changes the work but is not in backend memory: the number of tokens,
+ * what is output, a length bucket). When the backend already holds the
+ * step for this key, graph_begin returns false and the caller issues
+ * nothing; graph_end then runs the held step. Otherwise graph_begin returns
+ * true, the caller issues the ops, and graph_end runs them (and may keep
+ * them). Always pair the calls. Backends without graphs return true. */
+bool tela_exec_graph_begin(tela_exec *ex, uint64_t key);
+tela_status tela_exec_graph_end(tela_exec *ex);
+/* The length bucket a decode step at context length n_kv belongs to, for
+ * graph keys: steps in one bucket must be able to share a captured graph. */
+uint32_t tela_exec_length_bucket(const tela_exec *ex, int32_t n_kv);
+
+/* Fills batch with n tokens at positions pos0.., uploading the ids (host)
+ * and positions into tok_mem and pos_mem (backend memory of >= n int32). */
+tela_status tela_exec_set_batch(tela_exec *ex, tela_batch *batch, int32_t *tok_mem, int32_t *pos_mem,
+                                const int32_t *tokens, int n, int32_t pos0);
+
+/* --------------------------------------------------------- operations */
+
+/* out[t] = row ids[t] of W as f32 (the token embedding lookup); ids in
+ * backend memory, in [0, W.n_rows). */
+void tela_exec_get_rows(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
+
+/* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, n_rows rows of n floats; w
+ * may be NULL (no scale); out may equal x. */
+void tela_exec_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride,
+                       const float *w, int64_t n, int n_rows, float eps);
+
+/* y[t] = W x[t] for t < n_tok (accumulate: y[t] += W x[t]). For quantized
+ * weights the activations are quantized to 8 bits, except in the exact
+ * mode (tela_ops_exact_matmul), which computes with f32 activations. */
+void tela_exec_matmul(tela_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
+                      int n_tok, bool accumulate);
+/* tela_exec_matmul for each target, with the same input. */
+void tela_exec_matmul_many(tela_exec *ex, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
+                           int n_tok);
+/* The SwiGLU feed-forward input: out[t] = silu(W_gate x[t]) * (W_up x[t]),
+ * W_gate.n_rows floats per row. */
+void tela_exec_matmul_swiglu(tela_exec *ex, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
+                             int64_t x_stride, float *out, int64_t out_stride, int n_tok);
+
+/* y[i] += x[i] for n floats. */
+void tela_exec_add(tela_exec *ex, float *y, const float *x, int64_t n);
+
+/* RoPE: cs[t][i] = (cos, sin) of pos[t] * inv_freq[i], i < n_rot/2, computed
+ * in double (inv_freq: backend memory, from tela_backend_const); then the
+ * first n_rot dims of each of n_heads heads (head_dim floats each) of each
+ * row rotated by that table. */
+void tela_exec_rope_table(tela_exec *ex, float *cs, const tela_batch *b, const double *inv_freq, int n_rot);
+void tela_exec_rope(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
+                    const float *cs, tela_rope_mode mode);
+
+/* KV caches. */
+tela_status tela_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out);
+void tela_kv_free(tela_kv_cache *kv);
+const tela_kv_shape *tela_kv_get_shape(const tela_kv_cache *kv);
+/* Forget the contents (the caches of recurrent layers are elsewhere). */
+void tela_kv_clear(tela_exec *ex, tela_kv_cache *kv);
+/* Snapshot image of positions [0, n_past): its size, and copies to/from a
+ * host buffer of that size (the backend's own format: an image is restored
+ * only into a cache of the same shape on the same kind of backend). */
+size_t tela_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past);
+tela_status tela_kv_save(tela_exec *ex, const tela_kv_cache *kv, int32_t n_past, void *host_dst);
+tela_status tela_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const void *host_src);
+/* Stores the keys k[t] and values v[t] of the batch's tokens (n_kv_head *
+ * k_dim / v_dim floats per row) at their positions in layer `layer`. */
+void tela_exec_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
+                        int64_t v_stride, const tela_batch *b);
+/* Causal attention of the batch's queries over layer `layer` of the cache
+ * (positions 0 .. pos[t] for query row t): q rows of n_head * k_dim floats,
+ * out rows of n_head * v_dim. Query head h reads KV head
+ * h / (n_head / n_kv_head). Scores are scaled by `scale`. */
+void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
+                         float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale);
+
+/* out[0] = the index of the largest of x[0..n) (the lowest index among
+ * equals): the greedy pick, made where the logits are. out: backend memory. */
+void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

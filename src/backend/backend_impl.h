@@ -1,0 +1,90 @@
+/* backend_impl.h: what a backend implements behind backend.h: the table of
+ * its functions and the common head of its objects. Included only by
+ * backend.c (the dispatch) and by the backends (cpu/, cuda/), never by the
+ * layers above. Each backend's structs begin with the head struct below,
+ * so a pointer to one is a pointer to the other. */
+#ifndef TELA_BACKEND_BACKEND_IMPL_H
+#define TELA_BACKEND_BACKEND_IMPL_H
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tela_backend_ops {
+    void (*destroy)(tela_backend *be);
+    tela_status (*mem_info)(tela_backend *be, size_t *free_bytes, size_t *total_bytes);
+    bool (*type_supported)(const tela_backend *be, tela_type type);
+    tela_status (*prepare_mats)(tela_backend *be, tela_mat *const *mats, const tela_mat_use *uses, size_t n,
+                                int verbose);
+    size_t (*mats_bytes)(const tela_backend *be, tela_mat *const *mats, size_t n);
+    tela_status (*alloc)(tela_backend *be, size_t bytes, const char *what, void **out);
+    void (*free_mem)(tela_backend *be, void *p);
+    tela_status (*make_const)(tela_backend *be, const void *host, size_t bytes, const void **out);
+
+    tela_status (*exec_create)(tela_backend *be, int n_threads, tela_exec **out);
+    void (*exec_free)(tela_exec *ex);
+    int (*preferred_batch)(const tela_exec *ex);
+    tela_status (*sync)(tela_exec *ex);
+    tela_status (*upload)(tela_exec *ex, void *dst, const void *src, size_t bytes);
+    tela_status (*download)(tela_exec *ex, void *dst, const void *src, size_t bytes);
+    bool (*graph_begin)(tela_exec *ex, uint64_t key);
+    tela_status (*graph_end)(tela_exec *ex);
+    uint32_t (*length_bucket)(const tela_exec *ex, int32_t n_kv);
+
+    void (*get_rows)(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
+    void (*rmsnorm)(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w,
+                    int64_t n, int n_rows, float eps);
+    void (*matmul_many)(tela_exec *ex, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
+                        int n_tok, bool accumulate);
+    void (*matmul_swiglu)(tela_exec *ex, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
+                          int64_t x_stride, float *out, int64_t out_stride, int n_tok);
+    void (*add)(tela_exec *ex, float *y, const float *x, int64_t n);
+    void (*rope_table)(tela_exec *ex, float *cs, const tela_batch *b, const double *inv_freq, int n_rot);
+    void (*rope)(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
+                 const float *cs, tela_rope_mode mode);
+    void (*argmax)(tela_exec *ex, const float *x, int64_t n, int32_t *out);
+
+    tela_status (*kv_create)(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out);
+    void (*kv_free)(tela_kv_cache *kv);
+    void (*kv_clear)(tela_exec *ex, tela_kv_cache *kv);
+    size_t (*kv_image_bytes)(const tela_kv_cache *kv, int32_t n_past);
+    tela_status (*kv_save)(tela_exec *ex, const tela_kv_cache *kv, int32_t n_past, void *dst);
+    tela_status (*kv_load)(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const void *src);
+    void (*kv_store)(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
+                     int64_t v_stride, const tela_batch *b);
+    void (*attention)(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
+                      float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale);
+};
+
+struct tela_backend {
+    const tela_backend_ops *ops;
+    tela_backend_kind kind;
+    bool host_visible;
+    int n_threads;
+    char description[192];
+};
+
+struct tela_exec {
+    const tela_backend_ops *ops;
+    tela_backend *be;
+};
+
+struct tela_kv_cache {
+    const tela_backend_ops *ops;
+    tela_kv_shape shape;
+};
+
+/* The backends' constructors (backend/cpu/backend_cpu.c,
+ * backend/cuda/cuda_backend.cu). device: the GPU index. */
+tela_status tela_backend_cpu_create(int n_threads, tela_backend **out);
+#ifdef TELA_HAVE_CUDA
+tela_status tela_backend_cuda_create(int device, int n_threads, tela_backend **out);
+int tela_backend_cuda_count(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,466 @@
+/* backend_cpu.c: the CPU backend behind backend.h: the operations of
+ * ops.h on a thread pool per exec, weights packed for the AVX-512 kernels
+ * at load, KV caches of f32 rows in host memory. Backend memory is host
+ * memory, so nothing is copied and nothing runs asynchronously. */
+#include "backend/backend_impl.h"
+#include "backend/cpu/backend_cpu.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/qdot.h"
+#include "backend/cpu/threadpool.h"
+#include "util/bigalloc.h"
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Tokens per step of a long prefill: bounds a session's activation buffers
+ * while keeping the gemm kernels' panels full. */
+#define CPU_PREFERRED_BATCH 256
+
+typedef struct cpu_backend {
+    tela_backend head;
+    /* packed weights (prepare_mats), one block per call, from tela_big_alloc */
+    void **packed;
+    size_t *packed_bytes;
+    size_t n_packed;
+} cpu_backend;
+
+typedef struct cpu_exec {
+    tela_exec head;
+    tela_threadpool *pool;
+    /* scratch for the fused operations (accumulating matmuls, the up half
+     * of SwiGLU), grown as needed */
+    float *tmp;
+    size_t tmp_floats;
+    tela_status failed;      /* first failure of a void operation, reported by sync */
+} cpu_exec;
+
+typedef struct cpu_kv {
+    tela_kv_cache head;
+    size_t k_row, v_row;     /* floats per position */
+    float *k, *v;            /* [n_layer][n_ctx][k_row / v_row] */
+} cpu_kv;
+
+static cpu_exec *as_cpu(tela_exec *ex) { return (cpu_exec *)ex; }
+
+tela_threadpool *tela_exec_cpu_pool(tela_exec *ex) { return as_cpu(ex)->pool; }
+
+/* ------------------------------------------------------------ backend */
+
+static void cpu_destroy(tela_backend *be) {
+    cpu_backend *b = (cpu_backend *)be;
+    for (size_t i = 0; i < b->n_packed; i++) tela_big_free(b->packed[i], b->packed_bytes[i]);
+    free(b->packed);
+    free(b->packed_bytes);
+    free(b);
+}
+
+static tela_status cpu_mem_info(tela_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be;
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    *total_bytes = pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize : 0;
+    *free_bytes = avail > 0 && psize > 0 ? (size_t)avail * (size_t)psize : 0;
+    return TELA_OK;
+}
+
+static bool cpu_type_supported(const tela_backend *be, tela_type type) {
+    (void)be;
+    return tela_op_type_supported(type);
+}
+
+/* Packs the matrices that are multiplied by into the kernels' layout, in
+ * one 2 MB-aligned block. */
+static tela_status cpu_prepare_mats(tela_backend *be, tela_mat *const *mats, const tela_mat_use *uses, size_t n,
+                                    int verbose) {
+    cpu_backend *b = (cpu_backend *)be;
+    size_t total = 0, n_mats = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (uses[i] != TELA_MAT_MATMUL) continue;
+        size_t sz = mats[i]->data && !mats[i]->packed ? tela_op_pack_bytes(mats[i]) : 0;
+        if (sz > SIZE_MAX - total - 64 * (n + 1)) return tela_errorf(TELA_ERR_NOMEM, "weights too large to pack");
+        total += sz ? (sz + 63) / 64 * 64 : 0;
+        n_mats += sz != 0;
+    }
+    if (total == 0) return TELA_OK;
+    double t0 = (double)clock() / CLOCKS_PER_SEC;
+    void **np = realloc(b->packed, (b->n_packed + 1) * sizeof *np);
+    if (!np) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    b->packed = np;
+    size_t *nb = realloc(b->packed_bytes, (b->n_packed + 1) * sizeof *nb);
+    if (!nb) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    b->packed_bytes = nb;
+    unsigned char *buf = tela_big_alloc(total);
+    if (!buf) return tela_errorf(TELA_ERR_NOMEM, "out of memory for %zu MiB of packed weights", total >> 20);
+    b->packed[b->n_packed] = buf;
+    b->packed_bytes[b->n_packed] = total;
+    b->n_packed++;
+    tela_threadpool *pool = NULL;
+    TELA_TRY(tela_threadpool_create(be->n_threads, &pool));
+    for (size_t i = 0; i < n; i++) {
+        if (uses[i] != TELA_MAT_MATMUL) continue;
+        size_t sz = mats[i]->data && !mats[i]->packed ? tela_op_pack_bytes(mats[i]) : 0;
+        if (!sz) continue;
+        tela_op_pack(pool, mats[i], buf);
+        buf += (sz + 63) / 64 * 64;
+    }
+    tela_threadpool_free(pool);
+    if (verbose)
+        fprintf(stderr, "tela: packed %zu weight matrices (%.1f MiB) for the CPU kernels in %.2f s of CPU time\n",
+                n_mats, (double)total / (1 << 20), (double)clock() / CLOCKS_PER_SEC - t0);
+    return TELA_OK;
+}
+
+static size_t cpu_mats_bytes(const tela_backend *be, tela_mat *const *mats, size_t n) {
+    (void)be;
+    (void)mats;
+    (void)n;
+    return 0;
+}
+
+static tela_status cpu_alloc(tela_backend *be, size_t bytes, const char *what, void **out) {
+    (void)be;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return tela_errorf(TELA_ERR_NOMEM, "out of memory for %s (%.1f MiB)", what, (double)bytes / (1 << 20));
+    memset(p, 0, bytes);
+    *out = p;
+    return TELA_OK;
+}
+
+static void cpu_free_mem(tela_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static tela_status cpu_make_const(tela_backend *be, const void *host, size_t bytes, const void **out) {
+    (void)be;
+    (void)bytes;
+    *out = host;
+    return TELA_OK;
+}
+
+/* --------------------------------------------------------------- exec */
+
+static tela_status cpu_exec_create(tela_backend *be, int n_threads, tela_exec **out);
+
+static void cpu_exec_free(tela_exec *ex) {
+    cpu_exec *c = as_cpu(ex);
+    tela_threadpool_free(c->pool);
+    free(c->tmp);
+    free(c);
+}
+
+static int cpu_preferred_batch(const tela_exec *ex) {
+    (void)ex;
+    return CPU_PREFERRED_BATCH;
+}
+
+static tela_status cpu_sync(tela_exec *ex) {
+    cpu_exec *c = as_cpu(ex);
+    tela_status s = c->failed;
+    c->failed = TELA_OK;
+    return s;
+}
+
+static tela_status cpu_copy(tela_exec *ex, void *dst, const void *src, size_t bytes) {
+    if (dst != src && bytes) memmove(dst, src, bytes);
+    return cpu_sync(ex);
+}
+
+static bool cpu_graph_begin(tela_exec *ex, uint64_t key) {
+    (void)ex;
+    (void)key;
+    return true;
+}
+
+static tela_status cpu_graph_end(tela_exec *ex) { return cpu_sync(ex); }
+
+static uint32_t cpu_length_bucket(const tela_exec *ex, int32_t n_kv) {
+    (void)ex;
+    (void)n_kv;
+    return 0;
+}
+
+/* The exec's scratch of at least n floats, or NULL after recording a
+ * failure. */
+static float *cpu_tmp(cpu_exec *c, size_t n) {
+    if (c->tmp_floats < n) {
+        free(c->tmp);
+        c->tmp = NULL;
+        c->tmp_floats = 0;
+        if (posix_memalign((void **)&c->tmp, 64, n * sizeof(float)) != 0) {
+            c->tmp = NULL;
+            if (c->failed == TELA_OK)
+                c->failed = tela_errorf(TELA_ERR_NOMEM, "out of memory for %.1f MiB of scratch",
+                                        (double)n * sizeof(float) / (1 << 20));
+            return NULL;
+        }
+        c->tmp_floats = n;
+    }
+    return c->tmp;
+}
+
+/* --------------------------------------------------------- operations */
+
+/* The matmul kernels' per-thread scratch for rows of n_cols (a no-op once
+ * reserved). */
+static bool reserve_matmul(cpu_exec *c, int64_t n_cols) {
+    tela_status s = tela_threadpool_reserve(c->pool, tela_op_matmul_scratch(n_cols));
+    if (s != TELA_OK && c->failed == TELA_OK) c->failed = s;
+    return s == TELA_OK;
+}
+
+static void cpu_get_rows(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out,
+                         int64_t out_stride) {
+    (void)ex;
+    tela_op_get_rows(w, ids, n, out, out_stride);
+}
+
+static void cpu_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride,
+                        const float *w, int64_t n, int n_rows, float eps) {
+    tela_op_rmsnorm_pool(as_cpu(ex)->pool, out, out_stride, x, x_stride, w, n, n_rows, eps);
+}
+
+static void cpu_matmul_many(tela_exec *ex, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
+                            int n_tok, bool accumulate) {
+    cpu_exec *c = as_cpu(ex);
+    if (!reserve_matmul(c, t[0].w->n_cols)) return;
+    if (!accumulate) {
+        if (n == 1)
+            tela_op_matmul(c->pool, t[0].w, x, x_stride, t[0].y, t[0].y_stride, n_tok);
+        else
+            tela_op_matmul_many(c->pool, t, n, x, x_stride, n_tok);
+        return;
+    }
+    /* y += W x: the product into scratch, then added (the order of the
+     * arithmetic of a matmul followed by tela_op_add). */
+    for (int i = 0; i < n; i++) {
+        const int64_t rows = t[i].w->n_rows;
+        float *tmp = cpu_tmp(c, (size_t)rows * (size_t)n_tok);
+        if (!tmp) return;
+        tela_op_matmul(c->pool, t[i].w, x, x_stride, tmp, rows, n_tok);
+        for (int r = 0; r < n_tok; r++) tela_op_add(t[i].y + (size_t)r * t[i].y_stride, tmp + (size_t)r * rows, rows);
+    }
+}
+
+static void cpu_matmul_swiglu(tela_exec *ex, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
+                              int64_t x_stride, float *out, int64_t out_stride, int n_tok) {
+    cpu_exec *c = as_cpu(ex);
+    if (!reserve_matmul(c, w_gate->n_cols)) return;
+    const int64_t n_ff = w_gate->n_rows;
+    float *up = cpu_tmp(c, (size_t)n_ff * (size_t)n_tok);
+    if (!up) return;
+    const tela_matmul_target gate_up[2] = {{w_gate, out, out_stride}, {w_up, up, n_ff}};
+    tela_op_matmul_many(c->pool, gate_up, 2, x, x_stride, n_tok);
+    if (out_stride == n_ff) {
+        tela_op_swiglu_pool(c->pool, out, up, (int64_t)n_tok * n_ff);
+    } else {
+        for (int t = 0; t < n_tok; t++)
+            tela_op_swiglu_pool(c->pool, out + (size_t)t * out_stride, up + (size_t)t * n_ff, n_ff);
+    }
+}
+
+static void cpu_add(tela_exec *ex, float *y, const float *x, int64_t n) {
+    (void)ex;
+    tela_op_add(y, x, n);
+}
+
+static void cpu_rope_table(tela_exec *ex, float *cs, const tela_batch *b, const double *inv_freq, int n_rot) {
+    (void)ex;
+    tela_rope_table(cs, b->pos, b->n_tok, inv_freq, n_rot);
+}
+
+static void cpu_rope(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
+                     const float *cs, tela_rope_mode mode) {
+    (void)ex;
+    tela_op_rope(x, x_stride, n_tok, n_heads, head_dim, n_rot, cs, mode);
+}
+
+static void cpu_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out) {
+    (void)ex;
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    out[0] = (int32_t)best;
+}
+
+/* ----------------------------------------------------------- KV cache */
+
+static tela_status cpu_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out);
+
+static void cpu_kv_free(tela_kv_cache *kv) {
+    cpu_kv *c = (cpu_kv *)kv;
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+/* Rows past a sequence's length are never read before they are written:
+ * nothing to clear. */
+static void cpu_kv_clear(tela_exec *ex, tela_kv_cache *kv) {
+    (void)ex;
+    (void)kv;
+}
+
+static size_t cpu_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past) {
+    const cpu_kv *c = (const cpu_kv *)kv;
+    return (size_t)kv->shape.n_layer * (size_t)n_past * (c->k_row + c->v_row) * sizeof(float);
+}
+
+/* The image: for each layer, K rows [0, n_past), then V rows. */
+static tela_status cpu_kv_save(tela_exec *ex, const tela_kv_cache *kv, int32_t n_past, void *dst) {
+    (void)ex;
+    const cpu_kv *c = (const cpu_kv *)kv;
+    unsigned char *p = dst;
+    const size_t n_ctx = (size_t)kv->shape.n_ctx;
+    for (int l = 0; l < kv->shape.n_layer; l++) {
+        size_t kb = (size_t)n_past * c->k_row * sizeof(float), vb = (size_t)n_past * c->v_row * sizeof(float);
+        memcpy(p, c->k + (size_t)l * n_ctx * c->k_row, kb);
+        p += kb;
+        memcpy(p, c->v + (size_t)l * n_ctx * c->v_row, vb);
+        p += vb;
+    }
+    return TELA_OK;
+}
+
+static tela_status cpu_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const void *src) {
+    (void)ex;
+    cpu_kv *c = (cpu_kv *)kv;
+    const unsigned char *p = src;
+    const size_t n_ctx = (size_t)kv->shape.n_ctx;
+    for (int l = 0; l < kv->shape.n_layer; l++) {
+        size_t kb = (size_t)n_past * c->k_row * sizeof(float), vb = (size_t)n_past * c->v_row * sizeof(float);
+        memcpy(c->k + (size_t)l * n_ctx * c->k_row, p, kb);
+        p += kb;
+        memcpy(c->v + (size_t)l * n_ctx * c->v_row, p, vb);
+        p += vb;
+    }
+    return TELA_OK;
+}
+
+static void cpu_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride,
+                         const float *v, int64_t v_stride, const tela_batch *b) {
+    (void)ex;
+    cpu_kv *c = (cpu_kv *)kv;
+    const size_t n_ctx = (size_t)kv->shape.n_ctx;
+    float *kl = c->k + (size_t)layer * n_ctx * c->k_row, *vl = c->v + (size_t)layer * n_ctx * c->v_row;
+    for (int t = 0; t < b->n_tok; t++) {
+        memcpy(kl + (size_t)b->pos[t] * c->k_row, k + (size_t)t * k_stride, c->k_row * sizeof(float));
+        memcpy(vl + (size_t)b->pos[t] * c->v_row, v + (size_t)t * v_stride, c->v_row * sizeof(float));
+    }
+}
+
+static void cpu_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
+                          float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
+    const cpu_kv *c = (const cpu_kv *)kv;
+    const size_t n_ctx = (size_t)kv->shape.n_ctx;
+    tela_attn_args a = {
+        .q = q, .q_stride = q_stride,
+        .k = c->k + (size_t)layer * n_ctx * c->k_row, .k_stride = (int64_t)c->k_row,
+        .v = c->v + (size_t)layer * n_ctx * c->v_row, .v_stride = (int64_t)c->v_row,
+        .out = out, .out_stride = out_stride, .n_tok = b->n_tok, .pos0 = b->pos0, .n_head = n_head,
+        .n_kv_head = kv->shape.n_kv_head, .k_dim = kv->shape.k_dim, .v_dim = kv->shape.v_dim, .scale = scale,
+    };
+    tela_op_attention(as_cpu(ex)->pool, &a);
+}
+
+static const tela_backend_ops cpu_ops = {
+    .destroy = cpu_destroy,
+    .mem_info = cpu_mem_info,
+    .type_supported = cpu_type_supported,
+    .prepare_mats = cpu_prepare_mats,
+    .mats_bytes = cpu_mats_bytes,
+    .alloc = cpu_alloc,
+    .free_mem = cpu_free_mem,
+    .make_const = cpu_make_const,
+    .exec_create = cpu_exec_create,
+    .exec_free = cpu_exec_free,
+    .preferred_batch = cpu_preferred_batch,
+    .sync = cpu_sync,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .graph_begin = cpu_graph_begin,
+    .graph_end = cpu_graph_end,
+    .length_bucket = cpu_length_bucket,
+    .get_rows = cpu_get_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul_many = cpu_matmul_many,
+    .matmul_swiglu = cpu_matmul_swiglu,
+    .add = cpu_add,
+    .rope_table = cpu_rope_table,
+    .rope = cpu_rope,
+    .argmax = cpu_argmax,
+    .kv_create = cpu_kv_create,
+    .kv_free = cpu_kv_free,
+    .kv_clear = cpu_kv_clear,
+    .kv_image_bytes = cpu_kv_image_bytes,
+    .kv_save = cpu_kv_save,
+    .kv_load = cpu_kv_load,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+};
+
+static tela_status cpu_exec_create(tela_backend *be, int n_threads, tela_exec **out) {
+    *out = NULL;
+    cpu_exec *c = calloc(1, sizeof *c);
+    if (!c) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    c->head.ops = &cpu_ops;
+    c->head.be = be;
+    tela_status s = tela_threadpool_create(n_threads > 0 ? n_threads : be->n_threads, &c->pool);
+    if (s != TELA_OK) {
+        free(c);
+        return s;
+    }
+    *out = &c->head;
+    return TELA_OK;
+}
+
+/* The attention op's per-thread scratch depends on the context and head
+ * size: reserved here, where both are known. */
+static tela_status cpu_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out) {
+    *out = NULL;
+    const size_t k_row = (size_t)shape->n_kv_head * (size_t)shape->k_dim;
+    const size_t v_row = (size_t)shape->n_kv_head * (size_t)shape->v_dim;
+    double bytes = (double)shape->n_layer * (double)shape->n_ctx * (double)(k_row + v_row) * sizeof(float);
+    if (bytes > (double)SIZE_MAX / 2)
+        return tela_errorf(TELA_ERR_NOMEM, "session: a KV cache of %.0f bytes is too large", bytes);
+    cpu_kv *c = calloc(1, sizeof *c);
+    if (!c) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    c->head.ops = &cpu_ops;
+    c->head.shape = *shape;
+    c->head.shape.dtype = TELA_KV_DTYPE_F32;
+    c->k_row = k_row;
+    c->v_row = v_row;
+    const size_t per_layer = (size_t)shape->n_ctx;
+    c->k = calloc(per_layer * k_row * (size_t)shape->n_layer + 1, sizeof(float));
+    c->v = calloc(per_layer * v_row * (size_t)shape->n_layer + 1, sizeof(float));
+    if (!c->k || !c->v) {
+        cpu_kv_free(&c->head);
+        return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a KV cache of %d tokens (%.1f MiB)",
+                           shape->n_ctx, bytes / (1024.0 * 1024.0));
+    }
+    tela_status s = tela_threadpool_reserve(as_cpu(ex)->pool, tela_op_attention_scratch(shape->n_ctx, shape->k_dim));
+    if (s != TELA_OK) {
+        cpu_kv_free(&c->head);
+        return s;
+    }
+    *out = &c->head;
+    return TELA_OK;
+}
+
+tela_status tela_backend_cpu_create(int n_threads, tela_backend **out) {
+    *out = NULL;
+    cpu_backend *b = calloc(1, sizeof *b);
+    if (!b) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    b->head.ops = &cpu_ops;
+    b->head.kind = TELA_BACKEND_CPU;
+    b->head.host_visible = true;
+    b->head.n_threads = n_threads > 0 ? n_threads : tela_cpu_count();
+    snprintf(b->head.description, sizeof b->head.description, "cpu (%s, %d thread%s)", tela_isa_name(tela_qdot_best_isa()),
+             b->head.n_threads, b->head.n_threads == 1 ? "" : "s");
+    *out = &b->head;
+    return TELA_OK;
+}
