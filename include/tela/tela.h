@@ -41,6 +41,10 @@ typedef enum tela_status {
 TELA_API const char *tela_last_error(void);
 TELA_API const char *tela_status_name(tela_status status);
 TELA_API const char *tela_version(void);
+/* The devices this build of tela can compute on, one per line ("cpu (avx512,
+ * 2 threads)", "cuda:0 (NVIDIA H200, 139.8 GiB, sm_90, 132 SMs)"), and why
+ * there is no GPU when there is none. malloc'd; the caller frees it. */
+TELA_API char *tela_devices(void);
 
 /* ---------------------------------------------------------- tensor types */
 

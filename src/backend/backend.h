@@ -38,9 +38,6 @@
 
 #ifdef __cplusplus
 extern "C" {
-#ifdef __cplusplus
-}
-#endif
 #endif
 
 typedef enum tela_backend_kind { TELA_BACKEND_CPU = 0, TELA_BACKEND_CUDA = 1 } tela_backend_kind;

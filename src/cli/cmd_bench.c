@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/threadpool.h"
 #include "cli/cli.h"
@@ -15,18 +16,55 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tela bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]\n\n"
-            "Measures speed like llama-bench: ppP = one prefill of P tokens from an empty\n"
-            "context, tgN = N tokens decoded one at a time from an empty context. Each test\n"
-            "runs once to warm up, then REPS times; prints tokens/s as mean +- stddev.\n\n"
+            "usage: tela bench -m MODEL [-p 512[,4096...]] [-n 128[,...]] [-d 0[,32768...]] [-t THREADS] [-r REPS]\n"
+            "                  [--device cpu|cuda|cuda:N] [--kv-type f16|f32] [--json]\n\n"
+            "Measures speed like llama-bench: ppP = one prefill of P tokens, tgN = N tokens\n"
+            "decoded one at a time (each step computes the logits and returns them to the\n"
+            "host), both after D tokens already in the context (-d; 0 = an empty context;\n"
+            "the D tokens are not timed). Lists run every combination. Each test runs once\n"
+            "to warm up, then REPS times; prints tokens/s as mean +- stddev.\n\n"
             "options:\n"
             "  -m, --model PATH     GGUF file, .safetensors file or Hugging Face checkpoint directory\n"
-            "  -p, --n-prompt P     prompt tokens for the pp test (default 512; 0 skips it)\n"
-            "  -n, --n-gen N        tokens for the tg test (default 128; 0 skips it)\n"
+            "  -p, --n-prompt P,..  prompt tokens for the pp tests (default 512; 0 skips them)\n"
+            "  -n, --n-gen N,..     tokens for the tg tests (default 128; 0 skips them)\n"
+            "  -d, --n-depth D,..   tokens in the context before each test (default 0)\n"
             "  -t, --threads N      computation threads (default: all cores)\n"
             "  -r, --repetitions R  measured repetitions per test (default 5)\n"
+            "      --device DEV     cpu, cuda or cuda:N (default: the GPU when there is one)\n"
+            "      --kv-type T      KV cache precision on a GPU: f16 (default) or f32\n"
             "      --json           one JSON object per test per line instead of the table\n"
             "  -h, --help           this help\n");
+}
+
+/* "512,4096" into up to cap values in [lo, hi]; 0 on success, -1 after
+ * printing an error. */
+static int parse_list(const char *opt, const char *val, long long lo, long long hi, long long *out, int cap,
+                      int *n) {
+    if (!val) {
+        fprintf(stderr, "tela bench: %s needs a value\n", opt);
+        return -1;
+    }
+    *n = 0;
+    const char *p = val;
+    while (*p) {
+        char buf[32];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof buf || *n == cap) {
+            fprintf(stderr, "tela bench: %s: '%s' is not a list of up to %d numbers\n", opt, val, cap);
+            return -1;
+        }
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        if (cli_parse_int(opt, buf, lo, hi, &out[*n])) return -1;
+        (*n)++;
+        p += len;
+        if (*p == ',') p++;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "tela bench: %s needs at least one number\n", opt);
+        return -1;
+    }
+    return 0;
 }
 
 /* The CPU's model name from /proc/cpuinfo ("unknown" elsewhere). */
@@ -69,15 +107,17 @@ static void fill_tokens(int32_t *ids, int n, int32_t n_vocab) {
 }
 
 /* One run of a test: seconds for a prefill of n_prompt tokens, or for
- * n_gen single-token steps; -1 after printing an error. */
-static double run_once(tela_session *s, const int32_t *ids, int n_prompt, int n_gen, float *logits) {
+ * n_gen single-token steps, after `depth` untimed tokens; -1 after printing
+ * an error. */
+static double run_once(tela_session *s, const int32_t *ids, int depth, int n_prompt, int n_gen, float *logits) {
     tela_session_reset(s);
+    if (depth > 0 && tela_session_eval(s, ids, depth, NULL, 0) != TELA_OK) goto fail;
     double t0 = cli_now();
     if (n_prompt > 0) {
-        if (tela_session_eval(s, ids, n_prompt, logits, 0) != TELA_OK) goto fail;
+        if (tela_session_eval(s, ids + depth, n_prompt, logits, 0) != TELA_OK) goto fail;
     } else {
         for (int i = 0; i < n_gen; i++)
-            if (tela_session_eval(s, ids + i, 1, logits, 0) != TELA_OK) goto fail;
+            if (tela_session_eval(s, ids + depth + i, 1, logits, 0) != TELA_OK) goto fail;
     }
     return cli_now() - t0;
 fail:
@@ -86,27 +126,42 @@ fail:
 }
 
 int tela_cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL;
-    long long n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5;
-    int json = 0;
+    const char *model_path = NULL, *device = NULL;
+    long long n_prompt[8] = {512}, n_gen[8] = {128}, depth[8] = {0}, n_threads = 0, reps = 5;
+    int np_n = 1, ng_n = 1, nd_n = 1, json = 0;
+    tela_kv_type kv = TELA_KV_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--device") || !strcmp(a, "--kv-type")) {
             if (!val) {
                 fprintf(stderr, "tela bench: %s needs a value\n", a);
                 return 2;
             }
-            model_path = val;
+            if (!strcmp(a, "--device")) {
+                device = val;
+            } else if (!strcmp(a, "--kv-type")) {
+                if (!strcmp(val, "f16")) kv = TELA_KV_F16;
+                else if (!strcmp(val, "f32")) kv = TELA_KV_F32;
+                else {
+                    fprintf(stderr, "tela bench: --kv-type takes f16 or f32, not '%s'\n", val);
+                    return 2;
+                }
+            } else {
+                model_path = val;
+            }
             i++;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
-            if (cli_parse_int(a, val, 0, 1 << 20, &n_prompt)) return 2;
+            if (parse_list(a, val, 0, 1 << 20, n_prompt, 8, &np_n)) return 2;
             i++;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
-            if (cli_parse_int(a, val, 0, 1 << 20, &n_gen)) return 2;
+            if (parse_list(a, val, 0, 1 << 20, n_gen, 8, &ng_n)) return 2;
+            i++;
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
+            if (parse_list(a, val, 0, 1 << 22, depth, 8, &nd_n)) return 2;
             i++;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (cli_parse_int(a, val, 1, 1024, &n_threads)) return 2;
@@ -125,21 +180,29 @@ int tela_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "tela bench: no model given (-m MODEL; see tela bench --help)\n");
         return 2;
     }
-    if (n_prompt == 0 && n_gen == 0) {
+    long long most = 0, max_depth = 0;
+    for (int i = 0; i < np_n; i++) most = n_prompt[i] > most ? n_prompt[i] : most;
+    for (int i = 0; i < ng_n; i++) most = n_gen[i] > most ? n_gen[i] : most;
+    for (int i = 0; i < nd_n; i++) max_depth = depth[i] > max_depth ? depth[i] : max_depth;
+    if (most == 0) {
         fprintf(stderr, "tela bench: nothing to measure (-p 0 and -n 0)\n");
         return 2;
     }
 
+    tela_model_params mp = tela_model_default_params();
+    mp.n_threads = (int)n_threads;
+    mp.device = device;
     tela_model *m = NULL;
-    if (tela_model_load(model_path, NULL, &m) != TELA_OK) {
+    if (tela_model_load(model_path, &mp, &m) != TELA_OK) {
         fprintf(stderr, "tela bench: %s\n", tela_last_error());
         return 1;
     }
     const tela_model_info *info = tela_model_get_info(m);
     tela_session_params sp = tela_session_default_params();
-    long long ctx = n_prompt > n_gen ? n_prompt : n_gen;
+    long long ctx = max_depth + most;
     sp.n_ctx = (int32_t)(ctx < 16 ? 16 : ctx);
     sp.n_threads = (int)n_threads;
+    sp.kv_type = kv;
     tela_session *s = NULL;
     if (tela_session_create(m, &sp, &s) != TELA_OK) {
         fprintf(stderr, "tela bench: %s\n", tela_last_error());
@@ -165,54 +228,59 @@ int tela_cmd_bench(int argc, char **argv) {
     const char *isa = tela_isa_name(tela_qdot_best_isa());
     if (!json) {
         printf("cpu: %s, isa: %s, threads: %d\n", cpu, isa, threads);
-        printf("build: tela %s, %s\n", tela_version(), compiler());
-        printf("| %-16s | %10s | %8s | %8s | %20s |\n", "model", "size", "params", "test", "t/s");
-        printf("| ---------------- | ---------: | -------: | -------: | -------------------: |\n");
+        printf("device: %s\n", info->device);
+        printf("build: tela %s, %s%s\n", tela_version(), compiler(), tela_backend_cuda_built() ? ", with CUDA" : "");
+        printf("| %-16s | %10s | %8s | %14s | %20s |\n", "model", "size", "params", "test", "t/s");
+        printf("| ---------------- | ---------: | -------: | -------------: | -------------------: |\n");
     }
     int rc = 0;
-    for (int test = 0; test < 2 && rc == 0; test++) {
-        int np = test == 0 ? (int)n_prompt : 0, ng = test == 1 ? (int)n_gen : 0;
-        if (np == 0 && ng == 0) continue;
-        int n_tok = np ? np : ng;
-        double sum = 0, sum2 = 0;
-        for (long long r = -1; r < reps; r++) { /* r = -1: warm-up */
-            double sec = run_once(s, ids, np, ng, logits);
-            if (sec < 0) {
-                rc = 1;
-                break;
+    for (int di = 0; di < nd_n && rc == 0; di++)
+        for (int ti = 0; ti < np_n + ng_n && rc == 0; ti++) {
+            const int d = (int)depth[di];
+            const int np = ti < np_n ? (int)n_prompt[ti] : 0, ng = ti >= np_n ? (int)n_gen[ti - np_n] : 0;
+            if (np == 0 && ng == 0) continue;
+            const int n_tok = np ? np : ng;
+            double sum = 0, sum2 = 0;
+            for (long long r = -1; r < reps; r++) { /* r = -1: warm-up */
+                double sec = run_once(s, ids, d, np, ng, logits);
+                if (sec < 0) {
+                    rc = 1;
+                    break;
+                }
+                if (r < 0) continue;
+                double ts = n_tok / (sec > 0 ? sec : 1e-9);
+                sum += ts;
+                sum2 += ts * ts;
             }
-            if (r < 0) continue;
-            double ts = n_tok / (sec > 0 ? sec : 1e-9);
-            sum += ts;
-            sum2 += ts * ts;
+            if (rc) break;
+            double avg = sum / (double)reps;
+            double var = reps > 1 ? (sum2 - sum * avg) / (double)(reps - 1) : 0.0;
+            double sd = var > 0 ? sqrt(var) : 0.0;
+            char name[48];
+            if (d) snprintf(name, sizeof name, "%s%d @ d%d", np ? "pp" : "tg", n_tok, d);
+            else snprintf(name, sizeof name, "%s%d", np ? "pp" : "tg", n_tok);
+            if (json) {
+                printf("{\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, \"avg_ts\": %.6f, "
+                       "\"stddev_ts\": %.6f, \"threads\": %d, \"model_type\": \"%s\", \"model_size\": %llu, "
+                       "\"model_n_params\": %lld, \"cpu_info\": \"%s\", \"isa\": \"%s\", \"device\": \"%s\", "
+                       "\"build\": \"tela %s\", \"repetitions\": %lld}\n",
+                       name, np, ng, d, avg, sd, threads, model_type, (unsigned long long)info->n_bytes,
+                       (long long)info->n_params, cpu, isa, info->device, tela_version(), reps);
+            } else {
+                char size[32], params[32], ts[48];
+                double mib = (double)info->n_bytes / (1024.0 * 1024.0);
+                if (mib >= 1024) snprintf(size, sizeof size, "%.2f GiB", mib / 1024);
+                else snprintf(size, sizeof size, "%.2f MiB", mib);
+                double pn = (double)info->n_params;
+                if (pn >= 1e9) snprintf(params, sizeof params, "%.2f B", pn / 1e9);
+                else if (pn >= 1e6) snprintf(params, sizeof params, "%.2f M", pn / 1e6);
+                else snprintf(params, sizeof params, "%.2f K", pn / 1e3);
+                snprintf(ts, sizeof ts, "%.2f ± %.2f", avg, sd);
+                /* width 21: "±" is two bytes but one column */
+                printf("| %-16s | %10s | %8s | %14s | %21s |\n", model_type, size, params, name, ts);
+            }
+            fflush(stdout);
         }
-        if (rc) break;
-        double avg = sum / (double)reps;
-        double var = reps > 1 ? (sum2 - sum * avg) / (double)(reps - 1) : 0.0;
-        double sd = var > 0 ? sqrt(var) : 0.0;
-        char name[32];
-        snprintf(name, sizeof name, "%s%d", np ? "pp" : "tg", n_tok);
-        if (json) {
-            printf("{\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
-                   "\"threads\": %d, \"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %lld, "
-                   "\"cpu_info\": \"%s\", \"isa\": \"%s\", \"build\": \"tela %s\", \"repetitions\": %lld}\n",
-                   name, np, ng, avg, sd, threads, model_type, (unsigned long long)info->n_bytes,
-                   (long long)info->n_params, cpu, isa, tela_version(), reps);
-        } else {
-            char size[32], params[32], ts[48];
-            double mib = (double)info->n_bytes / (1024.0 * 1024.0);
-            if (mib >= 1024) snprintf(size, sizeof size, "%.2f GiB", mib / 1024);
-            else snprintf(size, sizeof size, "%.2f MiB", mib);
-            double p = (double)info->n_params;
-            if (p >= 1e9) snprintf(params, sizeof params, "%.2f B", p / 1e9);
-            else if (p >= 1e6) snprintf(params, sizeof params, "%.2f M", p / 1e6);
-            else snprintf(params, sizeof params, "%.2f K", p / 1e3);
-            snprintf(ts, sizeof ts, "%.2f ± %.2f", avg, sd);
-            /* width 21: "±" is two bytes but one column */
-            printf("| %-16s | %10s | %8s | %8s | %21s |\n", model_type, size, params, name, ts);
-        }
-        fflush(stdout);
-    }
     free(ids);
     free(logits);
     tela_session_free(s);

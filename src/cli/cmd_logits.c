@@ -10,7 +10,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tela logits -m MODEL --tokens 1,2,3 [--all] -o FILE [-t THREADS]\n\n"
+            "usage: tela logits -m MODEL --tokens 1,2,3 [--all] -o FILE [-t THREADS] [--device DEV]\n\n"
             "Runs MODEL over the token ids and writes float32 little-endian logits to FILE:\n"
             "the last position's (vocab floats), or with --all every position's\n"
             "(positions x vocab, position-major).\n\n"
@@ -20,6 +20,7 @@ static void usage(FILE *f) {
             "      --all            write the logits of every position\n"
             "  -o, --output FILE    where to write ('-' for stdout)\n"
             "  -t, --threads N      computation threads (default: all cores)\n"
+            "      --device DEV     cpu, cuda or cuda:N (default: the GPU when there is one)\n"
             "  -h, --help           this help\n");
 }
 
@@ -44,6 +45,7 @@ static int write_f32_le(FILE *f, const float *v, size_t n) {
 
 int tela_cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *out_path = NULL, *tokens_arg = NULL;
+    const char *device = NULL;
     int all = 0;
     long long n_threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -66,6 +68,10 @@ int tela_cmd_logits(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--all")) {
             all = 1;
+        } else if (!strcmp(a, "--device")) {
+            if (!val) goto missing;
+            device = val;
+            i++;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (cli_parse_int(a, val, 1, 1024, &n_threads)) return 2;
             i++;
@@ -98,6 +104,7 @@ int tela_cmd_logits(int argc, char **argv) {
     FILE *f = NULL;
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = (int)n_threads;
+    mp.device = device;
     mp.verbose = 1;
     if (tela_model_load(model_path, &mp, &model) != TELA_OK) {
         fprintf(stderr, "tela logits: %s\n", tela_last_error());

@@ -30,7 +30,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tela perplexity -m MODEL (-f TEXT | --tokens-file FILE) [-c CTX] [--chunks N] [-t THREADS]\n\n"
+            "usage: tela perplexity -m MODEL (-f TEXT | --tokens-file FILE) [-c CTX] [--chunks N] [-t THREADS]\n"
+            "                       [--device cpu|cuda|cuda:N]\n\n"
             "Measures the model's perplexity on a text with llama-perplexity's rules: the\n"
             "tokenized text is cut into windows of CTX tokens, each evaluated from an empty\n"
             "context (its first token replaced by BOS when the vocabulary adds BOS), and the\n"
@@ -45,6 +46,7 @@ static void usage(FILE *f) {
             "  -c, --ctx-size N       window length in tokens (default %d)\n"
             "      --chunks N         score at most the first N windows (default: all)\n"
             "  -t, --threads N        computation threads (default: all cores)\n"
+            "      --device DEV       cpu, cuda or cuda:N (default: the GPU when there is one)\n"
             "  -h, --help             this help\n",
             PPL_DEFAULT_CTX);
 }
@@ -171,6 +173,7 @@ static void progress_bar(int done, int total, double elapsed) {
 
 int tela_cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL, *tokens_path = NULL;
+    const char *device = NULL;
     long long n_ctx = PPL_DEFAULT_CTX, max_chunks = -1, n_threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -181,7 +184,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
             return 0;
         }
         if (!(IS("-m") || IS("--model") || IS("-f") || IS("--file") || IS("--tokens-file") || IS("-c") ||
-              IS("--ctx-size") || IS("--chunks") || IS("-t") || IS("--threads"))) {
+              IS("--ctx-size") || IS("--chunks") || IS("-t") || IS("--threads") || IS("--device"))) {
             fprintf(stderr, "tela perplexity: unknown option '%s' (see tela perplexity --help)\n", a);
             return 2;
         }
@@ -193,6 +196,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
         if (IS("-m") || IS("--model")) model_path = val;
         else if (IS("-f") || IS("--file")) text_path = val;
         else if (IS("--tokens-file")) tokens_path = val;
+        else if (IS("--device")) device = val;
         else if (IS("-c") || IS("--ctx-size")) {
             if (cli_parse_int(a, val, 4, 1 << 20, &n_ctx)) return 2;
         } else if (IS("--chunks")) {
@@ -223,6 +227,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
     if (read_all(text_path ? text_path : tokens_path, &text, &text_len)) goto done;
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = (int)n_threads;
+    mp.device = device;
     if (tela_model_load(model_path, &mp, &model) != TELA_OK) {
         fprintf(stderr, "tela perplexity: %s\n", tela_last_error());
         goto done;

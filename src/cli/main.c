@@ -1,5 +1,6 @@
 /* main.c: the tela command-line tool's entry point and subcommand table. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -46,6 +47,9 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V") || !strcmp(cmd, "version")) {
         printf("tela %s\n", tela_version());
+        char *dev = tela_devices();
+        if (dev) printf("devices:\n%s", dev);
+        free(dev);
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

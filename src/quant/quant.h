@@ -9,6 +9,10 @@
 #include <stdint.h>
 #include "tela/tela.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TELA_QK4_0 32
 #define TELA_QK4_1 32
 #define TELA_QK5_0 32
@@ -72,4 +76,7 @@ extern const int8_t tela_iq4nl_values[16];
 /* Scale and min j (0..7) of a Q4_K/Q5_K block from its 12 packed bytes. */
 void tela_k4_unpack_scale_min(const uint8_t packed[12], int j, uint8_t *scale, uint8_t *min);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -5,6 +5,7 @@
 #include "tokenizer/chat.h"
 #include "util/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 static tela_status need_vocab(const tela_model *m, const char *what) {
@@ -63,4 +64,34 @@ tela_status tela_chat_render(const tela_model *model, const char *const *roles, 
     free(bos);
     free(eos);
     return s;
+}
+
+/* One line per device, from each backend's own description. */
+char *tela_devices(void) {
+    size_t cap = 4096, len = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    out[0] = '\0';
+    tela_backend *be = NULL;
+    if (tela_backend_create("cpu", 0, &be) == TELA_OK) {
+        len += (size_t)snprintf(out + len, cap - len, "  %s\n", tela_backend_description(be));
+        tela_backend_free(be);
+    }
+    if (!tela_backend_cuda_built()) {
+        snprintf(out + len, cap - len, "  cuda: not built (configure with -DTELA_CUDA=ON where nvcc is)\n");
+        return out;
+    }
+    const int n = tela_backend_cuda_device_count();
+    if (n == 0) snprintf(out + len, cap - len, "  cuda: built, but no GPU is available (no driver or no device)\n");
+    for (int i = 0; i < n && len + 256 < cap; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "cuda:%d", i);
+        if (tela_backend_create(name, 0, &be) == TELA_OK) {
+            len += (size_t)snprintf(out + len, cap - len, "  %s\n", tela_backend_description(be));
+            tela_backend_free(be);
+        } else {
+            len += (size_t)snprintf(out + len, cap - len, "  %s: %s\n", name, tela_last_error());
+        }
+    }
+    return out;
 }

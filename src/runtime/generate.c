@@ -101,8 +101,20 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
     if (have_stops && !m->vocab)
         return tela_errorf(TELA_ERR_ARG, "tela_generate: stop strings need a tokenizer, and this model has none");
 
+    /* Plain greedy decoding on a device: the token is picked where the
+     * logits are, and only its id comes back (the same pick as the
+     * sampler's: the largest logit, the lowest id among equals). */
+    const tela_sampler_params *sp = &params->sampler;
+    const bool device_greedy = !tela_exec_host_visible(s->ex) && sp->temperature <= 0.0f &&
+                               sp->repeat_penalty == 1.0f && sp->frequency_penalty == 0.0f &&
+                               sp->presence_penalty == 0.0f && sp->n_logit_bias == 0 && !params->logits_hook;
+    bool have_next = false;
+    int32_t next = 0;
     double t0 = now_seconds();
-    if (n_prompt > 0) {
+    if (n_prompt > 0 && device_greedy) {
+        TELA_TRY(tela_session_eval_greedy(s, prompt, n_prompt, &next));
+        have_next = true;
+    } else if (n_prompt > 0) {
         TELA_TRY(tela_session_eval_internal(s, prompt, n_prompt, NULL, 0, true));
     } else if (!s->has_logits) {
         return tela_errorf(TELA_ERR_ARG,
@@ -124,11 +136,14 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
     for (;;) {
         if (params->max_tokens > 0 && res.n_generated >= params->max_tokens) break;
         uint64_t step = (uint64_t)s->n_past;
-        if (params->logits_hook) params->logits_hook(params->hook_user, s->logits, n_vocab, step);
-        int32_t tok;
-        s->has_logits = false;  /* the sampler edits them in place */
-        st = tela_sample(&params->sampler, s->logits, n_vocab, s->tokens, (size_t)s->n_past, step, &tok);
-        if (st != TELA_OK) break;
+        int32_t tok = next;
+        if (!have_next) {
+            if (params->logits_hook) params->logits_hook(params->hook_user, s->logits, n_vocab, step);
+            s->has_logits = false;  /* the sampler edits them in place */
+            st = tela_sample(&params->sampler, s->logits, n_vocab, s->tokens, (size_t)s->n_past, step, &tok);
+            if (st != TELA_OK) break;
+        }
+        have_next = false;
         if (out_tokens && (size_t)res.n_generated < cap) out_tokens[res.n_generated] = tok;
         res.n_generated++;
 
@@ -193,7 +208,12 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
             }
         }
         if (final) break;
-        st = tela_session_eval_internal(s, &tok, 1, NULL, 0, true);
+        if (device_greedy) {
+            st = tela_session_eval_greedy(s, &tok, 1, &next);
+            have_next = st == TELA_OK;
+        } else {
+            st = tela_session_eval_internal(s, &tok, 1, NULL, 0, true);
+        }
         if (st != TELA_OK) break;
     }
     res.generate_seconds = now_seconds() - t1;

@@ -1,0 +1,500 @@
+/* cuda_attention.cu: causal attention over a session's KV cache on the GPU.
+ *
+ *  - decode (and any step the flash kernel does not take): one block per
+ *    (KV head, split of the keys, query token), serving up to eight query
+ *    heads of the group, so each key and value is read once per group.
+ *    Each lane scores one key of a 32-key tile against the group's queries
+ *    (held in shared memory), an online softmax per warp keeps the running
+ *    maximum and sum, and the values are accumulated with each lane owning
+ *    dimensions. With several splits (long contexts: flash-decoding) the
+ *    blocks write partial results that a second kernel combines. The split
+ *    count depends only on the length bucket, so one captured decode graph
+ *    serves every position in its bucket; the actual length is read from
+ *    the positions in device memory. Keys and values are f16 or f32.
+ *  - prefill (f16 cache, head_dim 64, 128 or 256): a flash-attention kernel
+ *    on the tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulation):
+ *    64 query rows per block, 16 per warp, key tiles of 64 in shared memory
+ *    (values transposed), the scores' online softmax in registers, and the
+ *    probabilities reused in registers as the A operand of P V.
+ * Scores are kept in base 2: queries are scaled by scale * log2(e). */
+#include "backend/cuda/cuda_common.cuh"
+
+#define LOG2E 1.4426950408889634f
+#define DEC_WARPS 4
+#define DEC_HEADS 8
+
+uint32_t tela_cuda_length_bucket(int32_t n_kv) {
+    uint32_t b = 0;
+    while ((int64_t)256 << b < (int64_t)n_kv && b < 24) b++;
+    return b;
+}
+
+int32_t tela_cuda_bucket_len(uint32_t bucket) { return (int32_t)((int64_t)256 << bucket); }
+
+/* ---------------------------------------------------------------- decode */
+
+struct dec_params {
+    const float *q;
+    int64_t q_stride;
+    const void *k, *v;           /* the layer's cache: [n_kv_head][n_ctx][dim] */
+    int n_ctx, kd, vd;
+    int n_head, n_kv_head, group, hpb, n_sub;
+    const int32_t *pos;
+    float qscale;                /* scale * log2(e) */
+    int n_split, chunk;
+    float *part;                 /* [n_tok][n_head][n_split][vd + 2] when n_split > 1 */
+    float *out;
+    int64_t out_stride;
+};
+
+template <typename KT>
+static __device__ __forceinline__ float ldkv(const KT *p) {
+    return (float)*p;
+}
+
+template <>
+__device__ __forceinline__ float ldkv<__half>(const __half *p) {
+    return __half2float(*p);
+}
+
+/* Eight keys' elements as floats (16 bytes of f16, 32 of f32). */
+static __device__ __forceinline__ void ld8(const __half *p, float *f) {
+    const uint4 v = *(const uint4 *)p;
+    const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 x = __half22float2(h[i]);
+        f[2 * i] = x.x, f[2 * i + 1] = x.y;
+    }
+}
+
+static __device__ __forceinline__ void ld8(const float *p, float *f) {
+    const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+template <int DT, typename KT, bool VEC>
+static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(const dec_params p) {
+    __shared__ __align__(16) float sq[DEC_HEADS][DT];
+    __shared__ float wm[DEC_WARPS][DEC_HEADS], wl[DEC_WARPS][DEC_HEADS];
+    __shared__ float wo[DEC_WARPS][DEC_HEADS][DT];
+    const int g = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub;
+    const int split = blockIdx.y, t = blockIdx.z;
+    const int h0 = g * p.group + sub * p.hpb;
+    const int nh = min(p.hpb, p.group - sub * p.hpb);
+    const int n_kv = p.pos[t] + 1;
+    const int k0 = split * p.chunk, k1 = min(k0 + p.chunk, n_kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+
+    for (int i = threadIdx.x; i < DEC_HEADS * DT; i += blockDim.x) {
+        const int hh = i / DT, d = i % DT;
+        sq[hh][d] = hh < nh && d < p.kd ? p.q[(size_t)t * p.q_stride + (size_t)(h0 + hh) * p.kd + d] * p.qscale : 0.0f;
+    }
+    __syncthreads();
+
+    const KT *kc = (const KT *)p.k + (size_t)g * p.n_ctx * p.kd;
+    const KT *vc = (const KT *)p.v + (size_t)g * p.n_ctx * p.vd;
+    float m[DEC_HEADS], l[DEC_HEADS], o[DEC_HEADS][DT / 32];
+#pragma unroll
+    for (int hh = 0; hh < DEC_HEADS; hh++) {
+        m[hh] = -INFINITY;
+        l[hh] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < DT / 32; j++) o[hh][j] = 0.0f;
+    }
+    for (int kt = k0 + warp * 32; kt < k1; kt += DEC_WARPS * 32) {
+        const int key = kt + lane;
+        const bool valid = key < k1;
+        float s[DEC_HEADS];
+#pragma unroll
+        for (int hh = 0; hh < DEC_HEADS; hh++) s[hh] = 0.0f;
+        if (valid) {
+            const KT *kr = kc + (size_t)key * p.kd;
+            if (VEC) {
+#pragma unroll 4
+                for (int d = 0; d < DT; d += 8) {
+                    if (d >= p.kd) break;
+                    float f[8];
+                    ld8(kr + d, f);
+#pragma unroll
+                    for (int hh = 0; hh < DEC_HEADS; hh++) {
+                        if (hh >= nh) break;
+                        const float4 qa = *(const float4 *)&sq[hh][d], qb = *(const float4 *)&sq[hh][d + 4];
+                        s[hh] += qa.x * f[0] + qa.y * f[1] + qa.z * f[2] + qa.w * f[3] + qb.x * f[4] + qb.y * f[5] +
+                                 qb.z * f[6] + qb.w * f[7];
+                    }
+                }
+            } else {
+                for (int d = 0; d < p.kd; d++) {
+                    const float f = ldkv<KT>(kr + d);
+#pragma unroll
+                    for (int hh = 0; hh < DEC_HEADS; hh++)
+                        if (hh < nh) s[hh] += sq[hh][d] * f;
+                }
+            }
+        }
+        float pr[DEC_HEADS];
+#pragma unroll
+        for (int hh = 0; hh < DEC_HEADS; hh++) {
+            if (hh >= nh) break;
+            const float sv = valid ? s[hh] : -INFINITY;
+            float tmax = sv;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
+            const float mnew = fmaxf(m[hh], tmax); /* finite: lane 0's key is valid */
+            const float corr = exp2f(m[hh] - mnew);
+            pr[hh] = valid ? exp2f(sv - mnew) : 0.0f;
+            l[hh] = l[hh] * corr + pr[hh];
+#pragma unroll
+            for (int j = 0; j < DT / 32; j++) o[hh][j] *= corr;
+            m[hh] = mnew;
+        }
+        const int nk = min(32, k1 - kt);
+        for (int kk = 0; kk < nk; kk++) {
+            const KT *vr = vc + (size_t)(kt + kk) * p.vd;
+            float vv[DT / 32];
+#pragma unroll
+            for (int j = 0; j < DT / 32; j++) {
+                const int d = lane + 32 * j;
+                vv[j] = d < p.vd ? ldkv<KT>(vr + d) : 0.0f;
+            }
+#pragma unroll
+            for (int hh = 0; hh < DEC_HEADS; hh++) {
+                if (hh >= nh) break;
+                const float pk = __shfl_sync(0xffffffffu, pr[hh], kk);
+#pragma unroll
+                for (int j = 0; j < DT / 32; j++) o[hh][j] = fmaf(pk, vv[j], o[hh][j]);
+            }
+        }
+    }
+    /* combine the warps */
+#pragma unroll
+    for (int hh = 0; hh < DEC_HEADS; hh++) {
+        if (hh >= nh) break;
+        float lt = l[hh];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) lt += __shfl_xor_sync(0xffffffffu, lt, off);
+        if (lane == 0) {
+            wm[warp][hh] = m[hh];
+            wl[warp][hh] = lt;
+        }
+#pragma unroll
+        for (int j = 0; j < DT / 32; j++) wo[warp][hh][lane + 32 * j] = o[hh][j];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * p.vd; i += blockDim.x) {
+        const int hh = i / p.vd, d = i % p.vd;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][hh]);
+        float O = 0.0f, L = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) {
+                if (wm[w][hh] == -INFINITY) continue;
+                const float f = exp2f(wm[w][hh] - M);
+                O += wo[w][hh][d] * f;
+                L += wl[w][hh] * f;
+            }
+        }
+        const int h = h0 + hh;
+        if (p.n_split == 1) {
+            p.out[(size_t)t * p.out_stride + (size_t)h * p.vd + d] = O / L;
+        } else {
+            float *pp = p.part + (((size_t)t * p.n_head + h) * p.n_split + split) * (size_t)(p.vd + 2);
+            pp[d] = O;
+            if (d == 0) {
+                pp[p.vd] = M;
+                pp[p.vd + 1] = L;
+            }
+        }
+    }
+}
+
+static __global__ void attn_combine_kernel(const float *part, int n_head, int n_split, int vd, float *out,
+                                           int64_t out_stride) {
+    const int h = blockIdx.x, t = blockIdx.y;
+    const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(vd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (vd + 2) + vd]);
+    for (int d = threadIdx.x; d < vd; d += blockDim.x) {
+        float O = 0.0f, L = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            const float *ps = pp + (size_t)s * (vd + 2);
+            if (ps[vd] == -INFINITY) continue;
+            const float f = exp2f(ps[vd] - M);
+            O += ps[d] * f;
+            L += ps[vd + 1] * f;
+        }
+        out[(size_t)t * out_stride + (size_t)h * vd + d] = O / L;
+    }
+}
+
+typedef void (*dec_kernel_fn)(const dec_params);
+
+template <typename KT>
+static dec_kernel_fn dec_pick(int dmax, bool vec) {
+    if (dmax <= 32) return vec ? attn_decode_kernel<32, KT, true> : attn_decode_kernel<32, KT, false>;
+    if (dmax <= 64) return vec ? attn_decode_kernel<64, KT, true> : attn_decode_kernel<64, KT, false>;
+    if (dmax <= 128) return vec ? attn_decode_kernel<128, KT, true> : attn_decode_kernel<128, KT, false>;
+    if (dmax <= 256) return vec ? attn_decode_kernel<256, KT, true> : attn_decode_kernel<256, KT, false>;
+    return NULL;
+}
+
+static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
+                             float *out, int64_t out_stride, const int32_t *pos, int n_tok, int n_head, float scale,
+                             int32_t max_len) {
+    const tela_kv_shape *s = &kv->head.shape;
+    dec_params p;
+    p.q = q;
+    p.q_stride = q_stride;
+    p.k = (const unsigned char *)kv->k + (size_t)layer * s->n_kv_head * s->n_ctx * s->k_dim * kv->elt;
+    p.v = (const unsigned char *)kv->v + (size_t)layer * s->n_kv_head * s->n_ctx * s->v_dim * kv->elt;
+    p.n_ctx = s->n_ctx;
+    p.kd = s->k_dim;
+    p.vd = s->v_dim;
+    p.n_head = n_head;
+    p.n_kv_head = s->n_kv_head;
+    p.group = n_head / s->n_kv_head;
+    p.hpb = p.group < DEC_HEADS ? p.group : DEC_HEADS;
+    p.n_sub = (p.group + p.hpb - 1) / p.hpb;
+    p.pos = pos;
+    p.qscale = scale * LOG2E;
+    const int dmax = s->k_dim > s->v_dim ? s->k_dim : s->v_dim;
+    const bool vec = s->k_dim % 8 == 0;
+    dec_kernel_fn fn = kv->elt == 2 ? dec_pick<__half>(dmax, vec) : dec_pick<float>(dmax, vec);
+    if (!fn) {
+        tela_cuda_check(ex, cudaErrorNotSupported, "attention: head dimensions above 256");
+        return;
+    }
+    /* splits: enough blocks to fill the GPU twice over, at least 64 keys each */
+    const int64_t blocks = (int64_t)s->n_kv_head * p.n_sub * n_tok;
+    int64_t n_split = (2 * ex->be->sm_count + blocks - 1) / blocks;
+    const int64_t most = (max_len + 63) / 64;
+    if (n_split > most) n_split = most;
+    if (n_split < 1) n_split = 1;
+    p.n_split = (int)n_split;
+    p.chunk = (int)((max_len + n_split - 1) / n_split);
+    p.part = NULL;
+    if (n_split > 1) {
+        p.part = (float *)tela_cuda_scratch(ex, (size_t)n_tok * n_head * n_split * (size_t)(s->v_dim + 2) * 4);
+        if (!p.part) return;
+    }
+    p.out = out;
+    p.out_stride = out_stride;
+    dim3 grid((unsigned)(s->n_kv_head * p.n_sub), (unsigned)n_split, (unsigned)n_tok);
+    fn<<<grid, DEC_WARPS * 32, 0, ex->stream>>>(p);
+    if (!tela_cuda_launched(ex, "attention (decode)")) return;
+    if (n_split > 1) {
+        attn_combine_kernel<<<dim3((unsigned)n_head, (unsigned)n_tok), 128, 0, ex->stream>>>(
+            p.part, n_head, (int)n_split, s->v_dim, out, out_stride);
+        tela_cuda_launched(ex, "attention (combine)");
+    }
+}
+
+/* ------------------------------------------------------- prefill (flash) */
+
+struct fa_params {
+    const float *q;
+    int64_t q_stride;
+    const __half *k, *v;         /* the layer's cache */
+    int n_ctx, n_tok, group;
+    const int32_t *pos;
+    float qscale;
+    float *out;
+    int64_t out_stride;
+};
+
+static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
+#define FA_ROWS 64
+#define FA_KEYS 64
+
+template <int D>
+static __global__ void __launch_bounds__(128) attn_flash_kernel(const fa_params p) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    const int QS = D + 8, VS = FA_KEYS + 8;
+    __half *Qs = (__half *)fa_smem;
+    __half *Ks = Qs + FA_ROWS * QS;
+    __half *Vt = Ks + FA_KEYS * QS;
+    const int h = blockIdx.y, g = h / p.group;
+    const int r0 = blockIdx.x * FA_ROWS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+    const int last_row = min(r0 + FA_ROWS, p.n_tok) - 1;
+    const int n_keys = p.pos[last_row] + 1;
+
+    for (int i = threadIdx.x; i < FA_ROWS * D; i += blockDim.x) {
+        const int r = i / D, d = i % D;
+        const float v = r0 + r < p.n_tok ? p.q[(size_t)(r0 + r) * p.q_stride + (size_t)h * D + d] * p.qscale : 0.0f;
+        Qs[r * QS + d] = __float2half(v);
+    }
+    const int ra = r0 + 16 * warp + gid, rb = ra + 8;
+    const int qpa = ra < p.n_tok ? p.pos[ra] : -1, qpb = rb < p.n_tok ? p.pos[rb] : -1;
+
+    float oacc[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) oacc[j][0] = oacc[j][1] = oacc[j][2] = oacc[j][3] = 0.0f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+    const __half *kc = p.k + (size_t)g * p.n_ctx * D, *vc = p.v + (size_t)g * p.n_ctx * D;
+
+    for (int kt = 0; kt < n_keys; kt += FA_KEYS) {
+        __syncthreads(); /* the previous tile is no longer read (and Qs is written, the first time) */
+        for (int i = threadIdx.x; i < FA_KEYS * D / 8; i += blockDim.x) {
+            const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+            uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
+            if (kt + r < n_keys) {
+                kv4 = *(const uint4 *)(kc + (size_t)(kt + r) * D + c);
+                vv4 = *(const uint4 *)(vc + (size_t)(kt + r) * D + c);
+            }
+            *(uint4 *)(Ks + r * QS + c) = kv4;
+            const __half *vh = (const __half *)&vv4;
+#pragma unroll
+            for (int j = 0; j < 8; j++) Vt[(c + j) * VS + r] = vh[j];
+        }
+        __syncthreads();
+        /* S = Q K^T for this warp's 16 rows and 64 keys */
+        float sacc[FA_KEYS / 8][4];
+#pragma unroll
+        for (int n = 0; n < FA_KEYS / 8; n++) sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            const __half *qa = Qs + (16 * warp + gid) * QS + 16 * ks + 2 * tq;
+            uint32_t a[4];
+            a[0] = *(const uint32_t *)qa;
+            a[1] = *(const uint32_t *)(qa + 8 * QS);
+            a[2] = *(const uint32_t *)(qa + 8);
+            a[3] = *(const uint32_t *)(qa + 8 * QS + 8);
+#pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++) {
+                const __half *kb = Ks + (8 * n + gid) * QS + 16 * ks + 2 * tq;
+                mma16816(sacc[n], a, *(const uint32_t *)kb, *(const uint32_t *)(kb + 8));
+            }
+        }
+        /* causal mask and online softmax (rows ra: regs 0,1; rb: regs 2,3) */
+        float mxa = -INFINITY, mxb = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < FA_KEYS / 8; n++) {
+            const int key = kt + 8 * n + 2 * tq;
+            if (key > qpa) sacc[n][0] = -INFINITY;
+            if (key + 1 > qpa) sacc[n][1] = -INFINITY;
+            if (key > qpb) sacc[n][2] = -INFINITY;
+            if (key + 1 > qpb) sacc[n][3] = -INFINITY;
+            mxa = fmaxf(mxa, fmaxf(sacc[n][0], sacc[n][1]));
+            mxb = fmaxf(mxb, fmaxf(sacc[n][2], sacc[n][3]));
+        }
+        mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
+        mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
+        mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
+        mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+        const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
+        const float ba = na == -INFINITY ? 0.0f : na, bb = nb == -INFINITY ? 0.0f : nb;
+        const float ca = exp2f(ma - ba), cb = exp2f(mb - bb);
+        ma = na;
+        mb = nb;
+        float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+        for (int n = 0; n < FA_KEYS / 8; n++) {
+            sacc[n][0] = exp2f(sacc[n][0] - ba);
+            sacc[n][1] = exp2f(sacc[n][1] - ba);
+            sacc[n][2] = exp2f(sacc[n][2] - bb);
+            sacc[n][3] = exp2f(sacc[n][3] - bb);
+            sa += sacc[n][0] + sacc[n][1];
+            sb += sacc[n][2] + sacc[n][3];
+        }
+        la = la * ca + sa;
+        lb = lb * cb + sb;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            oacc[j][0] *= ca;
+            oacc[j][1] *= ca;
+            oacc[j][2] *= cb;
+            oacc[j][3] *= cb;
+        }
+        /* O += P V */
+#pragma unroll
+        for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+            uint32_t a[4];
+            a[0] = pack_half2(sacc[2 * kk][0], sacc[2 * kk][1]);
+            a[1] = pack_half2(sacc[2 * kk][2], sacc[2 * kk][3]);
+            a[2] = pack_half2(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1]);
+            a[3] = pack_half2(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3]);
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                const __half *vb = Vt + (8 * j + gid) * VS + 16 * kk + 2 * tq;
+                mma16816(oacc[j], a, *(const uint32_t *)vb, *(const uint32_t *)(vb + 8));
+            }
+        }
+    }
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+        const int d = 8 * j + 2 * tq;
+        if (ra < p.n_tok) {
+            float *o = p.out + (size_t)ra * p.out_stride + (size_t)h * D + d;
+            o[0] = oacc[j][0] / la;
+            o[1] = oacc[j][1] / la;
+        }
+        if (rb < p.n_tok) {
+            float *o = p.out + (size_t)rb * p.out_stride + (size_t)h * D + d;
+            o[0] = oacc[j][2] / lb;
+            o[1] = oacc[j][3] / lb;
+        }
+    }
+}
+
+static size_t fa_smem_bytes(int D) { return (size_t)(2 * FA_ROWS * (D + 8) + D * (FA_KEYS + 8)) * sizeof(__half); }
+
+template <int D>
+static void launch_flash(cuda_exec *ex, const fa_params &p, int n_head) {
+    const size_t smem = fa_smem_bytes(D);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute((const void *)attn_flash_kernel<D>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (!tela_cuda_check(ex, e, "attention (flash): shared memory")) return;
+    }
+    dim3 grid((unsigned)((p.n_tok + FA_ROWS - 1) / FA_ROWS), (unsigned)n_head);
+    attn_flash_kernel<D><<<grid, 128, smem, ex->stream>>>(p);
+    tela_cuda_launched(ex, "attention (flash)");
+}
+
+void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride, float *out,
+                         int64_t out_stride, const int32_t *pos, int n_tok, int32_t pos0, int n_head, float scale,
+                         int32_t bucket_len) {
+    const tela_kv_shape *s = &kv->head.shape;
+    const int D = s->k_dim;
+    const bool flash = n_tok > TELA_CUDA_GEMV_MAX_TOK && kv->elt == 2 && s->k_dim == s->v_dim &&
+                       (D == 64 || D == 128 || D == 256) && fa_smem_bytes(D) <= ex->be->smem_optin;
+    if (!flash) {
+        attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, n_tok, n_head, scale,
+                         n_tok == 1 ? bucket_len : pos0 + n_tok);
+        return;
+    }
+    fa_params p;
+    p.q = q;
+    p.q_stride = q_stride;
+    p.k = (const __half *)kv->k + (size_t)layer * s->n_kv_head * s->n_ctx * D;
+    p.v = (const __half *)kv->v + (size_t)layer * s->n_kv_head * s->n_ctx * D;
+    p.n_ctx = s->n_ctx;
+    p.n_tok = n_tok;
+    p.group = n_head / s->n_kv_head;
+    p.pos = pos;
+    p.qscale = scale * LOG2E;
+    p.out = out;
+    p.out_stride = out_stride;
+    if (D == 64) launch_flash<64>(ex, p, n_head);
+    else if (D == 128) launch_flash<128>(ex, p, n_head);
+    else launch_flash<256>(ex, p, n_head);
+}

@@ -1,0 +1,645 @@
+/* cuda_backend.cu: the CUDA backend behind backend.h: the device, its
+ * memory (weights uploaded once in the GPU layouts, with a check that
+ * they fit), execs (a stream, a cuBLAS handle, scratch, and the captured
+ * decode graphs), KV caches in device memory, and the operations, each
+ * handed to the kernels of cuda_matvec.cu, cuda_elementwise.cu and
+ * cuda_attention.cu. Errors of the asynchronous operations are kept on
+ * the exec and reported by the next sync, download or graph_end. */
+#include "backend/cuda/cuda_common.cuh"
+#include "quant/quant.h"
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const tela_backend_ops tela_cuda_ops_table;
+#define cuda_ops_table tela_cuda_ops_table
+
+static cuda_backend *as_be(tela_backend *be) { return (cuda_backend *)be; }
+static cuda_exec *as_ex(tela_exec *ex) { return (cuda_exec *)ex; }
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+int tela_backend_cuda_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" error */
+        return 0;
+    }
+    return n;
+}
+
+bool tela_cuda_check(cuda_exec *ex, cudaError_t err, const char *what) {
+    if (err == cudaSuccess) return true;
+    if (ex->failed == TELA_OK)
+        ex->failed = tela_errorf(err == cudaErrorMemoryAllocation ? TELA_ERR_NOMEM : TELA_ERR_INTERNAL,
+                                 "cuda:%d: %s: %s", ex->be->device, what, cudaGetErrorString(err));
+    return false;
+}
+
+bool tela_cuda_launched(cuda_exec *ex, const char *what) { return tela_cuda_check(ex, cudaGetLastError(), what); }
+
+void *tela_cuda_scratch(cuda_exec *ex, size_t bytes) {
+    bytes = tela_cuda_align(bytes ? bytes : 1);
+    if (bytes <= ex->scratch_bytes) return ex->scratch;
+    if (ex->cur >= 0 && ex->mode == 1) {
+        /* capturing: memory cannot be allocated now; this step stays eager */
+        tela_cuda_check(ex, cudaErrorStreamCaptureUnsupported, "scratch grown during graph capture");
+        return NULL;
+    }
+    if (!tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize")) return NULL;
+    cudaFree(ex->scratch);
+    ex->scratch = NULL;
+    ex->scratch_bytes = 0;
+    void *p = NULL;
+    if (!tela_cuda_check(ex, cudaMalloc(&p, bytes), "scratch memory")) return NULL;
+    ex->scratch = p;
+    ex->scratch_bytes = bytes;
+    return p;
+}
+
+/* A second scratch buffer, for results that must outlive the operations
+ * using tela_cuda_scratch; the same growth rules. */
+static void *exec_aux(cuda_exec *ex, size_t bytes) {
+    bytes = tela_cuda_align(bytes ? bytes : 1);
+    if (bytes <= ex->aux_bytes) return ex->aux;
+    if (ex->cur >= 0 && ex->mode == 1) {
+        tela_cuda_check(ex, cudaErrorStreamCaptureUnsupported, "scratch grown during graph capture");
+        return NULL;
+    }
+    if (!tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize")) return NULL;
+    cudaFree(ex->aux);
+    ex->aux = NULL;
+    ex->aux_bytes = 0;
+    void *p = NULL;
+    if (!tela_cuda_check(ex, cudaMalloc(&p, bytes), "scratch memory")) return NULL;
+    ex->aux = p;
+    ex->aux_bytes = bytes;
+    return p;
+}
+
+/* ------------------------------------------------------------ backend */
+
+static void cuda_destroy(tela_backend *be) {
+    cuda_backend *b = as_be(be);
+    cudaSetDevice(b->device);
+    for (size_t i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
+    free(b->allocs);
+    free(b);
+}
+
+static tela_status cuda_mem_info(tela_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    cuda_backend *b = as_be(be);
+    cudaSetDevice(b->device);
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess)
+        return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: cannot read the free memory: %s", b->device,
+                           cudaGetErrorString(e));
+    return TELA_OK;
+}
+
+static bool cuda_type_supported(const tela_backend *be, tela_type type) {
+    (void)be;
+    return tela_cuda_type_ok(type);
+}
+
+/* Device memory owned by the backend until it is destroyed. */
+static tela_status be_track(cuda_backend *b, void *p) {
+    if (b->n_allocs == b->cap_allocs) {
+        size_t cap = b->cap_allocs ? 2 * b->cap_allocs : 64;
+        void **na = (void **)realloc(b->allocs, cap * sizeof *na);
+        if (!na) {
+            cudaFree(p);
+            return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+        }
+        b->allocs = na;
+        b->cap_allocs = cap;
+    }
+    b->allocs[b->n_allocs++] = p;
+    return TELA_OK;
+}
+
+static tela_status dev_alloc(cuda_backend *b, size_t bytes, const char *what, void **out) {
+    *out = NULL;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return tela_errorf(TELA_ERR_NOMEM, "cuda:%d: %s needs %.1f MiB of GPU memory but only %.1f MiB of %.1f MiB are free",
+                           b->device, what, mib(bytes), mib(fr), mib(tot));
+    }
+    e = cudaMemset(p, 0, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: clearing %s: %s", b->device, what, cudaGetErrorString(e));
+    }
+    *out = p;
+    return TELA_OK;
+}
+
+/* The index of an earlier matrix with the same stored data (a tied output
+ * head is the embedding table), or -1. */
+static long same_data(tela_mat *const *mats, size_t i) {
+    for (size_t j = 0; j < i; j++)
+        if (mats[j]->data == mats[i]->data && mats[j]->type == mats[i]->type && mats[j]->n_rows == mats[i]->n_rows &&
+            mats[j]->n_cols == mats[i]->n_cols)
+            return (long)j;
+    return -1;
+}
+
+static size_t cuda_mats_bytes(const tela_backend *be, tela_mat *const *mats, size_t n) {
+    (void)be;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (same_data(mats, i) < 0) total += tela_cuda_align(tela_cuda_layout_bytes(mats[i]->type, mats[i]->n_rows, mats[i]->n_cols));
+    return total;
+}
+
+static tela_status upload_mat(cuda_backend *b, const tela_mat *w, unsigned char *dst, size_t *done, size_t total,
+                              int verbose, int *last_pct) {
+    const size_t bytes = tela_cuda_layout_bytes(w->type, w->n_rows, w->n_cols);
+    const bool split = w->type == TELA_TYPE_Q8_0 || w->type == TELA_TYPE_Q4_0 || w->type == TELA_TYPE_Q6_K;
+    void *host = NULL;
+    const unsigned char *src = (const unsigned char *)w->data;
+    if (split) {
+        host = malloc(bytes);
+        if (!host) return tela_errorf(TELA_ERR_NOMEM, "out of memory rearranging '%s' for the GPU", w->name);
+        tela_cuda_layout_rows(w->type, w->n_rows, w->n_cols, w->data, w->row_bytes, 0, w->n_rows, host);
+        src = (const unsigned char *)host;
+    }
+    const size_t chunk = (size_t)256 << 20;
+    for (size_t off = 0; off < bytes; off += chunk) {
+        const size_t nb = bytes - off < chunk ? bytes - off : chunk;
+        cudaError_t e = cudaMemcpy(dst + off, src + off, nb, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            free(host);
+            return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: uploading '%s': %s", b->device, w->name,
+                               cudaGetErrorString(e));
+        }
+        *done += nb;
+        int pct = total ? (int)(100.0 * (double)*done / (double)total) : 100;
+        if (verbose && total > ((size_t)256 << 20) && pct / 5 != *last_pct / 5) {
+            fprintf(stderr, "\rtela: uploading weights to cuda:%d: %3d%% (%.2f of %.2f GiB)", b->device, pct,
+                    (double)*done / (1 << 30), (double)total / (1 << 30));
+            *last_pct = pct;
+        }
+    }
+    free(host);
+    return TELA_OK;
+}
+
+static tela_status cuda_prepare_mats(tela_backend *be, tela_mat *const *mats, const tela_mat_use *uses, size_t n,
+                                     int verbose) {
+    (void)uses; /* every matrix is read on the GPU, by rows or by products */
+    cuda_backend *b = as_be(be);
+    cudaSetDevice(b->device);
+    for (size_t i = 0; i < n; i++) {
+        const tela_mat *w = mats[i];
+        if (!tela_cuda_type_ok(w->type)) {
+            const tela_type_traits *tr = tela_type_get_traits(w->type);
+            return tela_errorf(TELA_ERR_UNSUPPORTED,
+                               "tensor '%s' has type %s, which the CUDA backend does not compute on (it takes f32, "
+                               "f16, bf16, q8_0, q4_0, q4_K, q5_K and q6_K: requantize with 'tela quantize', or use "
+                               "--device cpu)",
+                               w->name ? w->name : "?", tr ? tr->name : "unknown");
+        }
+    }
+    const size_t total = cuda_mats_bytes(be, mats, n);
+    if (total == 0) return TELA_OK;
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    const size_t reserve = (size_t)256 << 20; /* the CUDA context's own needs, cuBLAS, a session */
+    if (total + reserve > fr)
+        return tela_errorf(TELA_ERR_NOMEM,
+                           "cuda:%d: the weights need %.1f MiB of GPU memory (plus %.0f MiB for work buffers) but only "
+                           "%.1f MiB of %.1f MiB are free: use a smaller quantization (tela quantize) or --device cpu",
+                           b->device, mib(total), mib(reserve), mib(fr), mib(tot));
+    void *block = NULL;
+    TELA_TRY(dev_alloc(b, total, "the weights", &block));
+    TELA_TRY(be_track(b, block));
+    unsigned char *dst = (unsigned char *)block;
+    size_t done = 0;
+    int last_pct = -5;
+    for (size_t i = 0; i < n; i++) {
+        long j = same_data(mats, i);
+        if (j >= 0) {
+            mats[i]->dev = mats[j]->dev;
+            continue;
+        }
+        TELA_TRY(upload_mat(b, mats[i], dst, &done, total, verbose, &last_pct));
+        mats[i]->dev = dst;
+        dst += tela_cuda_align(tela_cuda_layout_bytes(mats[i]->type, mats[i]->n_rows, mats[i]->n_cols));
+    }
+    if (verbose && total > ((size_t)256 << 20)) fprintf(stderr, "\n");
+    b->weight_bytes += total;
+    return TELA_OK;
+}
+
+static tela_status cuda_alloc(tela_backend *be, size_t bytes, const char *what, void **out) {
+    cuda_backend *b = as_be(be);
+    cudaSetDevice(b->device);
+    return dev_alloc(b, bytes, what, out);
+}
+
+static void cuda_free_mem(tela_backend *be, void *p) {
+    cudaSetDevice(as_be(be)->device);
+    cudaFree(p);
+}
+
+static tela_status cuda_make_const(tela_backend *be, const void *host, size_t bytes, const void **out) {
+    cuda_backend *b = as_be(be);
+    cudaSetDevice(b->device);
+    void *p = NULL;
+    TELA_TRY(dev_alloc(b, bytes, "model constants", &p));
+    TELA_TRY(be_track(b, p));
+    cudaError_t e = cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess)
+        return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: uploading constants: %s", b->device, cudaGetErrorString(e));
+    *out = p;
+    return TELA_OK;
+}
+
+/* --------------------------------------------------------------- exec */
+
+static tela_status take_failure(cuda_exec *ex) {
+    tela_status s = ex->failed;
+    ex->failed = TELA_OK;
+    return s;
+}
+
+static void drop_graphs(cuda_exec *ex) {
+    for (int i = 0; i < ex->n_slots; i++)
+        if (ex->slots[i].exec) cudaGraphExecDestroy(ex->slots[i].exec);
+    ex->n_slots = 0;
+}
+
+static void cuda_exec_free(tela_exec *e) {
+    cuda_exec *ex = as_ex(e);
+    cudaSetDevice(ex->be->device);
+    if (ex->stream) cudaStreamSynchronize(ex->stream);
+    drop_graphs(ex);
+    if (ex->cublas) cublasDestroy(ex->cublas);
+    cudaFree(ex->cublas_ws);
+    cudaFree(ex->scratch);
+    cudaFree(ex->aux);
+    cudaFreeHost(ex->pinned);
+    if (ex->stream) cudaStreamDestroy(ex->stream);
+    free(ex);
+}
+
+#define CUBLAS_WS_BYTES ((size_t)32 << 20)
+
+static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec **out) {
+    (void)n_threads;
+    *out = NULL;
+    cuda_backend *b = as_be(be);
+    cudaSetDevice(b->device);
+    cuda_exec *ex = (cuda_exec *)calloc(1, sizeof *ex);
+    if (!ex) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    ex->head.ops = &cuda_ops_table;
+    ex->head.be = be;
+    ex->be = b;
+    ex->cur = -1;
+    const char *g = getenv("TELA_CUDA_GRAPHS");
+    ex->graphs = !(g && !strcmp(g, "0"));
+    cudaError_t e = cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc(&ex->cublas_ws, CUBLAS_WS_BYTES);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cuda_exec_free(&ex->head);
+        return tela_errorf(TELA_ERR_NOMEM, "cuda:%d: cannot create a stream and work space: %s", b->device,
+                           cudaGetErrorString(e));
+    }
+    if (cublasCreate(&ex->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(ex->cublas, ex->stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(ex->cublas, ex->cublas_ws, CUBLAS_WS_BYTES) != CUBLAS_STATUS_SUCCESS) {
+        cuda_exec_free(&ex->head);
+        return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: cannot initialize cuBLAS", b->device);
+    }
+    cublasSetMathMode(ex->cublas, CUBLAS_DEFAULT_MATH);
+    *out = &ex->head;
+    return TELA_OK;
+}
+
+/* Prefill steps this long keep the tensor cores' tiles full while the
+ * activations of an 8B model stay within a few hundred MiB. */
+static int cuda_preferred_batch(const tela_exec *ex) {
+    (void)ex;
+    return 4096;
+}
+
+static tela_status cuda_sync(tela_exec *e) {
+    cuda_exec *ex = as_ex(e);
+    tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize");
+    return take_failure(ex);
+}
+
+static tela_status cuda_upload(tela_exec *e, void *dst, const void *src, size_t bytes) {
+    cuda_exec *ex = as_ex(e);
+    tela_cuda_check(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ex->stream), "upload");
+    if (ex->failed != TELA_OK) return take_failure(ex);
+    return TELA_OK;
+}
+
+static tela_status cuda_download(tela_exec *e, void *dst, const void *src, size_t bytes) {
+    cuda_exec *ex = as_ex(e);
+    if (bytes > ex->pinned_bytes) {
+        cudaStreamSynchronize(ex->stream);
+        cudaFreeHost(ex->pinned);
+        ex->pinned = NULL;
+        ex->pinned_bytes = 0;
+        if (tela_cuda_check(ex, cudaMallocHost(&ex->pinned, bytes), "pinned host memory")) ex->pinned_bytes = bytes;
+    }
+    if (ex->pinned_bytes >= bytes) {
+        tela_cuda_check(ex, cudaMemcpyAsync(ex->pinned, src, bytes, cudaMemcpyDeviceToHost, ex->stream), "download");
+        tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "download");
+        if (ex->failed == TELA_OK) memcpy(dst, ex->pinned, bytes);
+    }
+    return take_failure(ex);
+}
+
+static bool cuda_graph_begin(tela_exec *e, uint64_t key) {
+    cuda_exec *ex = as_ex(e);
+    ex->cur = -1;
+    ex->mode = 0;
+    if (!ex->graphs || ex->failed != TELA_OK) return true;
+    int slot = -1;
+    for (int i = 0; i < ex->n_slots; i++)
+        if (ex->slots[i].key == key) slot = i;
+    if (slot < 0) {
+        if (ex->n_slots == TELA_CUDA_MAX_GRAPHS) return true;
+        slot = ex->n_slots++;
+        ex->slots[slot].key = key;
+        ex->slots[slot].seen = 0;
+        ex->slots[slot].exec = NULL;
+    }
+    cuda_graph_slot *s = &ex->slots[slot];
+    ex->cur = slot;
+    if (s->exec) {
+        ex->mode = 2;
+        return false;
+    }
+    if (s->seen < 0 || s->seen == 0) {
+        /* first time: eager, which also sizes the scratch the step needs */
+        if (s->seen == 0) s->seen = 1;
+        return true;
+    }
+    if (cudaStreamBeginCapture(ex->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        s->seen = -1; /* never again */
+        return true;
+    }
+    ex->mode = 1;
+    return true;
+}
+
+static tela_status cuda_graph_end(tela_exec *e) {
+    cuda_exec *ex = as_ex(e);
+    const int slot = ex->cur, mode = ex->mode;
+    ex->cur = -1;
+    ex->mode = 0;
+    if (slot < 0) return ex->failed != TELA_OK ? take_failure(ex) : TELA_OK;
+    cuda_graph_slot *s = &ex->slots[slot];
+    if (mode == 1) {
+        cudaGraph_t graph = NULL;
+        cudaError_t ce = cudaStreamEndCapture(ex->stream, &graph);
+        if (ce == cudaSuccess && ex->failed == TELA_OK) {
+            ce = cudaGraphInstantiate(&s->exec, graph, 0);
+            if (ce != cudaSuccess) s->exec = NULL;
+        }
+        if (graph) cudaGraphDestroy(graph);
+        if (ce != cudaSuccess || ex->failed != TELA_OK || !s->exec) {
+            /* the capture failed: run the step eagerly from now on (the
+             * caller sees this step's failure, if it was one) */
+            cudaGetLastError();
+            s->seen = -1;
+            if (ex->failed != TELA_OK) return take_failure(ex);
+            return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: capturing a decode step failed: %s", ex->be->device,
+                               cudaGetErrorString(ce));
+        }
+    }
+    if (s->exec) tela_cuda_check(ex, cudaGraphLaunch(s->exec, ex->stream), "graph launch");
+    if (ex->failed != TELA_OK) return take_failure(ex);
+    return TELA_OK;
+}
+
+static uint32_t cuda_length_bucket(const tela_exec *ex, int32_t n_kv) {
+    (void)ex;
+    return tela_cuda_length_bucket(n_kv);
+}
+
+/* --------------------------------------------------------- operations */
+
+static void cuda_get_rows(tela_exec *e, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
+    tela_cuda_get_rows(as_ex(e), w, ids, n, out, out_stride);
+}
+
+static void cuda_rmsnorm(tela_exec *e, float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w,
+                         int64_t n, int n_rows, float eps) {
+    tela_cuda_rmsnorm(as_ex(e), out, out_stride, x, x_stride, w, n, n_rows, eps);
+}
+
+static void matmul_one(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
+                       int n_tok, bool accumulate) {
+    if (tela_ops_exact_matmul())
+        tela_cuda_matmul_exact(ex, w, x, x_stride, y, y_stride, n_tok, accumulate);
+    else if (n_tok <= TELA_CUDA_GEMV_MAX_TOK)
+        tela_cuda_gemv(ex, w, NULL, x, x_stride, y, y_stride, n_tok, accumulate);
+    else
+        tela_cuda_matmul_gemm(ex, w, x, x_stride, y, y_stride, n_tok, accumulate);
+}
+
+static void cuda_matmul_many(tela_exec *e, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
+                             int n_tok, bool accumulate) {
+    cuda_exec *ex = as_ex(e);
+    for (int i = 0; i < n; i++) matmul_one(ex, t[i].w, x, x_stride, t[i].y, t[i].y_stride, n_tok, accumulate);
+}
+
+static void cuda_matmul_swiglu(tela_exec *e, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
+                               int64_t x_stride, float *out, int64_t out_stride, int n_tok) {
+    cuda_exec *ex = as_ex(e);
+    const int64_t n_ff = w_gate->n_rows;
+    if (!tela_ops_exact_matmul() && n_tok <= TELA_CUDA_GEMV_MAX_TOK && w_gate->type == w_up->type) {
+        tela_cuda_gemv(ex, w_gate, w_up, x, x_stride, out, out_stride, n_tok, false);
+        return;
+    }
+    /* the up half in a buffer of its own (the products use the scratch) */
+    float *up = (float *)exec_aux(ex, (size_t)n_tok * (size_t)n_ff * sizeof(float));
+    if (!up) return;
+    matmul_one(ex, w_gate, x, x_stride, out, out_stride, n_tok, false);
+    matmul_one(ex, w_up, x, x_stride, up, n_ff, n_tok, false);
+    tela_cuda_swiglu(ex, out, out_stride, up, n_ff, n_ff, n_tok);
+}
+
+static void cuda_add(tela_exec *e, float *y, const float *x, int64_t n) { tela_cuda_add(as_ex(e), y, x, n); }
+
+static void cuda_rope_table(tela_exec *e, float *cs, const tela_batch *b, const double *inv_freq, int n_rot) {
+    tela_cuda_rope_table(as_ex(e), cs, b->pos, b->n_tok, inv_freq, n_rot);
+}
+
+static void cuda_rope(tela_exec *e, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
+                      const float *cs, tela_rope_mode mode) {
+    tela_cuda_rope(as_ex(e), x, x_stride, n_tok, n_heads, head_dim, n_rot, cs, mode);
+}
+
+static void cuda_argmax(tela_exec *e, const float *x, int64_t n, int32_t *out) { tela_cuda_argmax(as_ex(e), x, n, out); }
+
+/* ----------------------------------------------------------- KV cache */
+
+static void cuda_kv_free(tela_kv_cache *kv) {
+    cuda_kv *c = (cuda_kv *)kv;
+    cudaFree(c->k);
+    cudaFree(c->v);
+    free(c);
+}
+
+static tela_status cuda_kv_create(tela_exec *e, const tela_kv_shape *shape, tela_kv_cache **out) {
+    cuda_exec *ex = as_ex(e);
+    *out = NULL;
+    cudaSetDevice(ex->be->device);
+    cuda_kv *c = (cuda_kv *)calloc(1, sizeof *c);
+    if (!c) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    c->head.ops = &cuda_ops_table;
+    c->head.shape = *shape;
+    c->elt = shape->dtype == TELA_KV_DTYPE_F16 ? 2 : 4;
+    const size_t per = (size_t)shape->n_layer * shape->n_kv_head * (size_t)shape->n_ctx;
+    const size_t kb = per * shape->k_dim * c->elt, vb = per * shape->v_dim * c->elt;
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    if (kb + vb + ((size_t)64 << 20) > fr) {
+        const size_t elt = c->elt;
+        free(c);
+        return tela_errorf(TELA_ERR_NOMEM,
+                           "session: a KV cache of %d tokens (%s) needs %.1f MiB of GPU memory but only %.1f MiB are "
+                           "free: lower the context (-c)%s",
+                           shape->n_ctx, elt == 2 ? "f16" : "f32", mib(kb + vb), mib(fr),
+                           elt == 4 ? " or use an f16 KV cache (--kv-type f16)" : "");
+    }
+    tela_status s = dev_alloc(ex->be, kb, "the KV cache (keys)", &c->k);
+    if (s == TELA_OK) s = dev_alloc(ex->be, vb, "the KV cache (values)", &c->v);
+    if (s != TELA_OK) {
+        cuda_kv_free(&c->head);
+        return s;
+    }
+    *out = &c->head;
+    return TELA_OK;
+}
+
+static void cuda_kv_clear(tela_exec *e, tela_kv_cache *kv) {
+    (void)e;
+    (void)kv;
+}
+
+static size_t cuda_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past) {
+    const cuda_kv *c = (const cuda_kv *)kv;
+    const tela_kv_shape *s = &kv->shape;
+    return (size_t)s->n_layer * s->n_kv_head * (size_t)n_past * (size_t)(s->k_dim + s->v_dim) * c->elt;
+}
+
+/* The image: per layer, the keys [n_kv_head][n_past][k_dim], then the
+ * values, in the cache's precision. */
+static tela_status kv_copy(cuda_exec *ex, const cuda_kv *c, int32_t n_past, unsigned char *host, bool save) {
+    const tela_kv_shape *s = &c->head.shape;
+    if (n_past == 0) return TELA_OK;
+    for (int l = 0; l < s->n_layer; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            const size_t dim = (size_t)(kv ? s->v_dim : s->k_dim);
+            const size_t pitch = (size_t)s->n_ctx * dim * c->elt, width = (size_t)n_past * dim * c->elt;
+            unsigned char *dev = (unsigned char *)(kv ? c->v : c->k) + (size_t)l * s->n_kv_head * pitch;
+            cudaError_t e = save ? cudaMemcpy2DAsync(host, width, dev, pitch, width, s->n_kv_head,
+                                                     cudaMemcpyDeviceToHost, ex->stream)
+                                 : cudaMemcpy2DAsync(dev, pitch, host, width, width, s->n_kv_head,
+                                                     cudaMemcpyHostToDevice, ex->stream);
+            if (!tela_cuda_check(ex, e, save ? "saving the KV cache" : "restoring the KV cache")) return take_failure(ex);
+            host += width * s->n_kv_head;
+        }
+    tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "KV cache copy");
+    return take_failure(ex);
+}
+
+static tela_status cuda_kv_save(tela_exec *e, const tela_kv_cache *kv, int32_t n_past, void *dst) {
+    return kv_copy(as_ex(e), (const cuda_kv *)kv, n_past, (unsigned char *)dst, true);
+}
+
+static tela_status cuda_kv_load(tela_exec *e, tela_kv_cache *kv, int32_t n_past, const void *src) {
+    return kv_copy(as_ex(e), (const cuda_kv *)kv, n_past, (unsigned char *)(uintptr_t)src, false);
+}
+
+static void cuda_kv_store(tela_exec *e, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
+                          int64_t v_stride, const tela_batch *b) {
+    tela_cuda_kv_store(as_ex(e), (cuda_kv *)kv, layer, k, k_stride, v, v_stride, b->pos, b->n_tok);
+}
+
+static void cuda_attention(tela_exec *e, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
+                           float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
+    const int32_t bucket_len = tela_cuda_bucket_len(tela_cuda_length_bucket(b->pos0 + b->n_tok));
+    tela_cuda_attention(as_ex(e), (const cuda_kv *)kv, layer, q, q_stride, out, out_stride, b->pos, b->n_tok, b->pos0,
+                        n_head, scale, bucket_len);
+}
+
+const tela_backend_ops tela_cuda_ops_table = {
+    cuda_destroy,
+    cuda_mem_info,
+    cuda_type_supported,
+    cuda_prepare_mats,
+    cuda_mats_bytes,
+    cuda_alloc,
+    cuda_free_mem,
+    cuda_make_const,
+    cuda_exec_create,
+    cuda_exec_free,
+    cuda_preferred_batch,
+    cuda_sync,
+    cuda_upload,
+    cuda_download,
+    cuda_graph_begin,
+    cuda_graph_end,
+    cuda_length_bucket,
+    cuda_get_rows,
+    cuda_rmsnorm,
+    cuda_matmul_many,
+    cuda_matmul_swiglu,
+    cuda_add,
+    cuda_rope_table,
+    cuda_rope,
+    cuda_argmax,
+    cuda_kv_create,
+    cuda_kv_free,
+    cuda_kv_clear,
+    cuda_kv_image_bytes,
+    cuda_kv_save,
+    cuda_kv_load,
+    cuda_kv_store,
+    cuda_attention,
+};
+
+tela_status tela_backend_cuda_create(int device, int n_threads, tela_backend **out) {
+    *out = NULL;
+    cudaError_t e = cudaSetDevice(device);
+    cudaDeviceProp prop;
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, device);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "cuda:%d: cannot use the GPU: %s", device, cudaGetErrorString(e));
+    }
+    if (prop.major < 8)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "cuda:%d: %s has compute capability %d.%d; tela needs 8.0 or newer",
+                           device, prop.name, prop.major, prop.minor);
+    cuda_backend *b = (cuda_backend *)calloc(1, sizeof *b);
+    if (!b) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    b->head.ops = &cuda_ops_table;
+    b->head.kind = TELA_BACKEND_CUDA;
+    b->head.host_visible = false;
+    b->head.n_threads = n_threads;
+    b->device = device;
+    b->sm_count = prop.multiProcessorCount;
+    b->cc_major = prop.major;
+    b->cc_minor = prop.minor;
+    b->smem_optin = prop.sharedMemPerBlockOptin;
+    snprintf(b->head.description, sizeof b->head.description, "cuda:%d (%.64s, %.1f GiB, sm_%d%d, %d SMs)", device,
+             prop.name, (double)prop.totalGlobalMem / (1 << 30), prop.major, prop.minor, prop.multiProcessorCount);
+    *out = &b->head;
+    return TELA_OK;
+}

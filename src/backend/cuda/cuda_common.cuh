@@ -1,0 +1,139 @@
+/* cuda_common.cuh: what the CUDA backend's files share: the backend, exec
+ * and KV cache structs, error checks, the GPU weight layouts, and the
+ * host-side launchers of the kernels (each .cu file holds one family of
+ * kernels and its launchers). Only src/backend/cuda/ includes it.
+ *
+ * GPU weight layouts (made once at upload, tela_mat.dev points at them):
+ *   F32, F16, BF16, Q4_K, Q5_K: the stored rows, as in the file.
+ *   Q8_0: all rows' int8 quants [n_rows][n_cols], then the f16 scales
+ *         [n_rows][n_cols / 32], each array 256-byte aligned.
+ *   Q4_0: the nibbles [n_rows][n_cols / 2] (each 32-block's 16 bytes as
+ *         stored), then the f16 scales [n_rows][n_cols / 32].
+ *   Q6_K: per 256-block the 128 ql bytes and 64 qh bytes [n_rows][nb][192],
+ *         then the int8 scales [n_rows][nb][16], then d [n_rows][nb] (f16).
+ * Splitting the blocks whose sizes are not multiples of 16 bytes gives
+ * every lane 16-byte aligned loads. */
+#ifndef TELA_BACKEND_CUDA_COMMON_CUH
+#define TELA_BACKEND_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/backend_impl.h"
+
+/* Byte offset of the second (and third) array of a split layout. */
+static inline __host__ __device__ size_t tela_cuda_align(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* The GPU layout's total bytes for a matrix (0: type not supported). */
+size_t tela_cuda_layout_bytes(tela_type type, int64_t n_rows, int64_t n_cols);
+/* Rearranges rows [r0, r0 + nr) of the stored matrix src (host) into the
+ * GPU layout's host image dst (tela_cuda_layout_bytes of the full matrix):
+ * the three arrays of split layouts are at their full-matrix offsets. */
+void tela_cuda_layout_rows(tela_type type, int64_t n_rows, int64_t n_cols, const void *src, size_t row_bytes,
+                           int64_t r0, int64_t nr, void *dst);
+bool tela_cuda_type_ok(tela_type type);
+
+typedef struct cuda_backend {
+    tela_backend head;
+    int device;
+    int sm_count;
+    int cc_major, cc_minor;
+    size_t smem_optin;           /* largest dynamic shared memory a block may ask for */
+    /* device memory owned by the backend (weights, constants), freed at destroy */
+    void **allocs;
+    size_t n_allocs, cap_allocs;
+    size_t weight_bytes;
+} cuda_backend;
+
+#define TELA_CUDA_MAX_GRAPHS 48
+
+typedef struct cuda_graph_slot {
+    uint64_t key;
+    int seen;                    /* times run eagerly */
+    cudaGraphExec_t exec;
+} cuda_graph_slot;
+
+typedef struct cuda_exec {
+    tela_exec head;
+    cuda_backend *be;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *cublas_ws;
+    /* scratch, grown outside graph capture: converted activations,
+     * dequantized weight panels, quantized activations, attention partials */
+    void *scratch;
+    size_t scratch_bytes;
+    void *aux;
+    size_t aux_bytes;
+    void *pinned;                /* host staging for downloads */
+    size_t pinned_bytes;
+    tela_status failed;          /* first failure of a void operation */
+    bool graphs;                 /* capture decode steps (TELA_CUDA_GRAPHS=0 turns it off) */
+    cuda_graph_slot slots[TELA_CUDA_MAX_GRAPHS];
+    int n_slots;
+    int cur;                     /* the slot of the step between graph_begin and graph_end, or -1 */
+    int mode;                    /* of that step: 0 eager, 1 capturing, 2 replay */
+} cuda_exec;
+
+typedef struct cuda_kv {
+    tela_kv_cache head;
+    size_t elt;                  /* bytes per element (4 or 2) */
+    /* layer l, head h, position p, dim i at k + ((l * n_kv_head + h) * n_ctx + p) * k_dim + i */
+    void *k, *v;
+} cuda_kv;
+
+/* Records the first failure on the exec (a CUDA error naming what failed)
+ * and returns false; true when err is cudaSuccess. */
+bool tela_cuda_check(cuda_exec *ex, cudaError_t err, const char *what);
+/* The same for the launch just made (cudaGetLastError). */
+bool tela_cuda_launched(cuda_exec *ex, const char *what);
+/* At least `bytes` of scratch (256-byte aligned), NULL after recording a
+ * failure (also when it would have to grow while a graph is captured). */
+void *tela_cuda_scratch(cuda_exec *ex, size_t bytes);
+
+/* ---- launchers (cuda_matvec.cu) ---- */
+
+/* Products y[t] (+)= W x[t] for t < n_tok, n_tok <= TELA_CUDA_GEMV_MAX_TOK,
+ * weights in the GPU layout; x is quantized to 8 bits per 32 (quantized
+ * types) inside the kernel. With w_up: y[t] = silu(W x[t]) * (W_up x[t])
+ * (same type and shape). */
+#define TELA_CUDA_GEMV_MAX_TOK 8
+void tela_cuda_gemv(cuda_exec *ex, const tela_mat *w, const tela_mat *w_up, const float *x, int64_t x_stride,
+                    float *y, int64_t y_stride, int n_tok, bool accumulate);
+/* The exact mode: f32 activations and accumulation, any n_tok. */
+void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y,
+                            int64_t y_stride, int n_tok, bool accumulate);
+/* Large batches: dequantize W to f16 (bf16 for BF16 weights) panel by panel,
+ * x to the same type, and multiply with cuBLAS (f32 accumulation). */
+void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y,
+                           int64_t y_stride, int n_tok, bool accumulate);
+void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
+
+/* ---- launchers (cuda_elementwise.cu) ---- */
+void tela_cuda_rmsnorm(cuda_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w,
+                       int64_t n, int n_rows, float eps);
+void tela_cuda_add(cuda_exec *ex, float *y, const float *x, int64_t n);
+void tela_cuda_swiglu(cuda_exec *ex, float *gate, int64_t gate_stride, const float *up, int64_t up_stride,
+                      int64_t n, int n_rows);
+void tela_cuda_rope_table(cuda_exec *ex, float *cs, const int32_t *pos, int n_tok, const double *inv_freq, int n_rot);
+void tela_cuda_rope(cuda_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
+                    const float *cs, tela_rope_mode mode);
+void tela_cuda_argmax(cuda_exec *ex, const float *x, int64_t n, int32_t *out);
+void tela_cuda_kv_store(cuda_exec *ex, cuda_kv *kv, int layer, const float *k, int64_t k_stride, const float *v,
+                        int64_t v_stride, const int32_t *pos, int n_tok);
+
+/* ---- launchers (cuda_attention.cu) ---- */
+/* bucket_len: the upper bound of the context length this launch may see
+ * (the decode graphs' length bucket), which fixes the split count. */
+void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride, float *out,
+                         int64_t out_stride, const int32_t *pos, int n_tok, int32_t pos0, int n_head, float scale,
+                         int32_t bucket_len);
+/* The decode graphs' length buckets: steps with n_kv in one bucket share
+ * one captured graph (tela_exec_length_bucket). */
+uint32_t tela_cuda_length_bucket(int32_t n_kv);
+int32_t tela_cuda_bucket_len(uint32_t bucket);
+
+#endif

@@ -1,0 +1,191 @@
+/* cuda_elementwise.cu: the small kernels of a forward pass: RMSNorm (sum
+ * of squares in double, as the CPU does), residual adds, SwiGLU, the RoPE
+ * table (angles in double) and rotation, the greedy argmax, and stores into
+ * the KV cache at the positions read from device memory. */
+#include "backend/cuda/cuda_common.cuh"
+
+/* --------------------------------------------------------------- rmsnorm */
+
+static __global__ void rmsnorm_kernel(float *out, int64_t out_stride, const float *x, int64_t x_stride,
+                                      const float *w, int64_t n, float eps) {
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * x_stride;
+    float *orow = out + r * out_stride;
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    __shared__ double part[32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (lane == 0) part[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+        ss = lane < (int)(blockDim.x / 32) ? part[lane] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) part[0] = ss;
+    }
+    __syncthreads();
+    const float scale = (float)(1.0 / sqrt(part[0] / (double)n + (double)eps));
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i] * scale;
+        orow[i] = w ? v * w[i] : v;
+    }
+}
+
+void tela_cuda_rmsnorm(cuda_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w,
+                       int64_t n, int n_rows, float eps) {
+    if (n_rows <= 0) return;
+    const int threads = n >= 1024 ? 1024 : n >= 256 ? 256 : 64;
+    rmsnorm_kernel<<<(unsigned)n_rows, threads, 0, ex->stream>>>(out, out_stride, x, x_stride, w, n, eps);
+    tela_cuda_launched(ex, "rmsnorm");
+}
+
+/* ------------------------------------------------------ add and SwiGLU */
+
+static __global__ void add_kernel(float *y, const float *x, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+static unsigned grid_1d(int64_t n) {
+    int64_t b = (n + 255) / 256;
+    return (unsigned)(b > 4096 ? 4096 : (b < 1 ? 1 : b));
+}
+
+void tela_cuda_add(cuda_exec *ex, float *y, const float *x, int64_t n) {
+    if (n <= 0) return;
+    add_kernel<<<grid_1d(n), 256, 0, ex->stream>>>(y, x, n);
+    tela_cuda_launched(ex, "add");
+}
+
+static __global__ void swiglu_kernel(float *gate, int64_t gs, const float *up, int64_t us, int64_t n, int n_rows) {
+    const int64_t total = n * n_rows;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / n, c = i % n;
+        const float g = gate[r * gs + c];
+        gate[r * gs + c] = g / (1.0f + expf(-g)) * up[r * us + c];
+    }
+}
+
+void tela_cuda_swiglu(cuda_exec *ex, float *gate, int64_t gate_stride, const float *up, int64_t up_stride, int64_t n,
+                      int n_rows) {
+    swiglu_kernel<<<grid_1d(n * n_rows), 256, 0, ex->stream>>>(gate, gate_stride, up, up_stride, n, n_rows);
+    tela_cuda_launched(ex, "swiglu");
+}
+
+/* ------------------------------------------------------------------ RoPE */
+
+static __global__ void rope_table_kernel(float *cs, const int32_t *pos, int n_tok, const double *inv_freq, int half) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_tok * half) return;
+    const int t = i / half, f = i % half;
+    const double a = (double)pos[t] * inv_freq[f];
+    cs[(size_t)t * 2 * half + 2 * f] = (float)cos(a);
+    cs[(size_t)t * 2 * half + 2 * f + 1] = (float)sin(a);
+}
+
+void tela_cuda_rope_table(cuda_exec *ex, float *cs, const int32_t *pos, int n_tok, const double *inv_freq, int n_rot) {
+    const int n = n_tok * (n_rot / 2);
+    if (n <= 0) return;
+    rope_table_kernel<<<(unsigned)((n + 127) / 128), 128, 0, ex->stream>>>(cs, pos, n_tok, inv_freq, n_rot / 2);
+    tela_cuda_launched(ex, "rope table");
+}
+
+static __global__ void rope_kernel(float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int half,
+                                   const float *cs, int adjacent) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n_tok * n_heads * half) return;
+    const int f = (int)(i % half);
+    const int h = (int)((i / half) % n_heads);
+    const int t = (int)(i / ((int64_t)half * n_heads));
+    float *v = x + (size_t)t * x_stride + (size_t)h * head_dim;
+    const float c = cs[(size_t)t * 2 * half + 2 * f], s = cs[(size_t)t * 2 * half + 2 * f + 1];
+    const int i0 = adjacent ? 2 * f : f, i1 = adjacent ? 2 * f + 1 : f + half;
+    const float x0 = v[i0], x1 = v[i1];
+    v[i0] = x0 * c - x1 * s;
+    v[i1] = x0 * s + x1 * c;
+}
+
+void tela_cuda_rope(cuda_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
+                    const float *cs, tela_rope_mode mode) {
+    const int64_t n = (int64_t)n_tok * n_heads * (n_rot / 2);
+    if (n <= 0) return;
+    rope_kernel<<<(unsigned)((n + 255) / 256), 256, 0, ex->stream>>>(x, x_stride, n_tok, n_heads, head_dim, n_rot / 2,
+                                                                      cs, mode == TELA_ROPE_ADJACENT);
+    tela_cuda_launched(ex, "rope");
+}
+
+/* ---------------------------------------------------------------- argmax */
+
+/* The largest value, the lowest index among equals; NaN never wins. */
+static __device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
+    float bv = -INFINITY;
+    int64_t bi = n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        if (better(x[i], i, bv, bi)) bv = x[i], bi = i;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    __shared__ float sv[32];
+    __shared__ int64_t si[32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < (int)(blockDim.x / 32) ? sv[lane] : -INFINITY;
+        bi = lane < (int)(blockDim.x / 32) ? si[lane] : n;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+        }
+        if (lane == 0) out[0] = (int32_t)(bi < n ? bi : 0);
+    }
+}
+
+void tela_cuda_argmax(cuda_exec *ex, const float *x, int64_t n, int32_t *out) {
+    argmax_kernel<<<1, 1024, 0, ex->stream>>>(x, n, out);
+    tela_cuda_launched(ex, "argmax");
+}
+
+/* -------------------------------------------------------------- KV store */
+
+template <typename T>
+static __global__ void kv_store_kernel(T *cache, int n_ctx, int n_kv_head, int dim, const float *src,
+                                       int64_t src_stride, const int32_t *pos, int n_tok) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t row = (int64_t)n_kv_head * dim;
+    if (i >= row * n_tok) return;
+    const int t = (int)(i / row), h = (int)((i % row) / dim), d = (int)(i % dim);
+    cache[((size_t)h * n_ctx + pos[t]) * dim + d] = (T)src[(size_t)t * src_stride + (size_t)h * dim + d];
+}
+
+void tela_cuda_kv_store(cuda_exec *ex, cuda_kv *kv, int layer, const float *k, int64_t k_stride, const float *v,
+                        int64_t v_stride, const int32_t *pos, int n_tok) {
+    const tela_kv_shape *s = &kv->head.shape;
+    const size_t kl = (size_t)s->n_kv_head * s->n_ctx * s->k_dim, vl = (size_t)s->n_kv_head * s->n_ctx * s->v_dim;
+    const int64_t nk = (int64_t)n_tok * s->n_kv_head * s->k_dim, nv = (int64_t)n_tok * s->n_kv_head * s->v_dim;
+    if (s->dtype == TELA_KV_DTYPE_F16) {
+        __half *kc = (__half *)kv->k + layer * kl, *vc = (__half *)kv->v + layer * vl;
+        kv_store_kernel<__half><<<(unsigned)((nk + 255) / 256), 256, 0, ex->stream>>>(kc, s->n_ctx, s->n_kv_head,
+                                                                                       s->k_dim, k, k_stride, pos, n_tok);
+        kv_store_kernel<__half><<<(unsigned)((nv + 255) / 256), 256, 0, ex->stream>>>(vc, s->n_ctx, s->n_kv_head,
+                                                                                       s->v_dim, v, v_stride, pos, n_tok);
+    } else {
+        float *kc = (float *)kv->k + layer * kl, *vc = (float *)kv->v + layer * vl;
+        kv_store_kernel<float><<<(unsigned)((nk + 255) / 256), 256, 0, ex->stream>>>(kc, s->n_ctx, s->n_kv_head,
+                                                                                      s->k_dim, k, k_stride, pos, n_tok);
+        kv_store_kernel<float><<<(unsigned)((nv + 255) / 256), 256, 0, ex->stream>>>(vc, s->n_ctx, s->n_kv_head,
+                                                                                      s->v_dim, v, v_stride, pos, n_tok);
+    }
+    tela_cuda_launched(ex, "kv store");
+}

@@ -1,0 +1,779 @@
+/* cuda_matvec.cu: products with weight matrices on the GPU, in their
+ * stored type (the GPU layouts of cuda_common.cuh):
+ *  - gemv: decode steps (1..8 tokens). One warp per weight row, 16 rows
+ *    per block. Quantized weights: the block first quantizes the
+ *    activations to int8 per 32 (with the scale and the scaled sum of each
+ *    32), as the CPU kernels do, into shared memory; each lane then takes
+ *    units of the row (a quarter of a 256-block for the K-quants, a
+ *    32-block for Q8_0/Q4_0) and forms the integer sums with dp4a. Float
+ *    weights: 16-byte loads converted to f32 and fused multiply-adds with
+ *    f32 activations. A warp reduction gives each row's result.
+ *  - gemm: prefill. Quantized weights are dequantized to f16 in panels of
+ *    rows into scratch, the activations converted to f16 (bf16 for BF16
+ *    weights), and cuBLAS multiplies them with f32 accumulation.
+ *  - exact: f32 activations and accumulation, one weight element at a
+ *    time through tela_cuda_weight (the parity tests' mode, and an
+ *    independent check of the fast kernels' unpacking).
+ *  - get_rows: embedding rows through the same element function. */
+#include "backend/cuda/cuda_common.cuh"
+#include "quant/quant.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------- layouts */
+
+static int64_t n_blocks(tela_type type, int64_t n_cols) {
+    return type == TELA_TYPE_Q8_0 || type == TELA_TYPE_Q4_0 ? n_cols / 32 : n_cols / 256;
+}
+
+bool tela_cuda_type_ok(tela_type type) {
+    switch (type) {
+    case TELA_TYPE_F32: case TELA_TYPE_F16: case TELA_TYPE_BF16: case TELA_TYPE_Q8_0: case TELA_TYPE_Q4_0:
+    case TELA_TYPE_Q4_K: case TELA_TYPE_Q5_K: case TELA_TYPE_Q6_K: return true;
+    default: return false;
+    }
+}
+
+size_t tela_cuda_layout_bytes(tela_type type, int64_t n_rows, int64_t n_cols) {
+    const size_t R = (size_t)n_rows, nb = (size_t)n_blocks(type, n_cols);
+    switch (type) {
+    case TELA_TYPE_F32: return R * (size_t)n_cols * 4;
+    case TELA_TYPE_F16: case TELA_TYPE_BF16: return R * (size_t)n_cols * 2;
+    case TELA_TYPE_Q4_K: return R * nb * 144;
+    case TELA_TYPE_Q5_K: return R * nb * 176;
+    case TELA_TYPE_Q8_0: return tela_cuda_align(R * (size_t)n_cols) + R * nb * 2;
+    case TELA_TYPE_Q4_0: return tela_cuda_align(R * (size_t)n_cols / 2) + R * nb * 2;
+    case TELA_TYPE_Q6_K: return tela_cuda_align(R * nb * 192) + tela_cuda_align(R * nb * 16) + R * nb * 2;
+    default: return 0;
+    }
+}
+
+void tela_cuda_layout_rows(tela_type type, int64_t n_rows, int64_t n_cols, const void *src, size_t row_bytes,
+                           int64_t r0, int64_t nr, void *dst) {
+    const unsigned char *s = (const unsigned char *)src;
+    unsigned char *d = (unsigned char *)dst;
+    const size_t R = (size_t)n_rows, nb = (size_t)n_blocks(type, n_cols);
+    switch (type) {
+    case TELA_TYPE_Q8_0: {
+        unsigned char *qs = d, *sc = d + tela_cuda_align(R * (size_t)n_cols);
+        for (int64_t r = r0; r < r0 + nr; r++)
+            for (size_t b = 0; b < nb; b++) {
+                const unsigned char *blk = s + (size_t)r * row_bytes + b * 34;
+                memcpy(sc + ((size_t)r * nb + b) * 2, blk, 2);
+                memcpy(qs + (size_t)r * (size_t)n_cols + b * 32, blk + 2, 32);
+            }
+        return;
+    }
+    case TELA_TYPE_Q4_0: {
+        unsigned char *qs = d, *sc = d + tela_cuda_align(R * (size_t)n_cols / 2);
+        for (int64_t r = r0; r < r0 + nr; r++)
+            for (size_t b = 0; b < nb; b++) {
+                const unsigned char *blk = s + (size_t)r * row_bytes + b * 18;
+                memcpy(sc + ((size_t)r * nb + b) * 2, blk, 2);
+                memcpy(qs + (size_t)r * (size_t)n_cols / 2 + b * 16, blk + 2, 16);
+            }
+        return;
+    }
+    case TELA_TYPE_Q6_K: {
+        unsigned char *q = d, *sc = d + tela_cuda_align(R * nb * 192);
+        unsigned char *dd = sc + tela_cuda_align(R * nb * 16);
+        for (int64_t r = r0; r < r0 + nr; r++)
+            for (size_t b = 0; b < nb; b++) {
+                const unsigned char *blk = s + (size_t)r * row_bytes + b * 210;
+                const size_t i = (size_t)r * nb + b;
+                memcpy(q + i * 192, blk, 192);          /* ql[128], qh[64] */
+                memcpy(sc + i * 16, blk + 192, 16);     /* scales */
+                memcpy(dd + i * 2, blk + 208, 2);       /* d */
+            }
+        return;
+    }
+    default:
+        memcpy(d + (size_t)r0 * row_bytes, s + (size_t)r0 * row_bytes, (size_t)nr * row_bytes);
+        return;
+    }
+}
+
+/* ------------------------------------------------------- element access */
+
+struct wview {
+    const uint8_t *p;
+    int64_t n_rows, n_cols;
+};
+
+static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+static __device__ __forceinline__ uint16_t ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+
+/* Scale and min j of a Q4_K/Q5_K block's 12 packed bytes (as dequant.c). */
+static __device__ __forceinline__ void k4_scale_min(const uint8_t *q, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* One weight element W[row][col], dequantized as quant/dequant.c does. */
+static __device__ float tela_cuda_weight(tela_type type, const wview w, int64_t row, int64_t col) {
+    const int64_t K = w.n_cols;
+    switch (type) {
+    case TELA_TYPE_F32: return ((const float *)w.p)[row * K + col];
+    case TELA_TYPE_F16: return h2f(((const uint16_t *)w.p)[row * K + col]);
+    case TELA_TYPE_BF16: return bf2f(((const uint16_t *)w.p)[row * K + col]);
+    case TELA_TYPE_Q8_0: {
+        const int64_t nb = K / 32, R = w.n_rows;
+        const float d = h2f(ld16(w.p + tela_cuda_align((size_t)(R * K)) + 2 * (row * nb + col / 32)));
+        return d * (float)((const int8_t *)w.p)[row * K + col];
+    }
+    case TELA_TYPE_Q4_0: {
+        const int64_t nb = K / 32, R = w.n_rows;
+        const float d = h2f(ld16(w.p + tela_cuda_align((size_t)(R * K / 2)) + 2 * (row * nb + col / 32)));
+        const int j = (int)(col % 32);
+        const uint8_t q = w.p[row * (K / 2) + (col / 32) * 16 + (j & 15)];
+        return d * (float)((j < 16 ? (q & 0xF) : (q >> 4)) - 8);
+    }
+    case TELA_TYPE_Q4_K: case TELA_TYPE_Q5_K: {
+        const int64_t nb = K / 256;
+        const bool five = type == TELA_TYPE_Q5_K;
+        const uint8_t *blk = w.p + (row * nb + col / 256) * (five ? 176 : 144);
+        const int e = (int)(col % 256), c = e / 64, l = e % 32, hi = (e / 32) & 1;
+        int sc, m;
+        k4_scale_min(blk + 4, 2 * c + hi, &sc, &m);
+        const uint8_t qb = blk[(five ? 48 : 16) + 32 * c + l];
+        int q = hi ? qb >> 4 : qb & 0xF;
+        if (five) q |= ((blk[16 + l] >> (2 * c + hi)) & 1) << 4;
+        return h2f(ld16(blk)) * (float)sc * (float)q - h2f(ld16(blk + 2)) * (float)m;
+    }
+    case TELA_TYPE_Q6_K: {
+        const int64_t nb = K / 256, R = w.n_rows, i = row * nb + col / 256;
+        const uint8_t *q = w.p + i * 192;
+        const int8_t *scales = (const int8_t *)(w.p + tela_cuda_align((size_t)(R * nb * 192))) + i * 16;
+        const uint8_t *dp = w.p + tela_cuda_align((size_t)(R * nb * 192)) + tela_cuda_align((size_t)(R * nb * 16)) + i * 2;
+        const int e = (int)(col % 256), h = e / 128, g = (e % 128) / 32, l = e % 32;
+        const uint8_t *ql = q + 64 * h, *qh = q + 128 + 32 * h;
+        const int lo = (g & 1) ? ql[l + 32] : ql[l];
+        const int nib = g >= 2 ? lo >> 4 : lo & 0xF;
+        const int v = (nib | ((qh[l] >> (2 * g)) & 3) << 4) - 32;
+        return h2f(ld16(dp)) * (float)scales[8 * h + 2 * g + l / 16] * (float)v;
+    }
+    default: return 0.0f;
+    }
+}
+
+/* -------------------------------------------------------- warp helpers */
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ------------------------------------------------------- decode: gemv */
+
+#define GEMV_WARPS 16
+
+/* The activations of n_tok tokens quantized to int8 per 32 into shared
+ * memory: xq [NT][K], xd [NT][K/32] (scales), xs [NT][K/32] (scale times
+ * the sum of the 32 quants). Eight lanes per 32-block, four elements each. */
+template <int NT>
+static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n_tok, int8_t *xq, float *xd,
+                                  float *xs) {
+    const int n4 = K / 4;
+    for (int t = 0; t < NT; t++) {
+        if (t >= n_tok) break;
+        const float *xt = x + (size_t)t * x_stride;
+        for (int base = 0; base < n4; base += blockDim.x) {
+            const int g = base + threadIdx.x;
+            const bool ok = g < n4;
+            float v0 = 0.f, v1 = 0.f, v2 = 0.f, v3 = 0.f;
+            if (ok) {
+                v0 = xt[4 * g];
+                v1 = xt[4 * g + 1];
+                v2 = xt[4 * g + 2];
+                v3 = xt[4 * g + 3];
+            }
+            float amax = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const int q0 = __float2int_rn(v0 * id), q1 = __float2int_rn(v1 * id);
+            const int q2 = __float2int_rn(v2 * id), q3 = __float2int_rn(v3 * id);
+            int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (ok) {
+                const uint32_t packed =
+                    (uint32_t)(q0 & 0xff) | (uint32_t)(q1 & 0xff) << 8 | (uint32_t)(q2 & 0xff) << 16 |
+                    (uint32_t)(q3 & 0xff) << 24;
+                ((uint32_t *)(xq + (size_t)t * K))[g] = packed;
+                if ((threadIdx.x & 7) == 0) {
+                    xd[t * (K / 32) + g / 8] = d;
+                    xs[t * (K / 32) + g / 8] = d * (float)sum;
+                }
+            }
+        }
+    }
+}
+
+static __device__ __forceinline__ int byte_of3(uint32_t w0, uint32_t w1, uint32_t w2, int k) {
+    const uint32_t w = k < 4 ? w0 : (k < 8 ? w1 : w2);
+    return (int)((w >> (8 * (k & 3))) & 0xff);
+}
+
+static __device__ __forceinline__ void k4_scale_min_w(uint32_t s0, uint32_t s1, uint32_t s2, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = byte_of3(s0, s1, s2, j) & 63;
+        *m = byte_of3(s0, s1, s2, j + 4) & 63;
+    } else {
+        *sc = (byte_of3(s0, s1, s2, j + 4) & 0xF) | ((byte_of3(s0, s1, s2, j - 4) >> 6) << 4);
+        *m = (byte_of3(s0, s1, s2, j + 4) >> 4) | ((byte_of3(s0, s1, s2, j) >> 6) << 4);
+    }
+}
+
+/* The units of a row and each unit's contribution to the dot products of
+ * NT tokens (acc[t] += unit . x[t]). */
+template <int TYPE>
+struct qunits;
+
+template <>
+struct qunits<TELA_TYPE_Q4_K> {
+    static __device__ __forceinline__ int count(int K) { return K / 64; }
+    template <int NT>
+    static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
+                                               const float *xs, int K, int n_tok, float *acc) {
+        const int64_t nb = K / 256;
+        const int b = u >> 2, q = u & 3;
+        const uint8_t *blk = w.p + (row * nb + b) * 144;
+        const uint4 hdr = *(const uint4 *)blk;
+        const uint4 qa = *(const uint4 *)(blk + 16 + 32 * q), qb = *(const uint4 *)(blk + 32 + 32 * q);
+        const float d = h2f((uint16_t)(hdr.x & 0xffff)), dmin = h2f((uint16_t)(hdr.x >> 16));
+        int sc0, m0, sc1, m1;
+        k4_scale_min_w(hdr.y, hdr.z, hdr.w, 2 * q, &sc0, &m0);
+        k4_scale_min_w(hdr.y, hdr.z, hdr.w, 2 * q + 1, &sc1, &m1);
+        const uint32_t v[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        const int a0 = b * 8 + 2 * q, nab = K / 32;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n_tok) break;
+            const int4 *x0 = (const int4 *)(xq + (size_t)t * K + a0 * 32);
+            const int4 xa0 = x0[0], xa1 = x0[1], xb0 = x0[2], xb1 = x0[3];
+            const int xa[8] = {xa0.x, xa0.y, xa0.z, xa0.w, xa1.x, xa1.y, xa1.z, xa1.w};
+            const int xb[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
+            int s0 = 0, s1 = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                s0 = __dp4a((int)(v[i] & 0x0F0F0F0Fu), xa[i], s0);
+                s1 = __dp4a((int)((v[i] >> 4) & 0x0F0F0F0Fu), xb[i], s1);
+            }
+            const float *dt = xd + t * nab, *st = xs + t * nab;
+            acc[t] += d * ((float)sc0 * dt[a0] * (float)s0 + (float)sc1 * dt[a0 + 1] * (float)s1) -
+                      dmin * ((float)m0 * st[a0] + (float)m1 * st[a0 + 1]);
+        }
+    }
+};
+
+template <>
+struct qunits<TELA_TYPE_Q5_K> {
+    static __device__ __forceinline__ int count(int K) { return K / 64; }
+    template <int NT>
+    static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
+                                               const float *xs, int K, int n_tok, float *acc) {
+        const int64_t nb = K / 256;
+        const int b = u >> 2, q = u & 3;
+        const uint8_t *blk = w.p + (row * nb + b) * 176;
+        const uint4 hdr = *(const uint4 *)blk;
+        const uint4 h0 = *(const uint4 *)(blk + 16), h1 = *(const uint4 *)(blk + 32);
+        const uint4 qa = *(const uint4 *)(blk + 48 + 32 * q), qb = *(const uint4 *)(blk + 64 + 32 * q);
+        const float d = h2f((uint16_t)(hdr.x & 0xffff)), dmin = h2f((uint16_t)(hdr.x >> 16));
+        int sc0, m0, sc1, m1;
+        k4_scale_min_w(hdr.y, hdr.z, hdr.w, 2 * q, &sc0, &m0);
+        k4_scale_min_w(hdr.y, hdr.z, hdr.w, 2 * q + 1, &sc1, &m1);
+        const uint32_t v[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        const uint32_t hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        uint32_t lo[8], hi[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            lo[i] = (v[i] & 0x0F0F0F0Fu) | (((hv[i] >> (2 * q)) & 0x01010101u) << 4);
+            hi[i] = ((v[i] >> 4) & 0x0F0F0F0Fu) | (((hv[i] >> (2 * q + 1)) & 0x01010101u) << 4);
+        }
+        const int a0 = b * 8 + 2 * q, nab = K / 32;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n_tok) break;
+            const int4 *x0 = (const int4 *)(xq + (size_t)t * K + a0 * 32);
+            const int4 xa0 = x0[0], xa1 = x0[1], xb0 = x0[2], xb1 = x0[3];
+            const int xa[8] = {xa0.x, xa0.y, xa0.z, xa0.w, xa1.x, xa1.y, xa1.z, xa1.w};
+            const int xb[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
+            int s0 = 0, s1 = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                s0 = __dp4a((int)lo[i], xa[i], s0);
+                s1 = __dp4a((int)hi[i], xb[i], s1);
+            }
+            const float *dt = xd + t * nab, *st = xs + t * nab;
+            acc[t] += d * ((float)sc0 * dt[a0] * (float)s0 + (float)sc1 * dt[a0 + 1] * (float)s1) -
+                      dmin * ((float)m0 * st[a0] + (float)m1 * st[a0 + 1]);
+        }
+    }
+};
+
+static __device__ __forceinline__ int sbyte4(uint4 s, int k) {
+    const uint32_t w = k < 4 ? s.x : (k < 8 ? s.y : (k < 12 ? s.z : s.w));
+    return (int)(int8_t)((w >> (8 * (k & 3))) & 0xff);
+}
+
+template <>
+struct qunits<TELA_TYPE_Q6_K> {
+    static __device__ __forceinline__ int count(int K) { return K / 64; }
+    template <int NT>
+    static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
+                                               const float *xs, int K, int n_tok, float *acc) {
+        const int64_t nb = K / 256, R = w.n_rows;
+        const int b = u >> 2, q = u & 3, h = q >> 1, part = q & 1;
+        const int64_t i = row * nb + b;
+        const uint8_t *blk = w.p + i * 192;
+        const uint4 l0 = *(const uint4 *)(blk + 64 * h + 32 * part), l1 = *(const uint4 *)(blk + 64 * h + 32 * part + 16);
+        const uint4 h0 = *(const uint4 *)(blk + 128 + 32 * h), h1 = *(const uint4 *)(blk + 144 + 32 * h);
+        const uint8_t *scp = w.p + tela_cuda_align((size_t)(R * nb * 192));
+        const uint4 sc = *(const uint4 *)(scp + i * 16);
+        const float d = h2f(ld16(scp + tela_cuda_align((size_t)(R * nb * 16)) + i * 2));
+        const int scA0 = sbyte4(sc, 8 * h + 2 * part), scA1 = sbyte4(sc, 8 * h + 2 * part + 1);
+        const int scB0 = sbyte4(sc, 8 * h + 4 + 2 * part), scB1 = sbyte4(sc, 8 * h + 5 + 2 * part);
+        const uint32_t lv[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+        const uint32_t hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        int A[8], B[8];
+        const int shA = 2 * part, shB = 4 + 2 * part;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t a = (lv[k] & 0x0F0F0F0Fu) | (((hv[k] >> shA) & 0x03030303u) << 4);
+            const uint32_t bb = ((lv[k] >> 4) & 0x0F0F0F0Fu) | (((hv[k] >> shB) & 0x03030303u) << 4);
+            A[k] = (int)__vsub4(a, 0x20202020u);
+            B[k] = (int)__vsub4(bb, 0x20202020u);
+        }
+        const int aA = b * 8 + 4 * h + part, aB = aA + 2, nab = K / 32;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n_tok) break;
+            const int4 *xA = (const int4 *)(xq + (size_t)t * K + aA * 32);
+            const int4 *xB = (const int4 *)(xq + (size_t)t * K + aB * 32);
+            const int4 a0 = xA[0], a1 = xA[1], b0 = xB[0], b1 = xB[1];
+            const int xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const int xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+            int sA0 = 0, sA1 = 0, sB0 = 0, sB1 = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                sA0 = __dp4a(A[k], xa[k], sA0);
+                sA1 = __dp4a(A[k + 4], xa[k + 4], sA1);
+                sB0 = __dp4a(B[k], xb[k], sB0);
+                sB1 = __dp4a(B[k + 4], xb[k + 4], sB1);
+            }
+            const float *dt = xd + t * nab;
+            acc[t] += d * (dt[aA] * (float)(scA0 * sA0 + scA1 * sA1) + dt[aB] * (float)(scB0 * sB0 + scB1 * sB1));
+        }
+        (void)xs;
+    }
+};
+
+template <>
+struct qunits<TELA_TYPE_Q8_0> {
+    static __device__ __forceinline__ int count(int K) { return K / 32; }
+    template <int NT>
+    static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
+                                               const float *xs, int K, int n_tok, float *acc) {
+        const int64_t nb = K / 32, R = w.n_rows;
+        const uint8_t *qs = w.p + row * K + 32 * u;
+        const uint4 qa = *(const uint4 *)qs, qb = *(const uint4 *)(qs + 16);
+        const float d = h2f(ld16(w.p + tela_cuda_align((size_t)(R * K)) + 2 * (row * nb + u)));
+        const int v[8] = {(int)qa.x, (int)qa.y, (int)qa.z, (int)qa.w, (int)qb.x, (int)qb.y, (int)qb.z, (int)qb.w};
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n_tok) break;
+            const int4 *x0 = (const int4 *)(xq + (size_t)t * K + u * 32);
+            const int4 a0 = x0[0], a1 = x0[1];
+            const int xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            int s = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) s = __dp4a(v[i], xa[i], s);
+            acc[t] += d * xd[t * nb + u] * (float)s;
+        }
+        (void)xs;
+    }
+};
+
+template <>
+struct qunits<TELA_TYPE_Q4_0> {
+    static __device__ __forceinline__ int count(int K) { return K / 32; }
+    template <int NT>
+    static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
+                                               const float *xs, int K, int n_tok, float *acc) {
+        const int64_t nb = K / 32, R = w.n_rows;
+        const uint4 qa = *(const uint4 *)(w.p + row * (K / 2) + 16 * u);
+        const float d = h2f(ld16(w.p + tela_cuda_align((size_t)(R * K / 2)) + 2 * (row * nb + u)));
+        const uint32_t v[4] = {qa.x, qa.y, qa.z, qa.w};
+        int lo[4], hi[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            lo[i] = (int)__vsub4(v[i] & 0x0F0F0F0Fu, 0x08080808u);
+            hi[i] = (int)__vsub4((v[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n_tok) break;
+            const int4 *x0 = (const int4 *)(xq + (size_t)t * K + u * 32);
+            const int4 a0 = x0[0], a1 = x0[1];
+            int s = 0;
+            s = __dp4a(lo[0], a0.x, s);
+            s = __dp4a(lo[1], a0.y, s);
+            s = __dp4a(lo[2], a0.z, s);
+            s = __dp4a(lo[3], a0.w, s);
+            s = __dp4a(hi[0], a1.x, s);
+            s = __dp4a(hi[1], a1.y, s);
+            s = __dp4a(hi[2], a1.z, s);
+            s = __dp4a(hi[3], a1.w, s);
+            acc[t] += d * xd[t * nb + u] * (float)s;
+        }
+        (void)xs;
+    }
+};
+
+struct gemv_params {
+    wview w, w_up;              /* w_up.p != NULL: the SwiGLU pair */
+    const float *x;
+    int64_t x_stride;
+    float *y;
+    int64_t y_stride;
+    int n_tok;
+    int accumulate;
+};
+
+static __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+template <int NT>
+static __device__ __forceinline__ void gemv_write(const gemv_params &p, int64_t row, float *acc, float *acc_up,
+                                                  bool swiglu) {
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= p.n_tok) break;
+        float v = warp_sum(acc[t]);
+        if (swiglu) v = silu(v) * warp_sum(acc_up[t]);
+        if ((threadIdx.x & 31) == 0) {
+            float *yp = p.y + (size_t)t * p.y_stride + row;
+            *yp = p.accumulate ? *yp + v : v;
+        }
+    }
+}
+
+template <int TYPE, int NT>
+static __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_q_kernel(const gemv_params p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int K = (int)p.w.n_cols;
+    int8_t *xq = (int8_t *)smem;
+    float *xd = (float *)(smem + (size_t)NT * K);
+    float *xs = xd + NT * (K / 32);
+    quantize_x<NT>(p.x, p.x_stride, K, p.n_tok, xq, xd, xs);
+    __syncthreads();
+    const int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    if (row >= p.w.n_rows) return;
+    const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
+    const bool swiglu = p.w_up.p != NULL;
+    float acc[NT], acc_up[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = acc_up[t] = 0.0f;
+    for (int u = lane; u < n_units; u += 32) {
+        qunits<TYPE>::template dot<NT>(p.w, row, u, xq, xd, xs, K, p.n_tok, acc);
+        if (swiglu) qunits<TYPE>::template dot<NT>(p.w_up, row, u, xq, xd, xs, K, p.n_tok, acc_up);
+    }
+    gemv_write<NT>(p, row, acc, acc_up, swiglu);
+}
+
+/* Float weights: 8 elements (16 bytes of F16/BF16, two loads of F32) per
+ * lane step; x read through the cache. VEC: K % 8 == 0 and 16-byte
+ * aligned rows of x, else one element per step. */
+template <int TYPE>
+static __device__ __forceinline__ void load8(const uint8_t *rowp, int64_t c8, float *f) {
+    if (TYPE == TELA_TYPE_F32) {
+        const float4 a = ((const float4 *)rowp)[2 * c8], b = ((const float4 *)rowp)[2 * c8 + 1];
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    } else {
+        const uint4 v = ((const uint4 *)rowp)[c8];
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (TYPE == TELA_TYPE_F16) {
+                const float2 h = __half22float2(*(const __half2 *)&u[i]);
+                f[2 * i] = h.x, f[2 * i + 1] = h.y;
+            } else {
+                f[2 * i] = __uint_as_float(u[i] << 16), f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+            }
+        }
+    }
+}
+
+template <int TYPE>
+static __device__ __forceinline__ float load1(const uint8_t *rowp, int64_t c) {
+    if (TYPE == TELA_TYPE_F32) return ((const float *)rowp)[c];
+    if (TYPE == TELA_TYPE_F16) return h2f(((const uint16_t *)rowp)[c]);
+    return bf2f(((const uint16_t *)rowp)[c]);
+}
+
+template <int TYPE, int NT, bool VEC>
+static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row, const gemv_params &p, float *acc) {
+    const int K = (int)p.w.n_cols, lane = threadIdx.x & 31;
+    const uint8_t *rowp = w.p + (size_t)row * K * (TYPE == TELA_TYPE_F32 ? 4 : 2);
+    if (VEC) {
+        for (int c8 = lane; c8 < K / 8; c8 += 32) {
+            float f[8];
+            load8<TYPE>(rowp, c8, f);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= p.n_tok) break;
+                const float4 *xp = (const float4 *)(p.x + (size_t)t * p.x_stride + 8 * c8);
+                const float4 a = __ldg(xp), b = __ldg(xp + 1);
+                float s = acc[t];
+                s = fmaf(f[0], a.x, s);
+                s = fmaf(f[1], a.y, s);
+                s = fmaf(f[2], a.z, s);
+                s = fmaf(f[3], a.w, s);
+                s = fmaf(f[4], b.x, s);
+                s = fmaf(f[5], b.y, s);
+                s = fmaf(f[6], b.z, s);
+                s = fmaf(f[7], b.w, s);
+                acc[t] = s;
+            }
+        }
+    } else {
+        for (int c = lane; c < K; c += 32) {
+            const float f = load1<TYPE>(rowp, c);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= p.n_tok) break;
+                acc[t] = fmaf(f, p.x[(size_t)t * p.x_stride + c], acc[t]);
+            }
+        }
+    }
+}
+
+template <int TYPE, int NT, bool VEC>
+static __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_f_kernel(const gemv_params p) {
+    const int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    if (row >= p.w.n_rows) return;
+    const bool swiglu = p.w_up.p != NULL;
+    float acc[NT], acc_up[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = acc_up[t] = 0.0f;
+    float_row_dot<TYPE, NT, VEC>(p.w, row, p, acc);
+    if (swiglu) float_row_dot<TYPE, NT, VEC>(p.w_up, row, p, acc_up);
+    gemv_write<NT>(p, row, acc, acc_up, swiglu);
+}
+
+static size_t gemv_smem(tela_type type, int nt_tile, int64_t K) {
+    if (type == TELA_TYPE_F32 || type == TELA_TYPE_F16 || type == TELA_TYPE_BF16) return 0;
+    return (size_t)nt_tile * (size_t)K + 2 * (size_t)nt_tile * (size_t)(K / 32) * sizeof(float);
+}
+
+typedef void (*gemv_kernel_fn)(const gemv_params);
+
+template <int NT>
+static gemv_kernel_fn gemv_pick_nt(tela_type type, bool vec) {
+    switch (type) {
+    case TELA_TYPE_Q4_K: return gemv_q_kernel<TELA_TYPE_Q4_K, NT>;
+    case TELA_TYPE_Q5_K: return gemv_q_kernel<TELA_TYPE_Q5_K, NT>;
+    case TELA_TYPE_Q6_K: return gemv_q_kernel<TELA_TYPE_Q6_K, NT>;
+    case TELA_TYPE_Q8_0: return gemv_q_kernel<TELA_TYPE_Q8_0, NT>;
+    case TELA_TYPE_Q4_0: return gemv_q_kernel<TELA_TYPE_Q4_0, NT>;
+    case TELA_TYPE_F32: return vec ? gemv_f_kernel<TELA_TYPE_F32, NT, true> : gemv_f_kernel<TELA_TYPE_F32, NT, false>;
+    case TELA_TYPE_F16: return vec ? gemv_f_kernel<TELA_TYPE_F16, NT, true> : gemv_f_kernel<TELA_TYPE_F16, NT, false>;
+    case TELA_TYPE_BF16:
+        return vec ? gemv_f_kernel<TELA_TYPE_BF16, NT, true> : gemv_f_kernel<TELA_TYPE_BF16, NT, false>;
+    default: return NULL;
+    }
+}
+
+static gemv_kernel_fn gemv_pick(tela_type type, int nt_tile, bool vec) {
+    switch (nt_tile) {
+    case 1: return gemv_pick_nt<1>(type, vec);
+    case 2: return gemv_pick_nt<2>(type, vec);
+    case 4: return gemv_pick_nt<4>(type, vec);
+    default: return gemv_pick_nt<8>(type, vec);
+    }
+}
+
+void tela_cuda_gemv(cuda_exec *ex, const tela_mat *w, const tela_mat *w_up, const float *x, int64_t x_stride,
+                    float *y, int64_t y_stride, int n_tok, bool accumulate) {
+    const int nt_tile = n_tok <= 1 ? 1 : n_tok <= 2 ? 2 : n_tok <= 4 ? 4 : 8;
+    const int64_t K = w->n_cols;
+    const bool vec = K % 8 == 0 && x_stride % 4 == 0 && ((uintptr_t)x & 15) == 0;
+    gemv_kernel_fn fn = gemv_pick(w->type, nt_tile, vec);
+    const size_t smem = gemv_smem(w->type, nt_tile, K);
+    if (!fn || smem > ex->be->smem_optin) {
+        /* no kernel for this shape: the exact path computes the same product */
+        tela_cuda_matmul_exact(ex, w, x, x_stride, y, y_stride, n_tok, accumulate);
+        if (w_up) { /* the SwiGLU pair needs both halves */
+            tela_cuda_check(ex, cudaErrorNotSupported, "gemv: swiglu without a gemv kernel");
+        }
+        return;
+    }
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (!tela_cuda_check(ex, e, "gemv: shared memory")) return;
+    }
+    gemv_params p;
+    p.w = {(const uint8_t *)w->dev, w->n_rows, w->n_cols};
+    p.w_up = {w_up ? (const uint8_t *)w_up->dev : NULL, w->n_rows, w->n_cols};
+    p.x = x;
+    p.x_stride = x_stride;
+    p.y = y;
+    p.y_stride = y_stride;
+    p.n_tok = n_tok;
+    p.accumulate = accumulate;
+    const unsigned blocks = (unsigned)((w->n_rows + GEMV_WARPS - 1) / GEMV_WARPS);
+    fn<<<blocks, GEMV_WARPS * 32, smem, ex->stream>>>(p);
+    tela_cuda_launched(ex, "gemv");
+}
+
+/* --------------------------------------------------------- exact path */
+
+static __global__ void matmul_exact_kernel(tela_type type, const wview w, const float *x, int64_t x_stride, float *y,
+                                           int64_t y_stride, int n_tok, int accumulate) {
+    const int64_t row = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= w.n_rows) return;
+    const int lane = threadIdx.x & 31;
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (size_t)t * x_stride;
+        float acc = 0.0f;
+        for (int64_t c = lane; c < w.n_cols; c += 32) acc = fmaf(tela_cuda_weight(type, w, row, c), xt[c], acc);
+        acc = warp_sum(acc);
+        if (lane == 0) {
+            float *yp = y + (size_t)t * y_stride + row;
+            *yp = accumulate ? *yp + acc : acc;
+        }
+    }
+}
+
+void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y,
+                            int64_t y_stride, int n_tok, bool accumulate) {
+    const wview v = {(const uint8_t *)w->dev, w->n_rows, w->n_cols};
+    const unsigned blocks = (unsigned)((w->n_rows + 7) / 8);
+    matmul_exact_kernel<<<blocks, 256, 0, ex->stream>>>(w->type, v, x, x_stride, y, y_stride, n_tok, accumulate);
+    tela_cuda_launched(ex, "matmul (exact)");
+}
+
+/* ---------------------------------------------------------- gemm path */
+
+/* rows [r0, r0 + nr) of W dequantized to f16 (or bf16), [nr][K]. */
+template <typename T>
+static __global__ void dequant_rows_kernel(tela_type type, const wview w, int64_t r0, int64_t nr, T *out) {
+    const int64_t n = nr * w.n_cols;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / w.n_cols, c = i % w.n_cols;
+        out[i] = (T)tela_cuda_weight(type, w, r0 + r, c);
+    }
+}
+
+/* K-quant rows to f16, one thread per 32 elements of a 256-block (the
+ * general element path above re-reads each block's header per element). */
+static __global__ void dequant_q4k_rows_kernel(const wview w, int64_t r0, int64_t nr, __half *out) {
+    const int64_t nb = w.n_cols / 256, n = nr * nb * 8;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / (nb * 8), b = (i / 8) % nb;
+        const int s = (int)(i % 8);
+        const uint8_t *blk = w.p + ((r0 + r) * nb + b) * 144;
+        int sc, m;
+        k4_scale_min(blk + 4, s, &sc, &m);
+        const float d = h2f(ld16(blk)) * (float)sc, mn = h2f(ld16(blk + 2)) * (float)m;
+        const uint8_t *q = blk + 16 + 32 * (s / 2);
+        __half *o = out + r * w.n_cols + b * 256 + s * 32;
+        for (int l = 0; l < 32; l++) {
+            const int v = (s & 1) ? q[l] >> 4 : q[l] & 0xF;
+            o[l] = __float2half(d * (float)v - mn);
+        }
+    }
+}
+
+template <typename T>
+static __global__ void convert_x_kernel(const float *x, int64_t x_stride, int64_t K, int n_tok, T *out) {
+    const int64_t n = (int64_t)n_tok * K;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / K, c = i % K;
+        out[i] = (T)x[t * x_stride + c];
+    }
+}
+
+static unsigned grid_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b > 65535 * 8 ? 65535 * 8 : (b < 1 ? 1 : b));
+}
+
+void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y,
+                           int64_t y_stride, int n_tok, bool accumulate) {
+    const int64_t K = w->n_cols, R = w->n_rows;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const wview v = {(const uint8_t *)w->dev, R, K};
+    cublasStatus_t cs;
+    if (w->type == TELA_TYPE_F32) {
+        cs = cublasGemmEx(ex->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)R, n_tok, (int)K, &alpha, w->dev, CUDA_R_32F,
+                          (int)K, x, CUDA_R_32F, (int)x_stride, &beta, y, CUDA_R_32F, (int)y_stride, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT);
+        if (cs != CUBLAS_STATUS_SUCCESS) tela_cuda_check(ex, cudaErrorUnknown, "cuBLAS gemm (f32)");
+        return;
+    }
+    const bool bf = w->type == TELA_TYPE_BF16;
+    const cudaDataType dt = bf ? CUDA_R_16BF : CUDA_R_16F;
+    const size_t xbytes = tela_cuda_align((size_t)n_tok * (size_t)K * 2);
+    const bool direct = w->type == TELA_TYPE_F16 || bf;
+    /* panels of at most 32M weights */
+    int64_t panel = direct ? R : (int64_t)((size_t)32 << 20) / K;
+    if (panel < 64) panel = 64;
+    if (panel > R) panel = R;
+    unsigned char *scr = (unsigned char *)tela_cuda_scratch(ex, xbytes + (direct ? 0 : (size_t)panel * (size_t)K * 2));
+    if (!scr) return;
+    void *xh = scr;
+    if (bf)
+        convert_x_kernel<__nv_bfloat16><<<grid_for((int64_t)n_tok * K, 256), 256, 0, ex->stream>>>(
+            x, x_stride, K, n_tok, (__nv_bfloat16 *)xh);
+    else
+        convert_x_kernel<__half><<<grid_for((int64_t)n_tok * K, 256), 256, 0, ex->stream>>>(x, x_stride, K, n_tok,
+                                                                                             (__half *)xh);
+    if (!tela_cuda_launched(ex, "convert activations")) return;
+    for (int64_t r0 = 0; r0 < R; r0 += panel) {
+        const int64_t nr = R - r0 < panel ? R - r0 : panel;
+        const void *a;
+        if (direct) {
+            a = (const uint8_t *)w->dev + (size_t)r0 * (size_t)K * 2;
+        } else {
+            __half *wp = (__half *)(scr + xbytes);
+            if (w->type == TELA_TYPE_Q4_K)
+                dequant_q4k_rows_kernel<<<grid_for(nr * (K / 256) * 8, 256), 256, 0, ex->stream>>>(v, r0, nr, wp);
+            else
+                dequant_rows_kernel<__half><<<grid_for(nr * K, 256), 256, 0, ex->stream>>>(w->type, v, r0, nr, wp);
+            if (!tela_cuda_launched(ex, "dequantize weights")) return;
+            a = wp;
+        }
+        cs = cublasGemmEx(ex->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n_tok, (int)K, &alpha, a, dt, (int)K, xh, dt,
+                          (int)K, &beta, y + r0, CUDA_R_32F, (int)y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (cs != CUBLAS_STATUS_SUCCESS) {
+            tela_cuda_check(ex, cudaErrorUnknown, "cuBLAS gemm");
+            return;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ get_rows */
+
+static __global__ void get_rows_kernel(tela_type type, const wview w, const int32_t *ids, int n, float *out,
+                                       int64_t out_stride) {
+    const int t = blockIdx.y;
+    if (t >= n) return;
+    const int64_t row = ids[t];
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < w.n_cols; c += (int64_t)gridDim.x * blockDim.x)
+        out[(size_t)t * out_stride + c] = tela_cuda_weight(type, w, row, c);
+}
+
+void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
+    const wview v = {(const uint8_t *)w->dev, w->n_rows, w->n_cols};
+    dim3 grid((unsigned)((w->n_cols + 255) / 256), (unsigned)n);
+    get_rows_kernel<<<grid, 256, 0, ex->stream>>>(w->type, v, ids, n, out, out_stride);
+    tela_cuda_launched(ex, "get_rows");
+}

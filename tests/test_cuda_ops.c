@@ -1,0 +1,422 @@
+/* test_cuda_ops.c: the CUDA backend's operations through backend.h, each
+ * against an independent reference computed on the host in double
+ * precision (weights dequantized by quant/dequant.c, the oracle of the
+ * CPU kernels), on fresh random data, with the outputs poisoned (NaN)
+ * before every call so that an element left unwritten fails:
+ *   - matmul of every GPU weight type: the decode kernels (1..8 tokens,
+ *     activations quantized to 8 bits), the prefill path (dequantized
+ *     panels through cuBLAS), the exact mode, accumulation, and the fused
+ *     SwiGLU pair;
+ *   - embedding rows, RMSNorm, RoPE (both pair conventions), add, argmax
+ *     (ties go to the lower index);
+ *   - attention over f16 and f32 caches: decode steps at short and long
+ *     contexts (several splits), short prefills, and the flash kernel
+ *     (head_dim 64 and 128), against the CPU backend's f32 attention;
+ *   - KV cache snapshot images: save, clear, load, same results.
+ * Skipped (77) without CUDA or a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "quant/quant.h"
+#include "test.h"
+#include "util/fp16.h"
+
+static tela_backend *gpu, *cpu;
+static tela_exec *gx, *cx;
+
+static void *dmalloc(size_t bytes) {
+    void *p = NULL;
+    if (tela_backend_alloc(gpu, bytes, "test", &p) != TELA_OK) {
+        fprintf(stderr, "%s\n", tela_last_error());
+        exit(1);
+    }
+    return p;
+}
+
+static void up(void *d, const void *h, size_t bytes) { CHECK_OK(tela_exec_upload(gx, d, h, bytes)); }
+static void down(void *h, const void *d, size_t bytes) { CHECK_OK(tela_exec_download(gx, h, d, bytes)); }
+
+static void poison(void *d, size_t n_floats) {
+    float *p = malloc(n_floats * sizeof(float));
+    for (size_t i = 0; i < n_floats; i++) p[i] = NAN;
+    up(d, p, n_floats * sizeof(float));
+    free(p);
+}
+
+static float *rand_floats(size_t n, float scale) {
+    float *v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = test_gauss() * scale;
+    return v;
+}
+
+/* ||a - b|| / ||b|| over n values; NaN anywhere gives +inf. */
+static double rel_err(const float *a, const double *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* A random matrix of a type: stored bytes (host) and its dequantized
+ * values (the reference). */
+typedef struct {
+    tela_mat m;
+    void *data;
+    float *deq;
+} test_mat;
+
+static void make_mat(test_mat *t, tela_type type, int64_t rows, int64_t cols, int idx) {
+    const tela_type_traits *tr = tela_type_get_traits(type);
+    size_t rb = tela_type_row_bytes(type, cols);
+    t->data = malloc(rb * (size_t)rows);
+    t->deq = malloc(sizeof(float) * (size_t)(rows * cols));
+    float *src = rand_floats((size_t)cols, 1.0f);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) src[c] = test_gauss() * (0.5f + (float)(r % 7) * 0.1f);
+        unsigned char *dst = (unsigned char *)t->data + (size_t)r * rb;
+        if (type == TELA_TYPE_F32) memcpy(dst, src, (size_t)cols * 4);
+        else if (type == TELA_TYPE_F16)
+            for (int64_t c = 0; c < cols; c++) ((uint16_t *)dst)[c] = tela_f32_to_f16(src[c]);
+        else if (type == TELA_TYPE_BF16)
+            for (int64_t c = 0; c < cols; c++) ((uint16_t *)dst)[c] = tela_f32_to_bf16(src[c]);
+        else CHECK_OK(tela_quantize_row(type, src, dst, cols));
+        CHECK_OK(tela_dequantize_row(type, dst, t->deq + (size_t)r * cols, cols));
+    }
+    free(src);
+    static char names[16][64];
+    snprintf(names[idx % 16], sizeof names[0], "test.%s.%d", tr ? tr->name : "?", idx);
+    t->m = (tela_mat){.name = names[idx % 16], .type = type, .data = t->data, .n_rows = rows, .n_cols = cols,
+                      .row_bytes = rb};
+}
+
+static void free_mat(test_mat *t) {
+    free(t->data);
+    free(t->deq);
+}
+
+static void ref_matmul(const test_mat *w, const float *x, int n_tok, double *y) {
+    const int64_t R = w->m.n_rows, K = w->m.n_cols;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < R; r++) {
+            double s = 0;
+            for (int64_t c = 0; c < K; c++) s += (double)w->deq[r * K + c] * x[(size_t)t * K + c];
+            y[(size_t)t * R + r] = s;
+        }
+}
+
+static const tela_type gpu_types[] = {TELA_TYPE_F32, TELA_TYPE_F16, TELA_TYPE_BF16, TELA_TYPE_Q8_0,
+                                      TELA_TYPE_Q4_0, TELA_TYPE_Q4_K, TELA_TYPE_Q5_K, TELA_TYPE_Q6_K};
+
+/* The bound for a path: the exact mode computes in f32; the decode kernels
+ * quantize activations to 8 bits per 32 for quantized weights (about
+ * 0.3% of each product); the prefill path rounds activations and weights
+ * to f16 (bf16: 8 bits of mantissa). */
+static double bound(tela_type type, int n_tok, bool exact) {
+    if (exact || type == TELA_TYPE_F32) return 2e-5;
+    if (n_tok <= 8) return type == TELA_TYPE_F16 || type == TELA_TYPE_BF16 ? 2e-5 : 1.5e-2;
+    return type == TELA_TYPE_BF16 ? 1e-2 : 2e-3;
+}
+
+static void test_matmul(void) {
+    const int64_t R = 300, K = 1024; /* rows not a multiple of the kernels' 16 */
+    const int toks[] = {1, 2, 3, 5, 8, 17, 70};
+    for (size_t ti = 0; ti < sizeof gpu_types / sizeof gpu_types[0]; ti++) {
+        tela_type type = gpu_types[ti];
+        test_mat w, w2;
+        make_mat(&w, type, R, K, (int)ti);
+        make_mat(&w2, type, R, K, (int)ti + 8);
+        tela_mat *list[2] = {&w.m, &w2.m};
+        tela_mat_use uses[2] = {TELA_MAT_MATMUL, TELA_MAT_MATMUL};
+        CHECK_OK(tela_backend_prepare_mats(gpu, list, uses, 2, 0));
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+            for (int exact = 0; exact < 2; exact++) {
+                const int nt = toks[k];
+                if (exact && nt > 17) continue;
+                tela_ops_set_exact_matmul(exact);
+                float *x = rand_floats((size_t)nt * K, 1.0f);
+                double *ref = malloc(sizeof(double) * (size_t)nt * R), *ref2 = malloc(sizeof(double) * (size_t)nt * R);
+                ref_matmul(&w, x, nt, ref);
+                ref_matmul(&w2, x, nt, ref2);
+                float *dx = dmalloc((size_t)nt * K * 4), *dy = dmalloc((size_t)nt * R * 4);
+                float *y = malloc((size_t)nt * R * 4);
+                up(dx, x, (size_t)nt * K * 4);
+                /* plain */
+                poison(dy, (size_t)nt * R);
+                tela_exec_matmul(gx, &w.m, dx, K, dy, R, nt, false);
+                down(y, dy, (size_t)nt * R * 4);
+                double e = rel_err(y, ref, (size_t)nt * R);
+                CHECK_MSG(e <= bound(type, nt, exact), "matmul %s n_tok %d exact %d: rel err %.3g",
+                          tela_type_name(type), nt, exact, e);
+                /* accumulate: y += W2 x on top of W x */
+                tela_exec_matmul(gx, &w2.m, dx, K, dy, R, nt, true);
+                down(y, dy, (size_t)nt * R * 4);
+                for (size_t i = 0; i < (size_t)nt * R; i++) ref2[i] += ref[i];
+                e = rel_err(y, ref2, (size_t)nt * R);
+                CHECK_MSG(e <= bound(type, nt, exact), "matmul accumulate %s n_tok %d exact %d: rel err %.3g",
+                          tela_type_name(type), nt, exact, e);
+                /* SwiGLU pair: silu(W x) * (W2 x) */
+                ref_matmul(&w2, x, nt, ref2);
+                for (size_t i = 0; i < (size_t)nt * R; i++) ref2[i] = ref[i] / (1.0 + exp(-ref[i])) * ref2[i];
+                poison(dy, (size_t)nt * R);
+                tela_exec_matmul_swiglu(gx, &w.m, &w2.m, dx, K, dy, R, nt);
+                down(y, dy, (size_t)nt * R * 4);
+                e = rel_err(y, ref2, (size_t)nt * R);
+                CHECK_MSG(e <= 2 * bound(type, nt, exact), "swiglu %s n_tok %d exact %d: rel err %.3g",
+                          tela_type_name(type), nt, exact, e);
+                tela_backend_free_mem(gpu, dx);
+                tela_backend_free_mem(gpu, dy);
+                free(x);
+                free(y);
+                free(ref);
+                free(ref2);
+            }
+        }
+        /* embedding rows */
+        int32_t ids[4] = {0, 299, 17, 17};
+        int32_t *dids = dmalloc(sizeof ids);
+        up(dids, ids, sizeof ids);
+        float *drows = dmalloc(4 * K * 4), *rows = malloc(4 * K * 4);
+        poison(drows, 4 * K);
+        tela_exec_get_rows(gx, &w.m, dids, 4, drows, K);
+        down(rows, drows, 4 * K * 4);
+        double maxd = 0;
+        for (int t = 0; t < 4; t++)
+            for (int64_t c = 0; c < K; c++) {
+                double d = fabs((double)rows[t * K + c] - w.deq[ids[t] * K + c]);
+                if (!(d <= maxd)) maxd = isfinite(d) ? d : INFINITY;
+            }
+        CHECK_MSG(maxd <= 1e-6, "get_rows %s: max diff %.3g", tela_type_name(type), maxd);
+        tela_backend_free_mem(gpu, dids);
+        tela_backend_free_mem(gpu, drows);
+        free(rows);
+        free_mat(&w);
+        free_mat(&w2);
+    }
+    tela_ops_set_exact_matmul(false);
+}
+
+static void test_small_ops(void) {
+    /* rmsnorm with strides (rows 70 floats apart, 64 used) */
+    const int n = 64, rows = 9, xs = 70;
+    float *x = rand_floats((size_t)rows * xs, 3.0f), *w = rand_floats(n, 1.0f), *o = malloc((size_t)rows * xs * 4);
+    float *dx = dmalloc((size_t)rows * xs * 4), *dw = dmalloc(n * 4), *dout = dmalloc((size_t)rows * xs * 4);
+    up(dx, x, (size_t)rows * xs * 4);
+    up(dw, w, n * 4);
+    poison(dout, (size_t)rows * xs);
+    tela_exec_rmsnorm(gx, dout, xs, dx, xs, dw, n, rows, 1e-5f);
+    down(o, dout, (size_t)rows * xs * 4);
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)x[r * xs + i] * x[r * xs + i];
+        double sc = 1.0 / sqrt(ss / n + 1e-5);
+        for (int i = 0; i < n; i++) {
+            double ref = x[r * xs + i] * sc * w[i], d = fabs(o[r * xs + i] - ref) / (fabs(ref) + 1e-3);
+            if (!(d <= worst)) worst = isfinite(d) ? d : INFINITY;
+        }
+    }
+    CHECK_MSG(worst <= 1e-5, "rmsnorm: worst relative error %.3g", worst);
+
+    /* add */
+    float *y = rand_floats(1000, 1.0f), *a = rand_floats(1000, 1.0f), *r = malloc(4000);
+    float *dy = dmalloc(4000), *da = dmalloc(4000);
+    up(dy, y, 4000);
+    up(da, a, 4000);
+    tela_exec_add(gx, dy, da, 1000);
+    down(r, dy, 4000);
+    int bad = 0;
+    for (int i = 0; i < 1000; i++) bad += r[i] != y[i] + a[i];
+    CHECK_EQ_INT(bad, 0);
+
+    /* argmax: ties go to the lower index */
+    float *v = rand_floats(100000, 1.0f);
+    v[70001] = 50.0f;
+    v[50002] = 50.0f;
+    float *dv = dmalloc(400000);
+    int32_t *dp = dmalloc(4), pick = -1;
+    up(dv, v, 400000);
+    tela_exec_argmax(gx, dv, 100000, dp);
+    down(&pick, dp, 4);
+    CHECK_EQ_INT(pick, 50002);
+
+    /* RoPE, both conventions: positions with gaps, two heads of 16, 12 rotated */
+    const int nt = 5, heads = 2, hd = 16, n_rot = 12;
+    int32_t pos[5] = {0, 1, 7, 300, 4095};
+    double inv[6];
+    for (int i = 0; i < n_rot / 2; i++) inv[i] = pow(10000.0, -2.0 * i / n_rot);
+    const double *dinv = NULL;
+    CHECK_OK(tela_backend_const(gpu, inv, sizeof inv, (const void **)&dinv));
+    for (int mode = 0; mode < 2; mode++) {
+        float *q = rand_floats((size_t)nt * heads * hd, 1.0f), *qo = malloc((size_t)nt * heads * hd * 4);
+        float *dq = dmalloc((size_t)nt * heads * hd * 4), *dcs = dmalloc((size_t)nt * n_rot * 4);
+        int32_t *dpos = dmalloc(sizeof pos), *dtok = dmalloc(sizeof pos);
+        tela_batch b;
+        CHECK_OK(tela_exec_set_batch(gx, &b, dtok, dpos, pos, nt, 0));
+        up(dpos, pos, sizeof pos); /* positions with gaps, not pos0 + t */
+        up(dq, q, (size_t)nt * heads * hd * 4);
+        tela_exec_rope_table(gx, dcs, &b, dinv, n_rot);
+        tela_exec_rope(gx, dq, heads * hd, nt, heads, hd, n_rot, dcs, (tela_rope_mode)mode);
+        down(qo, dq, (size_t)nt * heads * hd * 4);
+        double md = 0;
+        for (int t = 0; t < nt; t++)
+            for (int h = 0; h < heads; h++) {
+                const float *src = q + (t * heads + h) * hd;
+                const float *got = qo + (t * heads + h) * hd;
+                double ref[16];
+                for (int i = 0; i < hd; i++) ref[i] = src[i];
+                for (int i = 0; i < n_rot / 2; i++) {
+                    int i0 = mode == 0 ? 2 * i : i, i1 = mode == 0 ? 2 * i + 1 : i + n_rot / 2;
+                    double th = pos[t] * inv[i];
+                    ref[i0] = src[i0] * cos(th) - src[i1] * sin(th);
+                    ref[i1] = src[i0] * sin(th) + src[i1] * cos(th);
+                }
+                for (int i = 0; i < hd; i++) {
+                    double d = fabs(got[i] - ref[i]);
+                    if (!(d <= md)) md = isfinite(d) ? d : INFINITY;
+                }
+            }
+        CHECK_MSG(md <= 2e-6, "rope mode %d: max diff %.3g", mode, md);
+        tela_backend_free_mem(gpu, dq);
+        tela_backend_free_mem(gpu, dcs);
+        tela_backend_free_mem(gpu, dpos);
+        tela_backend_free_mem(gpu, dtok);
+        free(q);
+        free(qo);
+    }
+    float *bufs[] = {dx, dw, dout, dy, da, dv};
+    for (size_t i = 0; i < 6; i++) tela_backend_free_mem(gpu, bufs[i]);
+    tela_backend_free_mem(gpu, dp);
+    free(x);
+    free(w);
+    free(o);
+    free(y);
+    free(a);
+    free(r);
+    free(v);
+}
+
+/* Attention: the same keys, values and queries through the GPU (cache of
+ * dtype) and the CPU backend (f32), n_tok queries at positions
+ * pos0..pos0+n_tok-1 after pos0 cached positions. */
+static void check_attention(int n_head, int n_kv_head, int hd, int32_t pos0, int nt, tela_kv_dtype dtype) {
+    const int32_t n_ctx = pos0 + nt + 3;
+    const tela_kv_shape shape = {2, n_ctx, n_kv_head, hd, hd, dtype};
+    tela_kv_cache *gk = NULL, *ck = NULL;
+    CHECK_OK(tela_kv_create(gx, &shape, &gk));
+    CHECK_OK(tela_kv_create(cx, &shape, &ck));
+    if (!gk || !ck) return;
+    const int64_t kvd = (int64_t)n_kv_head * hd, qd = (int64_t)n_head * hd;
+    const int32_t total = pos0 + nt;
+    float *k = rand_floats((size_t)total * kvd, 1.0f), *v = rand_floats((size_t)total * kvd, 1.0f);
+    float *q = rand_floats((size_t)nt * qd, 1.0f);
+    int32_t *ids = calloc((size_t)total, sizeof(int32_t));
+    /* CPU: store all positions at once, attend the last nt */
+    int32_t *cpos = malloc(sizeof(int32_t) * (size_t)total), *ctok = malloc(sizeof(int32_t) * (size_t)total);
+    tela_batch cb;
+    CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, total, 0));
+    tela_exec_kv_store(cx, ck, 1, k, kvd, v, kvd, &cb);
+    CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, nt, pos0));
+    float *ref = malloc(sizeof(float) * (size_t)nt * qd);
+    const float scale = 1.0f / sqrtf((float)hd);
+    tela_exec_attention(cx, ck, 1, q, qd, ref, qd, &cb, n_head, scale);
+    CHECK_OK(tela_exec_sync(cx));
+    /* GPU: store the history in chunks (as prefill steps do), then attend */
+    float *dk = dmalloc((size_t)total * kvd * 4), *dv = dmalloc((size_t)total * kvd * 4);
+    float *dq = dmalloc((size_t)nt * qd * 4), *dout = dmalloc((size_t)nt * qd * 4);
+    int32_t *dpos = dmalloc(sizeof(int32_t) * (size_t)total), *dtok = dmalloc(sizeof(int32_t) * (size_t)total);
+    up(dk, k, (size_t)total * kvd * 4);
+    up(dv, v, (size_t)total * kvd * 4);
+    up(dq, q, (size_t)nt * qd * 4);
+    tela_batch gb;
+    for (int32_t done = 0; done < total;) {
+        int32_t c = total - done < 1000 ? total - done : 1000;
+        CHECK_OK(tela_exec_set_batch(gx, &gb, dtok, dpos, ids, c, done));
+        tela_exec_kv_store(gx, gk, 1, dk + (size_t)done * kvd, kvd, dv + (size_t)done * kvd, kvd, &gb);
+        done += c;
+    }
+    CHECK_OK(tela_exec_set_batch(gx, &gb, dtok, dpos, ids, nt, pos0));
+    poison(dout, (size_t)nt * qd);
+    tela_exec_attention(gx, gk, 1, dq, qd, dout, qd, &gb, n_head, scale);
+    float *got = malloc(sizeof(float) * (size_t)nt * qd);
+    down(got, dout, (size_t)nt * qd * 4);
+    double *refd = malloc(sizeof(double) * (size_t)nt * qd);
+    for (size_t i = 0; i < (size_t)nt * qd; i++) refd[i] = ref[i];
+    double e = rel_err(got, refd, (size_t)nt * qd);
+    const double tol = dtype == TELA_KV_DTYPE_F16 ? 3e-3 : 1e-5;
+    CHECK_MSG(e <= tol, "attention heads %d/%d dim %d pos0 %d n_tok %d %s: rel err %.3g", n_head, n_kv_head, hd, pos0,
+              nt, dtype == TELA_KV_DTYPE_F16 ? "f16" : "f32", e);
+    /* snapshot image round trip on the GPU: save, overwrite, load, same output */
+    size_t ib = tela_kv_image_bytes(gk, total);
+    void *img = malloc(ib);
+    CHECK_OK(tela_kv_save(gx, gk, total, img));
+    float *junk = rand_floats((size_t)total * kvd, 1.0f);
+    up(dk, junk, (size_t)total * kvd * 4);
+    CHECK_OK(tela_exec_set_batch(gx, &gb, dtok, dpos, ids, total < 1000 ? total : 1000, 0));
+    tela_exec_kv_store(gx, gk, 1, dk, kvd, dk, kvd, &gb);
+    CHECK_OK(tela_kv_load(gx, gk, total, img));
+    CHECK_OK(tela_exec_set_batch(gx, &gb, dtok, dpos, ids, nt, pos0));
+    poison(dout, (size_t)nt * qd);
+    tela_exec_attention(gx, gk, 1, dq, qd, dout, qd, &gb, n_head, scale);
+    float *again = malloc(sizeof(float) * (size_t)nt * qd);
+    down(again, dout, (size_t)nt * qd * 4);
+    CHECK_MSG(!memcmp(again, got, sizeof(float) * (size_t)nt * qd), "attention after a KV image round trip differs");
+    free(junk);
+    free(img);
+    free(again);
+    float *bufs[] = {dk, dv, dq, dout};
+    for (size_t i = 0; i < 4; i++) tela_backend_free_mem(gpu, bufs[i]);
+    tela_backend_free_mem(gpu, dpos);
+    tela_backend_free_mem(gpu, dtok);
+    tela_kv_free(gk);
+    tela_kv_free(ck);
+    free(k);
+    free(v);
+    free(q);
+    free(ids);
+    free(cpos);
+    free(ctok);
+    free(ref);
+    free(refd);
+    free(got);
+}
+
+static void test_attention(void) {
+    for (int dt = 0; dt < 2; dt++) {
+        tela_kv_dtype d = dt ? TELA_KV_DTYPE_F16 : TELA_KV_DTYPE_F32;
+        check_attention(4, 2, 24, 0, 1, d);      /* odd head dim, first token */
+        check_attention(4, 2, 24, 40, 3, d);     /* a short multi-token step */
+        check_attention(32, 8, 64, 700, 1, d);   /* decode, several splits */
+        check_attention(32, 8, 128, 5000, 1, d); /* a long context */
+        check_attention(2, 1, 256, 300, 1, d);   /* Qwen3.5's head size */
+        check_attention(12, 4, 64, 0, 100, d);   /* prefill: the flash kernel with f16 */
+        check_attention(8, 8, 128, 64, 200, d);  /* prefill after cached positions */
+        check_attention(4, 1, 16, 10, 37, d);    /* prefill at a head size the flash kernel leaves alone */
+    }
+}
+
+int main(void) {
+    if (!tela_backend_cuda_built()) test_skip("built without CUDA");
+    if (tela_backend_cuda_device_count() == 0) test_skip("no CUDA GPU");
+    test_rng_seed(20261201);
+    if (tela_backend_create("cuda", 0, &gpu) != TELA_OK || tela_backend_create("cpu", 2, &cpu) != TELA_OK) {
+        fprintf(stderr, "%s\n", tela_last_error());
+        return 1;
+    }
+    CHECK_OK(tela_exec_create(gpu, 0, &gx));
+    CHECK_OK(tela_exec_create(cpu, 2, &cx));
+    printf("device: %s\n", tela_backend_description(gpu));
+    test_matmul();
+    test_small_ops();
+    test_attention();
+    tela_exec_free(gx);
+    tela_exec_free(cx);
+    tela_backend_free(gpu);
+    tela_backend_free(cpu);
+    return test_finish();
+}
