@@ -40,6 +40,14 @@ bool tela_cuda_check(cuda_exec *ex, cudaError_t err, const char *what) {
 
 bool tela_cuda_launched(cuda_exec *ex, const char *what) { return tela_cuda_check(ex, cudaGetLastError(), what); }
 
+/* Captured graphs hold the addresses of the scratch buffers: when a buffer
+ * moves, they are dropped (and captured again on their next uses). */
+static void drop_graphs(cuda_exec *ex) {
+    for (int i = 0; i < ex->n_slots; i++)
+        if (ex->slots[i].exec) cudaGraphExecDestroy(ex->slots[i].exec);
+    ex->n_slots = 0;
+}
+
 void *tela_cuda_scratch(cuda_exec *ex, size_t bytes) {
     bytes = tela_cuda_align(bytes ? bytes : 1);
     if (bytes <= ex->scratch_bytes) return ex->scratch;
@@ -49,6 +57,7 @@ void *tela_cuda_scratch(cuda_exec *ex, size_t bytes) {
         return NULL;
     }
     if (!tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize")) return NULL;
+    drop_graphs(ex);
     cudaFree(ex->scratch);
     ex->scratch = NULL;
     ex->scratch_bytes = 0;
@@ -69,6 +78,7 @@ static void *exec_aux(cuda_exec *ex, size_t bytes) {
         return NULL;
     }
     if (!tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize")) return NULL;
+    drop_graphs(ex);
     cudaFree(ex->aux);
     ex->aux = NULL;
     ex->aux_bytes = 0;
@@ -268,12 +278,6 @@ static tela_status take_failure(cuda_exec *ex) {
     tela_status s = ex->failed;
     ex->failed = TELA_OK;
     return s;
-}
-
-static void drop_graphs(cuda_exec *ex) {
-    for (int i = 0; i < ex->n_slots; i++)
-        if (ex->slots[i].exec) cudaGraphExecDestroy(ex->slots[i].exec);
-    ex->n_slots = 0;
 }
 
 static void cuda_exec_free(tela_exec *e) {

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# bench-gpu.sh: the GPU speed figures of docs/BENCHMARKS.md on a machine
+# with an NVIDIA GPU: random-weight models at real shapes made by
+# tela-mkmodel (Llama-3.2-1B, and with BENCH_8B=1 Llama-3.1-8B), quantized
+# by tela quantize, measured by 'tela bench -p 512,4096 -n 128' (plus a
+# tg128 at a 32k-token depth on the 8B F16 file). Needs build-cuda/ (made
+# by scripts/test-gpu.sh). Files go to $TELA_MODELS (default
+# /tmp/tela-models); JSON lines to $OUT/bench.jsonl when OUT is set. A table
+# is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/gpu-env.sh
+B=./build-cuda/bin
+D=${TELA_MODELS:-/tmp/tela-models}
+R=${BENCH_REPS:-3}
+J=${OUT:-/tmp}/bench.jsonl
+mkdir -p "$D"
+: > "$J"
+mk() { [ -f "$D/$2" ] || "$B/tela-mkmodel" "$1" -o "$D/$2" -q; }
+qz() { [ -f "$D/$3" ] || "$B/tela" quantize "$D/$1" "$D/$3" "$2" > /dev/null; }
+bench() { # file, extra args
+    local f=$1; shift
+    "$B/tela" bench -m "$D/$f" -r "$R" --json "$@" | sed "s|^{|{\"file\": \"$f\", |" | tee -a "$J"
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader 2>/dev/null
+
+mk llama-3.2-1b l1b-f16.gguf
+qz l1b-f16.gguf Q8_0 l1b-q8_0.gguf
+qz l1b-f16.gguf Q4_K_M l1b-q4_k_m.gguf
+for f in l1b-f16.gguf l1b-q8_0.gguf l1b-q4_k_m.gguf; do bench "$f" -p 512,4096 -n 128; done
+if [ "${BENCH_8B:-0}" = 1 ]; then
+    mk llama-3.1-8b l8b-f16.gguf
+    qz l8b-f16.gguf Q4_K_M l8b-q4_k_m.gguf
+    for f in l8b-f16.gguf l8b-q4_k_m.gguf; do bench "$f" -p 512,4096 -n 128; done
+    bench l8b-f16.gguf -p 0 -n 128 -d 32768 -r 2
+fi
+
+echo
+echo "==== bench-gpu.sh: tok/s (mean of $R) ===="
+python3 - "$J" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line.startswith("{"): continue
+    o = json.loads(line)
+    print("%-18s %-16s %10.1f +- %.1f" % (o["file"], o["test"], o["avg_ts"], o["stddev_ts"]))
+PY

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# test-gpu.sh: on a machine with an NVIDIA GPU and the CUDA toolkit, builds
+# tela with the CUDA backend (build-cuda/) and runs the whole test suite
+# there: the GPU tests (test_cuda_*) and every other test (on the CPU,
+# TELA_DEVICE=cpu, so their expected outputs hold), then the GPU op tests
+# under compute-sanitizer memcheck (TELA_MEMCHECK=0 skips that), then the
+# demo model through 'tela run' on both devices. A summary is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/gpu-env.sh
+JOBS=${JOBS:-$(nproc)}
+summary=()
+note() { summary+=("$1"); }
+
+cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DTELA_CUDA=ON > /tmp/tela-cmake.log 2>&1 ||
+    { cat /tmp/tela-cmake.log; echo "test-gpu.sh: configure failed"; exit 1; }
+if ! ninja -C build-cuda > /tmp/tela-build.log 2>&1; then
+    grep -E "error|FAILED" /tmp/tela-build.log | head -40
+    echo "test-gpu.sh: build failed"
+    exit 1
+fi
+note "build: ok ($(grep -o 'CUDA backend on.*' /tmp/tela-cmake.log | head -1))"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem,driver_version --format=csv,noheader 2>/dev/null |
+    sed 's/^/gpu: /' | while read -r l; do echo "$l"; done
+./build-cuda/bin/tela --version
+
+(cd build-cuda && ctest --output-on-failure -R '^test_cuda' 2>&1 | tee /tmp/tela-ctest-gpu.log)
+note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log | tail -1)"
+(cd build-cuda && TELA_DEVICE=cpu ctest -j "$JOBS" -E '^test_cuda' 2>&1 | tee /tmp/tela-ctest-cpu.log | tail -5)
+note "other tests (CPU): $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-cpu.log | tail -1)"
+
+if [ "${TELA_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
+    export TELA_SOURCE_DIR=$PWD TELA_BIN=$PWD/build-cuda/bin/tela TELA_SHARED_DIR=$PWD/../shared
+    for t in test_cuda_ops ${TELA_MEMCHECK_MORE:-}; do
+        if compute-sanitizer --tool memcheck --error-exitcode 99 ./build-cuda/tests/$t > /tmp/tela-memcheck-$t.log 2>&1; then
+            note "memcheck $t: clean ($(grep -E 'ERROR SUMMARY' /tmp/tela-memcheck-$t.log | tail -1))"
+        else
+            grep -E "ERROR SUMMARY|Invalid|at 0x|by thread" /tmp/tela-memcheck-$t.log | head -20
+            note "memcheck $t: FAILED ($(grep -E 'ERROR SUMMARY' /tmp/tela-memcheck-$t.log | tail -1))"
+        fi
+    done
+fi
+
+for dev in cpu cuda; do
+    out=$(TELA_DEVICE=$dev ./build-cuda/bin/tela run -p "And God said" -n 24 --temp 0 2>/tmp/tela-run-$dev.log)
+    note "tela run --device $dev: $(echo "$out" | tr '\n' ' ' | cut -c1-100)"
+done
+
+echo
+echo "==== test-gpu.sh summary ===="
+for l in "${summary[@]}"; do echo "$l"; done
