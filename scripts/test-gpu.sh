@@ -12,7 +12,7 @@ JOBS=${JOBS:-$(nproc)}
 summary=()
 note() { summary+=("$1"); }
 
-cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DTELA_CUDA=ON > /tmp/tela-cmake.log 2>&1 ||
+cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DTELA_CUDA=ON -DTELA_SHARED_DIR="${TELA_SHARED_DIR:-$PWD/../shared}" > /tmp/tela-cmake.log 2>&1 ||
     { cat /tmp/tela-cmake.log; echo "test-gpu.sh: configure failed"; exit 1; }
 if ! ninja -C build-cuda > /tmp/tela-build.log 2>&1; then
     grep -E "error|FAILED" /tmp/tela-build.log | head -40
@@ -30,7 +30,7 @@ note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log |
 note "other tests (CPU): $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-cpu.log | tail -1)"
 
 if [ "${TELA_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
-    export TELA_SOURCE_DIR=$PWD TELA_BIN=$PWD/build-cuda/bin/tela TELA_SHARED_DIR=$PWD/../shared
+    export TELA_SOURCE_DIR=$PWD TELA_BIN=$PWD/build-cuda/bin/tela TELA_SHARED_DIR=${TELA_SHARED_DIR:-$PWD/../shared}
     for t in test_cuda_ops ${TELA_MEMCHECK_MORE:-}; do
         if compute-sanitizer --tool memcheck --error-exitcode 99 ./build-cuda/tests/$t > /tmp/tela-memcheck-$t.log 2>&1; then
             note "memcheck $t: clean ($(grep -E 'ERROR SUMMARY' /tmp/tela-memcheck-$t.log | tail -1))"
