@@ -169,6 +169,45 @@ static void test_matmul(void) {
                 e = rel_err(y, ref2, (size_t)nt * R);
                 CHECK_MSG(e <= 2 * bound(type, nt, exact), "swiglu %s n_tok %d exact %d: rel err %.3g",
                           tela_type_name(type), nt, exact, e);
+                /* with an RMSNorm in front: both matrices in one call */
+                {
+                    float *nw = rand_floats((size_t)K, 1.0f), *h = malloc((size_t)nt * K * 4);
+                    for (int t = 0; t < nt; t++) {
+                        double ss = 0;
+                        for (int64_t c = 0; c < K; c++) ss += (double)x[t * K + c] * x[t * K + c];
+                        const double sc = 1.0 / sqrt(ss / K + 1e-5);
+                        for (int64_t c = 0; c < K; c++) h[t * K + c] = (float)(x[t * K + c] * sc * nw[c]);
+                    }
+                    ref_matmul(&w, h, nt, ref);
+                    ref_matmul(&w2, h, nt, ref2);
+                    float *dn = dmalloc((size_t)K * 4), *dxn = dmalloc((size_t)nt * K * 4);
+                    float *dy2 = dmalloc((size_t)nt * R * 4), *y2 = malloc((size_t)nt * R * 4);
+                    up(dn, nw, (size_t)K * 4);
+                    poison(dy, (size_t)nt * R);
+                    poison(dy2, (size_t)nt * R);
+                    const tela_norm_in norm = {dn, 1e-5f, dxn};
+                    const tela_matmul_target tg[2] = {{&w.m, dy, R}, {&w2.m, dy2, R}};
+                    tela_exec_norm_matmul_many(gx, &norm, tg, 2, dx, K, nt);
+                    down(y, dy, (size_t)nt * R * 4);
+                    down(y2, dy2, (size_t)nt * R * 4);
+                    double e1 = rel_err(y, ref, (size_t)nt * R), e2 = rel_err(y2, ref2, (size_t)nt * R);
+                    CHECK_MSG(e1 <= bound(type, nt, exact) && e2 <= bound(type, nt, exact),
+                              "norm + matmul of two %s n_tok %d exact %d: rel err %.3g, %.3g", tela_type_name(type), nt,
+                              exact, e1, e2);
+                    for (size_t i = 0; i < (size_t)nt * R; i++) ref2[i] = ref[i] / (1.0 + exp(-ref[i])) * ref2[i];
+                    poison(dy, (size_t)nt * R);
+                    tela_exec_norm_matmul_swiglu(gx, &norm, &w.m, &w2.m, dx, K, dy, R, nt);
+                    down(y, dy, (size_t)nt * R * 4);
+                    e1 = rel_err(y, ref2, (size_t)nt * R);
+                    CHECK_MSG(e1 <= 2 * bound(type, nt, exact), "norm + swiglu %s n_tok %d exact %d: rel err %.3g",
+                              tela_type_name(type), nt, exact, e1);
+                    tela_backend_free_mem(gpu, dn);
+                    tela_backend_free_mem(gpu, dxn);
+                    tela_backend_free_mem(gpu, dy2);
+                    free(nw);
+                    free(h);
+                    free(y2);
+                }
                 tela_backend_free_mem(gpu, dx);
                 tela_backend_free_mem(gpu, dy);
                 free(x);
@@ -400,6 +439,77 @@ static void test_attention(void) {
     }
 }
 
+/* RoPE and store in one call (GPU) against the CPU backend's rope + store:
+ * the rotated queries, and the attention over what was stored. Partial
+ * rotation (n_rot < head_dim), both pair conventions, a prefill then a
+ * decode step. */
+static void test_rope_store(void) {
+    const int H = 4, KH = 2, hd = 32, n_rot = 16, N = 6;
+    const int64_t qd = (int64_t)H * hd, kd = (int64_t)KH * hd;
+    double inv[8];
+    for (int i = 0; i < n_rot / 2; i++) inv[i] = pow(10000.0, -2.0 * i / n_rot);
+    const double *dinv = NULL;
+    CHECK_OK(tela_backend_const(gpu, inv, sizeof inv, (const void **)&dinv));
+    for (int mode = 0; mode < 2; mode++) {
+        const tela_kv_shape shape = {1, 16, KH, hd, hd, TELA_KV_DTYPE_F32};
+        tela_kv_cache *gk = NULL, *ck = NULL;
+        CHECK_OK(tela_kv_create(gx, &shape, &gk));
+        CHECK_OK(tela_kv_create(cx, &shape, &ck));
+        float *q = rand_floats((size_t)N * qd, 1.0f), *k = rand_floats((size_t)N * kd, 1.0f);
+        float *v = rand_floats((size_t)N * kd, 1.0f);
+        float *cq = malloc((size_t)N * qd * 4), *ckk = malloc((size_t)N * kd * 4), *ccs = malloc((size_t)N * n_rot * 4);
+        float *cout = malloc((size_t)N * qd * 4), *gq = malloc((size_t)N * qd * 4), *gout = malloc((size_t)N * qd * 4);
+        memcpy(cq, q, (size_t)N * qd * 4);
+        memcpy(ckk, k, (size_t)N * kd * 4);
+        float *dq = dmalloc((size_t)N * qd * 4), *dk = dmalloc((size_t)N * kd * 4), *dv = dmalloc((size_t)N * kd * 4);
+        float *dcs = dmalloc((size_t)N * n_rot * 4), *dout = dmalloc((size_t)N * qd * 4);
+        int32_t *dpos = dmalloc(N * 4), *dtok = dmalloc(N * 4), cpos[6], ctok[6], ids[6] = {0};
+        up(dq, q, (size_t)N * qd * 4);
+        up(dk, k, (size_t)N * kd * 4);
+        up(dv, v, (size_t)N * kd * 4);
+        const int steps[2][2] = {{0, 5}, {5, 1}}; /* (pos0, n): a prefill, then a decode step */
+        for (int st = 0; st < 2; st++) {
+            const int p0 = steps[st][0], n = steps[st][1];
+            tela_batch cb, gb;
+            CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, n, p0));
+            CHECK_OK(tela_exec_set_batch(gx, &gb, dtok, dpos, ids, n, p0));
+            tela_exec_rope_table(cx, ccs, &cb, inv, n_rot);
+            tela_exec_rope_store(cx, ck, 0, cq + p0 * qd, qd, H, ckk + p0 * kd, kd, v + p0 * kd, kd, &cb, ccs, n_rot,
+                                 (tela_rope_mode)mode);
+            tela_exec_attention(cx, ck, 0, cq + p0 * qd, qd, cout + p0 * qd, qd, &cb, H, 0.25f);
+            tela_exec_rope_table(gx, dcs, &gb, dinv, n_rot);
+            tela_exec_rope_store(gx, gk, 0, dq + p0 * qd, qd, H, dk + p0 * kd, kd, dv + p0 * kd, kd, &gb, dcs, n_rot,
+                                 (tela_rope_mode)mode);
+            poison(dout + p0 * qd, (size_t)n * qd);
+            tela_exec_attention(gx, gk, 0, dq + p0 * qd, qd, dout + p0 * qd, qd, &gb, H, 0.25f);
+        }
+        CHECK_OK(tela_exec_sync(cx));
+        down(gq, dq, (size_t)N * qd * 4);
+        down(gout, dout, (size_t)N * qd * 4);
+        double *r1 = malloc((size_t)N * qd * 8), *r2 = malloc((size_t)N * qd * 8);
+        for (size_t i = 0; i < (size_t)N * qd; i++) r1[i] = cq[i], r2[i] = cout[i];
+        double e1 = rel_err(gq, r1, (size_t)N * qd), e2 = rel_err(gout, r2, (size_t)N * qd);
+        CHECK_MSG(e1 <= 1e-6 && e2 <= 1e-5, "rope_store mode %d: queries %.3g, attention %.3g", mode, e1, e2);
+        free(r1);
+        free(r2);
+        float *bufs[] = {dq, dk, dv, dcs, dout};
+        for (size_t i = 0; i < 5; i++) tela_backend_free_mem(gpu, bufs[i]);
+        tela_backend_free_mem(gpu, dpos);
+        tela_backend_free_mem(gpu, dtok);
+        tela_kv_free(gk);
+        tela_kv_free(ck);
+        free(q);
+        free(k);
+        free(v);
+        free(cq);
+        free(ckk);
+        free(ccs);
+        free(cout);
+        free(gq);
+        free(gout);
+    }
+}
+
 int main(void) {
     if (!tela_backend_cuda_built()) test_skip("built without CUDA");
     if (tela_backend_cuda_device_count() == 0) test_skip("no CUDA GPU");
@@ -413,6 +523,7 @@ int main(void) {
     printf("device: %s\n", tela_backend_description(gpu));
     test_matmul();
     test_small_ops();
+    test_rope_store();
     test_attention();
     tela_exec_free(gx);
     tela_exec_free(cx);

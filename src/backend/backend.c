@@ -205,17 +205,28 @@ void tela_exec_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const floa
 void tela_exec_matmul(tela_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
                       int n_tok, bool accumulate) {
     const tela_matmul_target t = {w, y, y_stride};
-    ex->ops->matmul_many(ex, &t, 1, x, x_stride, n_tok, accumulate);
+    ex->ops->matmul_many(ex, NULL, &t, 1, x, x_stride, n_tok, accumulate);
 }
 
 void tela_exec_matmul_many(tela_exec *ex, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
                            int n_tok) {
-    ex->ops->matmul_many(ex, t, n, x, x_stride, n_tok, false);
+    ex->ops->matmul_many(ex, NULL, t, n, x, x_stride, n_tok, false);
 }
 
 void tela_exec_matmul_swiglu(tela_exec *ex, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
                              int64_t x_stride, float *out, int64_t out_stride, int n_tok) {
-    ex->ops->matmul_swiglu(ex, w_gate, w_up, x, x_stride, out, out_stride, n_tok);
+    ex->ops->matmul_swiglu(ex, NULL, w_gate, w_up, x, x_stride, out, out_stride, n_tok);
+}
+
+void tela_exec_norm_matmul_many(tela_exec *ex, const tela_norm_in *norm, const tela_matmul_target *t, int n,
+                                const float *x, int64_t x_stride, int n_tok) {
+    ex->ops->matmul_many(ex, norm, t, n, x, x_stride, n_tok, false);
+}
+
+void tela_exec_norm_matmul_swiglu(tela_exec *ex, const tela_norm_in *norm, const tela_mat *w_gate,
+                                  const tela_mat *w_up, const float *x, int64_t x_stride, float *out,
+                                  int64_t out_stride, int n_tok) {
+    ex->ops->matmul_swiglu(ex, norm, w_gate, w_up, x, x_stride, out, out_stride, n_tok);
 }
 
 void tela_exec_add(tela_exec *ex, float *y, const float *x, int64_t n) { ex->ops->add(ex, y, x, n); }
@@ -254,6 +265,12 @@ tela_status tela_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const
 void tela_exec_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
                         int64_t v_stride, const tela_batch *b) {
     kv->ops->kv_store(ex, kv, layer, k, k_stride, v, v_stride, b);
+}
+
+void tela_exec_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head, float *k,
+                          int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b, const float *cs,
+                          int n_rot, tela_rope_mode mode) {
+    kv->ops->rope_store(ex, kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b, cs, n_rot, mode);
 }
 
 void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,

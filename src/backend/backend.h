@@ -221,6 +221,23 @@ void tela_exec_matmul_many(tela_exec *ex, const tela_matmul_target *t, int n, co
 void tela_exec_matmul_swiglu(tela_exec *ex, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
                              int64_t x_stride, float *out, int64_t out_stride, int n_tok);
 
+/* An RMSNorm in front of products: the products take
+ * h = rmsnorm(x) * w (eps) instead of x. xn is backend memory for the n_tok
+ * normalized rows (x_stride apart), which a backend may fill (the CPU
+ * does) or skip by normalizing inside the products (a GPU's decode). */
+typedef struct tela_norm_in {
+    const float *w;
+    float eps;
+    float *xn;
+} tela_norm_in;
+
+/* matmul_many and matmul_swiglu of rmsnorm(x) * norm->w. */
+void tela_exec_norm_matmul_many(tela_exec *ex, const tela_norm_in *norm, const tela_matmul_target *t, int n,
+                                const float *x, int64_t x_stride, int n_tok);
+void tela_exec_norm_matmul_swiglu(tela_exec *ex, const tela_norm_in *norm, const tela_mat *w_gate,
+                                  const tela_mat *w_up, const float *x, int64_t x_stride, float *out,
+                                  int64_t out_stride, int n_tok);
+
 /* y[i] += x[i] for n floats. */
 void tela_exec_add(tela_exec *ex, float *y, const float *x, int64_t n);
 
@@ -248,6 +265,15 @@ tela_status tela_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const
  * k_dim / v_dim floats per row) at their positions in layer `layer`. */
 void tela_exec_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
                         int64_t v_stride, const tela_batch *b);
+/* The RoPE and store in front of attention: rotates q (n_head heads) in
+ * place and k (the cache's n_kv_head heads) by the table cs (first n_rot
+ * dims of each head), and stores k and v of the batch's tokens at their
+ * positions in layer `layer` (tela_exec_rope on q and k, then
+ * tela_exec_kv_store; a backend may do it in one pass, leaving k as it was). */
+void tela_exec_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head, float *k,
+                          int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b, const float *cs,
+                          int n_rot, tela_rope_mode mode);
+
 /* Causal attention of the batch's queries over layer `layer` of the cache
  * (positions 0 .. pos[t] for query row t): q rows of n_head * k_dim floats,
  * out rows of n_head * v_dim. Query head h reads KV head

@@ -36,10 +36,11 @@ struct tela_backend_ops {
     void (*get_rows)(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
     void (*rmsnorm)(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w,
                     int64_t n, int n_rows, float eps);
-    void (*matmul_many)(tela_exec *ex, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
-                        int n_tok, bool accumulate);
-    void (*matmul_swiglu)(tela_exec *ex, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
-                          int64_t x_stride, float *out, int64_t out_stride, int n_tok);
+    /* norm: NULL, or the RMSNorm in front (tela_norm_in) */
+    void (*matmul_many)(tela_exec *ex, const tela_norm_in *norm, const tela_matmul_target *t, int n, const float *x,
+                        int64_t x_stride, int n_tok, bool accumulate);
+    void (*matmul_swiglu)(tela_exec *ex, const tela_norm_in *norm, const tela_mat *w_gate, const tela_mat *w_up,
+                          const float *x, int64_t x_stride, float *out, int64_t out_stride, int n_tok);
     void (*add)(tela_exec *ex, float *y, const float *x, int64_t n);
     void (*rope_table)(tela_exec *ex, float *cs, const tela_batch *b, const double *inv_freq, int n_rot);
     void (*rope)(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
@@ -54,6 +55,9 @@ struct tela_backend_ops {
     tela_status (*kv_load)(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const void *src);
     void (*kv_store)(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
                      int64_t v_stride, const tela_batch *b);
+    void (*rope_store)(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head, float *k,
+                       int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b, const float *cs,
+                       int n_rot, tela_rope_mode mode);
     void (*attention)(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                       float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale);
 };

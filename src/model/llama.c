@@ -464,12 +464,11 @@ static void forward_step(const llama_model *L, llama_state *s, const tela_batch 
     for (int l = 0; l < L->n_layer; l++) {
         const llama_layer *ly = &L->layers[l];
         /* attention */
-        tela_exec_rmsnorm(ex, s->xb, E, s->x, E, ly->attn_norm_b, E, nt, L->eps);
+        const tela_norm_in norm = {ly->attn_norm_b, L->eps, s->xb};
         const tela_matmul_target qkv[3] = {{&ly->wq, s->q, q_dim}, {&ly->wk, s->k, k_dim}, {&ly->wv, s->v, v_dim}};
-        tela_exec_matmul_many(ex, qkv, 3, s->xb, E, nt);
-        tela_exec_rope(ex, s->q, q_dim, nt, L->n_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
-        tela_exec_rope(ex, s->k, k_dim, nt, L->n_kv_head, L->head_dim, L->n_rot, s->cs, L->rope_mode);
-        tela_exec_kv_store(ex, s->kv, l, s->k, k_dim, s->v, v_dim, b);
+        tela_exec_norm_matmul_many(ex, &norm, qkv, 3, s->x, E, nt);
+        tela_exec_rope_store(ex, s->kv, l, s->q, q_dim, L->n_head, s->k, k_dim, s->v, v_dim, b, s->cs, L->n_rot,
+                             L->rope_mode);
         tela_exec_attention(ex, s->kv, l, s->q, q_dim, s->att, att_dim, b, L->n_head, scale);
         tela_exec_matmul(ex, &ly->wo, s->att, att_dim, s->x, E, nt, true);
         /* feed-forward */

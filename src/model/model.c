@@ -183,8 +183,9 @@ void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *
                             float *xb, int n_embd, const tela_model_step *step, tela_model_io *io) {
     if (step->rows == 0) return;
     const float *first = x + (size_t)(step->n_tok - step->rows) * n_embd;
-    tela_exec_rmsnorm(ex, xb, n_embd, first, n_embd, norm, n_embd, step->rows, eps);
-    tela_exec_matmul(ex, output, xb, n_embd, step->logits, io->n_vocab, step->rows, false);
+    const tela_norm_in nrm = {norm, eps, xb};
+    const tela_matmul_target t = {output, step->logits, io->n_vocab};
+    tela_exec_norm_matmul_many(ex, &nrm, &t, 1, first, n_embd, step->rows);
     if (step->pick)
         tela_exec_argmax(ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
 }
@@ -192,8 +193,8 @@ void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *
 void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, float *x, float *xb, float *gate, int n_embd,
                            int n_tok, float eps) {
     const int64_t n_ff = f->w_gate.n_rows;
-    tela_exec_rmsnorm(ex, xb, n_embd, x, n_embd, f->norm, n_embd, n_tok, eps);
-    tela_exec_matmul_swiglu(ex, &f->w_gate, &f->w_up, xb, n_embd, gate, n_ff, n_tok);
+    const tela_norm_in norm = {f->norm, eps, xb};
+    tela_exec_norm_matmul_swiglu(ex, &norm, &f->w_gate, &f->w_up, x, n_embd, gate, n_ff, n_tok);
     tela_exec_matmul(ex, &f->w_down, gate, n_ff, x, n_embd, n_tok, true);
 }
 

@@ -224,10 +224,21 @@ static void cpu_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const flo
     tela_op_rmsnorm_pool(as_cpu(ex)->pool, out, out_stride, x, x_stride, w, n, n_rows, eps);
 }
 
-static void cpu_matmul_many(tela_exec *ex, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
-                            int n_tok, bool accumulate) {
+/* The RMSNorm in front of products: normalized rows into norm->xn, which
+ * the products then read (the order of arithmetic of an rmsnorm op
+ * followed by the products). */
+static const float *apply_norm(cpu_exec *c, const tela_norm_in *norm, const float *x, int64_t x_stride, int64_t n,
+                               int n_tok) {
+    if (!norm) return x;
+    tela_op_rmsnorm_pool(c->pool, norm->xn, x_stride, x, x_stride, norm->w, n, n_tok, norm->eps);
+    return norm->xn;
+}
+
+static void cpu_matmul_many(tela_exec *ex, const tela_norm_in *norm, const tela_matmul_target *t, int n,
+                            const float *x, int64_t x_stride, int n_tok, bool accumulate) {
     cpu_exec *c = as_cpu(ex);
     if (!reserve_matmul(c, t[0].w->n_cols)) return;
+    x = apply_norm(c, norm, x, x_stride, t[0].w->n_cols, n_tok);
     if (!accumulate) {
         if (n == 1)
             tela_op_matmul(c->pool, t[0].w, x, x_stride, t[0].y, t[0].y_stride, n_tok);
@@ -246,10 +257,11 @@ static void cpu_matmul_many(tela_exec *ex, const tela_matmul_target *t, int n, c
     }
 }
 
-static void cpu_matmul_swiglu(tela_exec *ex, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
-                              int64_t x_stride, float *out, int64_t out_stride, int n_tok) {
+static void cpu_matmul_swiglu(tela_exec *ex, const tela_norm_in *norm, const tela_mat *w_gate, const tela_mat *w_up,
+                              const float *x, int64_t x_stride, float *out, int64_t out_stride, int n_tok) {
     cpu_exec *c = as_cpu(ex);
     if (!reserve_matmul(c, w_gate->n_cols)) return;
+    x = apply_norm(c, norm, x, x_stride, w_gate->n_cols, n_tok);
     const int64_t n_ff = w_gate->n_rows;
     float *up = cpu_tmp(c, (size_t)n_ff * (size_t)n_tok);
     if (!up) return;
@@ -353,6 +365,15 @@ static void cpu_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const floa
     }
 }
 
+static void cpu_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
+                           float *k, int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b,
+                           const float *cs, int n_rot, tela_rope_mode mode) {
+    const tela_kv_shape *sh = &kv->shape;
+    tela_op_rope(q, q_stride, b->n_tok, n_head, sh->k_dim, n_rot, cs, mode);
+    tela_op_rope(k, k_stride, b->n_tok, sh->n_kv_head, sh->k_dim, n_rot, cs, mode);
+    cpu_kv_store(ex, kv, layer, k, k_stride, v, v_stride, b);
+}
+
 static void cpu_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                           float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
     const cpu_kv *c = (const cpu_kv *)kv;
@@ -400,6 +421,7 @@ static const tela_backend_ops cpu_ops = {
     .kv_save = cpu_kv_save,
     .kv_load = cpu_kv_load,
     .kv_store = cpu_kv_store,
+    .rope_store = cpu_rope_store,
     .attention = cpu_attention,
 };
 

@@ -290,6 +290,7 @@ static void cuda_exec_free(tela_exec *e) {
     cudaFree(ex->scratch);
     cudaFree(ex->aux);
     cudaFreeHost(ex->pinned);
+    cudaFreeHost(ex->ring);
     if (ex->stream) cudaStreamDestroy(ex->stream);
     free(ex);
 }
@@ -309,6 +310,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->cur = -1;
     const char *g = getenv("TELA_CUDA_GRAPHS");
     ex->graphs = !(g && !strcmp(g, "0"));
+    const char *dbg = getenv("TELA_CUDA_DEBUG");
+    ex->debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
     cudaError_t e = cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMalloc(&ex->cublas_ws, CUBLAS_WS_BYTES);
     if (e != cudaSuccess) {
@@ -337,11 +340,34 @@ static int cuda_preferred_batch(const tela_exec *ex) {
 static tela_status cuda_sync(tela_exec *e) {
     cuda_exec *ex = as_ex(e);
     tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize");
+    ex->ring_used = 0;
     return take_failure(ex);
 }
 
+/* Small uploads go through a pinned ring (truly asynchronous copies; the
+ * ring is reused once the stream has passed them: after a sync or a
+ * download), large ones straight from the caller's memory. */
+#define UPLOAD_RING_BYTES (64 * 1024)
+
 static tela_status cuda_upload(tela_exec *e, void *dst, const void *src, size_t bytes) {
     cuda_exec *ex = as_ex(e);
+    if (!ex->ring && cudaMallocHost(&ex->ring, UPLOAD_RING_BYTES) != cudaSuccess) {
+        cudaGetLastError();
+        ex->ring = NULL;
+    }
+    const size_t need = (bytes + 15) & ~(size_t)15;
+    if (ex->ring && need <= UPLOAD_RING_BYTES) {
+        if (ex->ring_used + need > UPLOAD_RING_BYTES) {
+            tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "upload");
+            ex->ring_used = 0;
+        }
+        unsigned char *stage = (unsigned char *)ex->ring + ex->ring_used;
+        memcpy(stage, src, bytes);
+        ex->ring_used += need;
+        tela_cuda_check(ex, cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, ex->stream), "upload");
+        if (ex->failed != TELA_OK) return take_failure(ex);
+        return TELA_OK;
+    }
     tela_cuda_check(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ex->stream), "upload");
     if (ex->failed != TELA_OK) return take_failure(ex);
     return TELA_OK;
@@ -359,6 +385,7 @@ static tela_status cuda_download(tela_exec *e, void *dst, const void *src, size_
     if (ex->pinned_bytes >= bytes) {
         tela_cuda_check(ex, cudaMemcpyAsync(ex->pinned, src, bytes, cudaMemcpyDeviceToHost, ex->stream), "download");
         tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "download");
+        ex->ring_used = 0;
         if (ex->failed == TELA_OK) memcpy(dst, ex->pinned, bytes);
     }
     return take_failure(ex);
@@ -413,6 +440,12 @@ static tela_status cuda_graph_end(tela_exec *e) {
             ce = cudaGraphInstantiate(&s->exec, graph, 0);
             if (ce != cudaSuccess) s->exec = NULL;
         }
+        if (ex->debug && graph) {
+            size_t nodes = 0;
+            cudaGraphGetNodes(graph, NULL, &nodes);
+            fprintf(stderr, "tela: cuda: captured a graph of %zu nodes for step key %#llx\n", nodes,
+                    (unsigned long long)s->key);
+        }
         if (graph) cudaGraphDestroy(graph);
         if (ce != cudaSuccess || ex->failed != TELA_OK || !s->exec) {
             /* the capture failed: run the step eagerly from now on (the
@@ -447,27 +480,70 @@ static void cuda_rmsnorm(tela_exec *e, float *out, int64_t out_stride, const flo
 
 static void matmul_one(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
                        int n_tok, bool accumulate) {
-    if (tela_ops_exact_matmul())
+    if (tela_ops_exact_matmul() || !tela_cuda_gemv_ok(ex, w, n_tok))
         tela_cuda_matmul_exact(ex, w, x, x_stride, y, y_stride, n_tok, accumulate);
     else if (n_tok <= TELA_CUDA_GEMV_MAX_TOK)
-        tela_cuda_gemv(ex, w, NULL, x, x_stride, y, y_stride, n_tok, accumulate);
+        tela_cuda_gemv(ex, &w, &y, &y_stride, 1, NULL, x, x_stride, n_tok, accumulate, NULL, 0.0f);
     else
         tela_cuda_matmul_gemm(ex, w, x, x_stride, y, y_stride, n_tok, accumulate);
 }
 
-static void cuda_matmul_many(tela_exec *e, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
-                             int n_tok, bool accumulate) {
+/* Whether the decode kernels take these products with the norm folded in. */
+static bool fused_decode(cuda_exec *ex, const tela_mat *w, int n_tok) {
+    return !tela_ops_exact_matmul() && n_tok <= TELA_CUDA_GEMV_MAX_TOK && tela_cuda_gemv_ok(ex, w, n_tok);
+}
+
+/* Decode steps: the matrices grouped by type, each group in one launch,
+ * the RMSNorm folded into each block. Otherwise the norm is written to
+ * norm->xn and each product reads it. */
+static void cuda_matmul_many(tela_exec *e, const tela_norm_in *norm, const tela_matmul_target *t, int n,
+                             const float *x, int64_t x_stride, int n_tok, bool accumulate) {
     cuda_exec *ex = as_ex(e);
+    bool fused = true;
+    for (int i = 0; i < n; i++) fused = fused && fused_decode(ex, t[i].w, n_tok);
+    if (fused) {
+        bool done[8] = {false};
+        for (int i = 0; i < n && i < 8; i++) {
+            if (done[i]) continue;
+            const tela_mat *ws[3];
+            float *ys[3];
+            int64_t ss[3];
+            int k = 0;
+            for (int j = i; j < n && j < 8 && k < 3; j++)
+                if (!done[j] && t[j].w->type == t[i].w->type && t[j].w->n_cols == t[i].w->n_cols) {
+                    ws[k] = t[j].w;
+                    ys[k] = t[j].y;
+                    ss[k] = t[j].y_stride;
+                    done[j] = true;
+                    k++;
+                }
+            tela_cuda_gemv(ex, ws, ys, ss, k, NULL, x, x_stride, n_tok, accumulate, norm ? norm->w : NULL,
+                           norm ? norm->eps : 0.0f);
+        }
+        for (int i = 8; i < n; i++) /* more than eight targets: one at a time */
+            tela_cuda_gemv(ex, &t[i].w, &t[i].y, &t[i].y_stride, 1, NULL, x, x_stride, n_tok, accumulate,
+                           norm ? norm->w : NULL, norm ? norm->eps : 0.0f);
+        return;
+    }
+    if (norm) {
+        tela_cuda_rmsnorm(ex, norm->xn, x_stride, x, x_stride, norm->w, t[0].w->n_cols, n_tok, norm->eps);
+        x = norm->xn;
+    }
     for (int i = 0; i < n; i++) matmul_one(ex, t[i].w, x, x_stride, t[i].y, t[i].y_stride, n_tok, accumulate);
 }
 
-static void cuda_matmul_swiglu(tela_exec *e, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
-                               int64_t x_stride, float *out, int64_t out_stride, int n_tok) {
+static void cuda_matmul_swiglu(tela_exec *e, const tela_norm_in *norm, const tela_mat *w_gate, const tela_mat *w_up,
+                               const float *x, int64_t x_stride, float *out, int64_t out_stride, int n_tok) {
     cuda_exec *ex = as_ex(e);
     const int64_t n_ff = w_gate->n_rows;
-    if (!tela_ops_exact_matmul() && n_tok <= TELA_CUDA_GEMV_MAX_TOK && w_gate->type == w_up->type) {
-        tela_cuda_gemv(ex, w_gate, w_up, x, x_stride, out, out_stride, n_tok, false);
+    if (fused_decode(ex, w_gate, n_tok) && w_gate->type == w_up->type) {
+        tela_cuda_gemv(ex, &w_gate, &out, &out_stride, 1, w_up, x, x_stride, n_tok, false, norm ? norm->w : NULL,
+                       norm ? norm->eps : 0.0f);
         return;
+    }
+    if (norm) {
+        tela_cuda_rmsnorm(ex, norm->xn, x_stride, x, x_stride, norm->w, w_gate->n_cols, n_tok, norm->eps);
+        x = norm->xn;
     }
     /* the up half in a buffer of its own (the products use the scratch) */
     float *up = (float *)exec_aux(ex, (size_t)n_tok * (size_t)n_ff * sizeof(float));
@@ -576,6 +652,13 @@ static void cuda_kv_store(tela_exec *e, tela_kv_cache *kv, int layer, const floa
     tela_cuda_kv_store(as_ex(e), (cuda_kv *)kv, layer, k, k_stride, v, v_stride, b->pos, b->n_tok);
 }
 
+static void cuda_rope_store(tela_exec *e, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
+                            float *k, int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b,
+                            const float *cs, int n_rot, tela_rope_mode mode) {
+    tela_cuda_rope_store(as_ex(e), (cuda_kv *)kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b->pos,
+                         b->n_tok, cs, n_rot, mode);
+}
+
 static void cuda_attention(tela_exec *e, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                            float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
     const int32_t bucket_len = tela_cuda_bucket_len(tela_cuda_length_bucket(b->pos0 + b->n_tok));
@@ -616,6 +699,7 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_kv_save,
     cuda_kv_load,
     cuda_kv_store,
+    cuda_rope_store,
     cuda_attention,
 };
 

@@ -70,6 +70,9 @@ typedef struct cuda_exec {
     size_t aux_bytes;
     void *pinned;                /* host staging for downloads */
     size_t pinned_bytes;
+    void *ring;                  /* pinned staging for small uploads */
+    size_t ring_used;
+    bool debug;                  /* TELA_CUDA_DEBUG=1: say what is captured */
     tela_status failed;          /* first failure of a void operation */
     bool graphs;                 /* capture decode steps (TELA_CUDA_GRAPHS=0 turns it off) */
     cuda_graph_slot slots[TELA_CUDA_MAX_GRAPHS];
@@ -101,8 +104,13 @@ void *tela_cuda_scratch(cuda_exec *ex, size_t bytes);
  * types) inside the kernel. With w_up: y[t] = silu(W x[t]) * (W_up x[t])
  * (same type and shape). */
 #define TELA_CUDA_GEMV_MAX_TOK 8
-void tela_cuda_gemv(cuda_exec *ex, const tela_mat *w, const tela_mat *w_up, const float *x, int64_t x_stride,
-                    float *y, int64_t y_stride, int n_tok, bool accumulate);
+/* y[i] (+)= W[i] x for n_w <= 3 matrices of one type and width in one
+ * launch; norm_w != NULL: of rmsnorm(x) * norm_w instead (the norm done in
+ * each block). gemv_ok: whether a kernel takes this type and width. */
+bool tela_cuda_gemv_ok(cuda_exec *ex, const tela_mat *w, int n_tok);
+void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
+                    const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
+                    const float *norm_w, float eps);
 /* The exact mode: f32 activations and accumulation, any n_tok. */
 void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y,
                             int64_t y_stride, int n_tok, bool accumulate);
@@ -124,6 +132,10 @@ void tela_cuda_rope(cuda_exec *ex, float *x, int64_t x_stride, int n_tok, int n_
 void tela_cuda_argmax(cuda_exec *ex, const float *x, int64_t n, int32_t *out);
 void tela_cuda_kv_store(cuda_exec *ex, cuda_kv *kv, int layer, const float *k, int64_t k_stride, const float *v,
                         int64_t v_stride, const int32_t *pos, int n_tok);
+/* RoPE on q in place, RoPE on k into the cache, v into the cache: one kernel. */
+void tela_cuda_rope_store(cuda_exec *ex, cuda_kv *kv, int layer, float *q, int64_t q_stride, int n_head,
+                          const float *k, int64_t k_stride, const float *v, int64_t v_stride, const int32_t *pos,
+                          int n_tok, const float *cs, int n_rot, tela_rope_mode mode);
 
 /* ---- launchers (cuda_attention.cu) ---- */
 /* bucket_len: the upper bound of the context length this launch may see

@@ -189,3 +189,68 @@ void tela_cuda_kv_store(cuda_exec *ex, cuda_kv *kv, int layer, const float *k, i
     }
     tela_cuda_launched(ex, "kv store");
 }
+
+/* ------------------------------------------------------- RoPE and store */
+
+/* One index space: the RoPE pairs of q (rotated in place), then every
+ * element of k (rotated where in the first n_rot dims) and of v, written
+ * into the cache at the token's position. */
+template <typename T>
+static __global__ void rope_store_kernel(float *q, int64_t q_stride, int n_head, const float *k, int64_t k_stride,
+                                         const float *v, int64_t v_stride, T *kc, T *vc, int n_ctx, int n_kv_head,
+                                         int kd, int vd, const int32_t *pos, int n_tok, const float *cs, int n_rot,
+                                         int adjacent) {
+    const int half = n_rot / 2;
+    const int64_t nq = (int64_t)n_tok * n_head * half, nk = (int64_t)n_tok * n_kv_head * kd;
+    const int64_t nv = (int64_t)n_tok * n_kv_head * vd;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < nq) {
+        const int f = (int)(i % half), h = (int)((i / half) % n_head), t = (int)(i / ((int64_t)half * n_head));
+        float *x = q + (size_t)t * q_stride + (size_t)h * kd;
+        const float c = cs[(size_t)t * n_rot + 2 * f], s = cs[(size_t)t * n_rot + 2 * f + 1];
+        const int i0 = adjacent ? 2 * f : f, i1 = adjacent ? 2 * f + 1 : f + half;
+        const float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
+        return;
+    }
+    i -= nq;
+    if (i < nk) {
+        const int d = (int)(i % kd), h = (int)((i / kd) % n_kv_head), t = (int)(i / ((int64_t)kd * n_kv_head));
+        const float *x = k + (size_t)t * k_stride + (size_t)h * kd;
+        float r = x[d];
+        if (d < n_rot) {
+            const int f = adjacent ? d / 2 : d % half;
+            const int i0 = adjacent ? 2 * f : f, i1 = adjacent ? 2 * f + 1 : f + half;
+            const float c = cs[(size_t)t * n_rot + 2 * f], s = cs[(size_t)t * n_rot + 2 * f + 1];
+            const float x0 = x[i0], x1 = x[i1];
+            r = d == i0 ? x0 * c - x1 * s : x0 * s + x1 * c;
+        }
+        kc[((size_t)h * n_ctx + pos[t]) * kd + d] = (T)r;
+        return;
+    }
+    i -= nk;
+    if (i < nv) {
+        const int d = (int)(i % vd), h = (int)((i / vd) % n_kv_head), t = (int)(i / ((int64_t)vd * n_kv_head));
+        vc[((size_t)h * n_ctx + pos[t]) * vd + d] = (T)v[(size_t)t * v_stride + (size_t)h * vd + d];
+    }
+}
+
+void tela_cuda_rope_store(cuda_exec *ex, cuda_kv *kv, int layer, float *q, int64_t q_stride, int n_head,
+                          const float *k, int64_t k_stride, const float *v, int64_t v_stride, const int32_t *pos,
+                          int n_tok, const float *cs, int n_rot, tela_rope_mode mode) {
+    const tela_kv_shape *s = &kv->head.shape;
+    const size_t kl = (size_t)s->n_kv_head * s->n_ctx * s->k_dim, vl = (size_t)s->n_kv_head * s->n_ctx * s->v_dim;
+    const int64_t n = (int64_t)n_tok * (n_head * (n_rot / 2) + s->n_kv_head * (s->k_dim + s->v_dim));
+    const unsigned blocks = (unsigned)((n + 255) / 256);
+    const int adj = mode == TELA_ROPE_ADJACENT;
+    if (s->dtype == TELA_KV_DTYPE_F16)
+        rope_store_kernel<__half><<<blocks, 256, 0, ex->stream>>>(
+            q, q_stride, n_head, k, k_stride, v, v_stride, (__half *)kv->k + layer * kl, (__half *)kv->v + layer * vl,
+            s->n_ctx, s->n_kv_head, s->k_dim, s->v_dim, pos, n_tok, cs, n_rot, adj);
+    else
+        rope_store_kernel<float><<<blocks, 256, 0, ex->stream>>>(
+            q, q_stride, n_head, k, k_stride, v, v_stride, (float *)kv->k + layer * kl, (float *)kv->v + layer * vl,
+            s->n_ctx, s->n_kv_head, s->k_dim, s->v_dim, pos, n_tok, cs, n_rot, adj);
+    tela_cuda_launched(ex, "rope and store");
+}

@@ -178,8 +178,8 @@ static __device__ __forceinline__ float warp_sum(float v) {
  * memory: xq [NT][K], xd [NT][K/32] (scales), xs [NT][K/32] (scale times
  * the sum of the 32 quants). Eight lanes per 32-block, four elements each. */
 template <int NT>
-static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n_tok, int8_t *xq, float *xd,
-                                  float *xs) {
+static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n_tok, const float *nw,
+                                  const float *nscale, int8_t *xq, float *xd, float *xs) {
     const int n4 = K / 4;
     for (int t = 0; t < NT; t++) {
         if (t >= n_tok) break;
@@ -193,6 +193,13 @@ static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n
                 v1 = xt[4 * g + 1];
                 v2 = xt[4 * g + 2];
                 v3 = xt[4 * g + 3];
+                if (nw) {
+                    const float sc = nscale[t];
+                    v0 = v0 * sc * nw[4 * g];
+                    v1 = v1 * sc * nw[4 * g + 1];
+                    v2 = v2 * sc * nw[4 * g + 2];
+                    v3 = v3 * sc * nw[4 * g + 3];
+                }
             }
             float amax = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
 #pragma unroll
@@ -438,28 +445,73 @@ struct qunits<TELA_TYPE_Q4_0> {
     }
 };
 
-struct gemv_params {
-    wview w, w_up;              /* w_up.p != NULL: the SwiGLU pair */
-    const float *x;
-    int64_t x_stride;
+#define GEMV_MAX_TARGETS 3
+
+/* Up to three matrices of one type and width with the same input, one
+ * launch: target i takes the blocks from block0[i] on. */
+struct gemv_target {
+    wview w;
     float *y;
     int64_t y_stride;
+};
+
+struct gemv_params {
+    gemv_target t[GEMV_MAX_TARGETS];
+    unsigned block0[GEMV_MAX_TARGETS];
+    int n_targets;
+    wview w_up;                 /* w_up.p != NULL: the SwiGLU pair (one target) */
+    const float *x;
+    int64_t x_stride;
     int n_tok;
     int accumulate;
+    const float *norm_w;        /* != NULL: the products take rmsnorm(x) * norm_w */
+    float eps;
 };
+
+/* The target of this block and the row of this warp in it. */
+static __device__ __forceinline__ int gemv_target_of(const gemv_params &p) {
+    int ti = 0;
+#pragma unroll
+    for (int i = 1; i < GEMV_MAX_TARGETS; i++)
+        if (i < p.n_targets && blockIdx.x >= p.block0[i]) ti = i;
+    return ti;
+}
+
+/* The RMSNorm scales 1/sqrt(mean(x^2) + eps) of the n_tok input rows into
+ * scale[] (shared memory), summed in double as the rmsnorm kernel does. */
+template <int NT>
+static __device__ void norm_scales(const gemv_params &p, int K, float *scale) {
+    __shared__ double part[32];
+    for (int t = 0; t < NT; t++) {
+        if (t >= p.n_tok) break;
+        const float *xt = p.x + (size_t)t * p.x_stride;
+        double ss = 0.0;
+        for (int i = threadIdx.x; i < K; i += blockDim.x) ss += (double)xt[i] * xt[i];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double tot = 0.0;
+            for (int w = 0; w < (int)(blockDim.x / 32); w++) tot += part[w];
+            scale[t] = (float)(1.0 / sqrt(tot / (double)K + (double)p.eps));
+        }
+        __syncthreads();
+    }
+}
 
 static __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 template <int NT>
-static __device__ __forceinline__ void gemv_write(const gemv_params &p, int64_t row, float *acc, float *acc_up,
-                                                  bool swiglu) {
+static __device__ __forceinline__ void gemv_write(const gemv_params &p, const gemv_target &tg, int64_t row, float *acc,
+                                                  float *acc_up, bool swiglu) {
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (t >= p.n_tok) break;
         float v = warp_sum(acc[t]);
         if (swiglu) v = silu(v) * warp_sum(acc_up[t]);
         if ((threadIdx.x & 31) == 0) {
-            float *yp = p.y + (size_t)t * p.y_stride + row;
+            float *yp = tg.y + (size_t)t * tg.y_stride + row;
             *yp = p.accumulate ? *yp + v : v;
         }
     }
@@ -468,24 +520,28 @@ static __device__ __forceinline__ void gemv_write(const gemv_params &p, int64_t 
 template <int TYPE, int NT>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_q_kernel(const gemv_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int K = (int)p.w.n_cols;
+    __shared__ float nscale[NT];
+    const int ti = gemv_target_of(p);
+    const gemv_target &tg = p.t[ti];
+    const int K = (int)tg.w.n_cols;
     int8_t *xq = (int8_t *)smem;
     float *xd = (float *)(smem + (size_t)NT * K);
     float *xs = xd + NT * (K / 32);
-    quantize_x<NT>(p.x, p.x_stride, K, p.n_tok, xq, xd, xs);
+    if (p.norm_w) norm_scales<NT>(p, K, nscale);
+    quantize_x<NT>(p.x, p.x_stride, K, p.n_tok, p.norm_w, nscale, xq, xd, xs);
     __syncthreads();
-    const int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    if (row >= p.w.n_rows) return;
+    const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_WARPS + threadIdx.x / 32;
+    if (row >= tg.w.n_rows) return;
     const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
     const bool swiglu = p.w_up.p != NULL;
     float acc[NT], acc_up[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = acc_up[t] = 0.0f;
     for (int u = lane; u < n_units; u += 32) {
-        qunits<TYPE>::template dot<NT>(p.w, row, u, xq, xd, xs, K, p.n_tok, acc);
+        qunits<TYPE>::template dot<NT>(tg.w, row, u, xq, xd, xs, K, p.n_tok, acc);
         if (swiglu) qunits<TYPE>::template dot<NT>(p.w_up, row, u, xq, xd, xs, K, p.n_tok, acc_up);
     }
-    gemv_write<NT>(p, row, acc, acc_up, swiglu);
+    gemv_write<NT>(p, tg, row, acc, acc_up, swiglu);
 }
 
 /* Float weights: 8 elements (16 bytes of F16/BF16, two loads of F32) per
@@ -518,29 +574,57 @@ static __device__ __forceinline__ float load1(const uint8_t *rowp, int64_t c) {
     return bf2f(((const uint16_t *)rowp)[c]);
 }
 
+/* The input element c of token t, normalized when the products have an
+ * RMSNorm in front. */
+static __device__ __forceinline__ float4 x4(const gemv_params &p, const float *nscale, int t, int c) {
+    float4 a = __ldg((const float4 *)(p.x + (size_t)t * p.x_stride + c));
+    if (p.norm_w) {
+        const float4 w = __ldg((const float4 *)(p.norm_w + c));
+        const float sc = nscale[t];
+        a.x = a.x * sc * w.x, a.y = a.y * sc * w.y, a.z = a.z * sc * w.z, a.w = a.w * sc * w.w;
+    }
+    return a;
+}
+
+static __device__ __forceinline__ float x1(const gemv_params &p, const float *nscale, int t, int c) {
+    const float a = p.x[(size_t)t * p.x_stride + c];
+    return p.norm_w ? a * nscale[t] * p.norm_w[c] : a;
+}
+
+#define GEMV_F_UNROLL 4
+
 template <int TYPE, int NT, bool VEC>
-static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row, const gemv_params &p, float *acc) {
-    const int K = (int)p.w.n_cols, lane = threadIdx.x & 31;
+static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row, const gemv_params &p,
+                                                     const float *nscale, float *acc) {
+    const int K = (int)w.n_cols, lane = threadIdx.x & 31;
     const uint8_t *rowp = w.p + (size_t)row * K * (TYPE == TELA_TYPE_F32 ? 4 : 2);
     if (VEC) {
-        for (int c8 = lane; c8 < K / 8; c8 += 32) {
-            float f[8];
-            load8<TYPE>(rowp, c8, f);
+        const int n8 = K / 8;
+        /* GEMV_F_UNROLL 16-byte loads in flight per lane */
+        for (int c0 = lane; c0 < n8; c0 += 32 * GEMV_F_UNROLL) {
+            float f[GEMV_F_UNROLL][8];
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t >= p.n_tok) break;
-                const float4 *xp = (const float4 *)(p.x + (size_t)t * p.x_stride + 8 * c8);
-                const float4 a = __ldg(xp), b = __ldg(xp + 1);
-                float s = acc[t];
-                s = fmaf(f[0], a.x, s);
-                s = fmaf(f[1], a.y, s);
-                s = fmaf(f[2], a.z, s);
-                s = fmaf(f[3], a.w, s);
-                s = fmaf(f[4], b.x, s);
-                s = fmaf(f[5], b.y, s);
-                s = fmaf(f[6], b.z, s);
-                s = fmaf(f[7], b.w, s);
-                acc[t] = s;
+            for (int j = 0; j < GEMV_F_UNROLL; j++)
+                if (c0 + 32 * j < n8) load8<TYPE>(rowp, c0 + 32 * j, f[j]);
+#pragma unroll
+            for (int j = 0; j < GEMV_F_UNROLL; j++) {
+                const int c8 = c0 + 32 * j;
+                if (c8 >= n8) break;
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= p.n_tok) break;
+                    const float4 a = x4(p, nscale, t, 8 * c8), b = x4(p, nscale, t, 8 * c8 + 4);
+                    float s = acc[t];
+                    s = fmaf(f[j][0], a.x, s);
+                    s = fmaf(f[j][1], a.y, s);
+                    s = fmaf(f[j][2], a.z, s);
+                    s = fmaf(f[j][3], a.w, s);
+                    s = fmaf(f[j][4], b.x, s);
+                    s = fmaf(f[j][5], b.y, s);
+                    s = fmaf(f[j][6], b.z, s);
+                    s = fmaf(f[j][7], b.w, s);
+                    acc[t] = s;
+                }
             }
         }
     } else {
@@ -549,7 +633,7 @@ static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row,
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (t >= p.n_tok) break;
-                acc[t] = fmaf(f, p.x[(size_t)t * p.x_stride + c], acc[t]);
+                acc[t] = fmaf(f, x1(p, nscale, t, c), acc[t]);
             }
         }
     }
@@ -557,15 +641,19 @@ static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row,
 
 template <int TYPE, int NT, bool VEC>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_f_kernel(const gemv_params p) {
-    const int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    if (row >= p.w.n_rows) return;
+    __shared__ float nscale[NT];
+    const int ti = gemv_target_of(p);
+    const gemv_target &tg = p.t[ti];
+    if (p.norm_w) norm_scales<NT>(p, (int)tg.w.n_cols, nscale);
+    const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_WARPS + threadIdx.x / 32;
+    if (row >= tg.w.n_rows) return;
     const bool swiglu = p.w_up.p != NULL;
     float acc[NT], acc_up[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = acc_up[t] = 0.0f;
-    float_row_dot<TYPE, NT, VEC>(p.w, row, p, acc);
-    if (swiglu) float_row_dot<TYPE, NT, VEC>(p.w_up, row, p, acc_up);
-    gemv_write<NT>(p, row, acc, acc_up, swiglu);
+    float_row_dot<TYPE, NT, VEC>(tg.w, row, p, nscale, acc);
+    if (swiglu) float_row_dot<TYPE, NT, VEC>(p.w_up, row, p, nscale, acc_up);
+    gemv_write<NT>(p, tg, row, acc, acc_up, swiglu);
 }
 
 static size_t gemv_smem(tela_type type, int nt_tile, int64_t K) {
@@ -600,19 +688,21 @@ static gemv_kernel_fn gemv_pick(tela_type type, int nt_tile, bool vec) {
     }
 }
 
-void tela_cuda_gemv(cuda_exec *ex, const tela_mat *w, const tela_mat *w_up, const float *x, int64_t x_stride,
-                    float *y, int64_t y_stride, int n_tok, bool accumulate) {
+bool tela_cuda_gemv_ok(cuda_exec *ex, const tela_mat *w, int n_tok) {
     const int nt_tile = n_tok <= 1 ? 1 : n_tok <= 2 ? 2 : n_tok <= 4 ? 4 : 8;
-    const int64_t K = w->n_cols;
-    const bool vec = K % 8 == 0 && x_stride % 4 == 0 && ((uintptr_t)x & 15) == 0;
-    gemv_kernel_fn fn = gemv_pick(w->type, nt_tile, vec);
-    const size_t smem = gemv_smem(w->type, nt_tile, K);
-    if (!fn || smem > ex->be->smem_optin) {
-        /* no kernel for this shape: the exact path computes the same product */
-        tela_cuda_matmul_exact(ex, w, x, x_stride, y, y_stride, n_tok, accumulate);
-        if (w_up) { /* the SwiGLU pair needs both halves */
-            tela_cuda_check(ex, cudaErrorNotSupported, "gemv: swiglu without a gemv kernel");
-        }
+    return gemv_pick(w->type, nt_tile, false) && gemv_smem(w->type, nt_tile, w->n_cols) <= ex->be->smem_optin;
+}
+
+void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
+                    const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
+                    const float *norm_w, float eps) {
+    const int nt_tile = n_tok <= 1 ? 1 : n_tok <= 2 ? 2 : n_tok <= 4 ? 4 : 8;
+    const int64_t K = w[0]->n_cols;
+    const bool vec = K % 8 == 0 && x_stride % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)norm_w & 15) == 0;
+    gemv_kernel_fn fn = gemv_pick(w[0]->type, nt_tile, vec);
+    const size_t smem = gemv_smem(w[0]->type, nt_tile, K);
+    if (!fn || smem > ex->be->smem_optin || n_w > GEMV_MAX_TARGETS) {
+        tela_cuda_check(ex, cudaErrorNotSupported, "gemv: no kernel for this shape");
         return;
     }
     if (smem > 48 * 1024) {
@@ -620,15 +710,23 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *w, const tela_mat *w_up, cons
         if (!tela_cuda_check(ex, e, "gemv: shared memory")) return;
     }
     gemv_params p;
-    p.w = {(const uint8_t *)w->dev, w->n_rows, w->n_cols};
-    p.w_up = {w_up ? (const uint8_t *)w_up->dev : NULL, w->n_rows, w->n_cols};
+    memset(&p, 0, sizeof p);
+    unsigned blocks = 0;
+    for (int i = 0; i < n_w; i++) {
+        p.t[i].w = {(const uint8_t *)w[i]->dev, w[i]->n_rows, w[i]->n_cols};
+        p.t[i].y = y[i];
+        p.t[i].y_stride = y_stride[i];
+        p.block0[i] = blocks;
+        blocks += (unsigned)((w[i]->n_rows + GEMV_WARPS - 1) / GEMV_WARPS);
+    }
+    p.n_targets = n_w;
+    p.w_up = {w_up ? (const uint8_t *)w_up->dev : NULL, w[0]->n_rows, w[0]->n_cols};
     p.x = x;
     p.x_stride = x_stride;
-    p.y = y;
-    p.y_stride = y_stride;
     p.n_tok = n_tok;
     p.accumulate = accumulate;
-    const unsigned blocks = (unsigned)((w->n_rows + GEMV_WARPS - 1) / GEMV_WARPS);
+    p.norm_w = norm_w;
+    p.eps = eps;
     fn<<<blocks, GEMV_WARPS * 32, smem, ex->stream>>>(p);
     tela_cuda_launched(ex, "gemv");
 }
