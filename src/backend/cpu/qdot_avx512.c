@@ -407,6 +407,19 @@ static int64_t even_panel(int64_t nc, size_t xs, size_t budget, int64_t cap) {
     return (p + 3) / 4 * 4;
 }
 
+/* The rows from r on of a column panel [c0, c1) that make no whole 4-row
+ * tile, for the prepared gemms: 1x4 tiles, then 1x1 at the panel's edge. */
+static void panel_edge_rows(const uint8_t *w, size_t ws, int64_t r, int64_t nr, const uint8_t *x, size_t xs,
+                            int64_t c0, int64_t c1, int64_t n, float *out, int64_t os, tile_fn cols_only,
+                            tile_fn single) {
+    for (; r < nr; r++) {
+        const uint8_t *wr = w + (size_t)r * ws;
+        int64_t c = c0;
+        for (; c + 4 <= c1; c += 4) cols_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+        for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+    }
+}
+
 #define B32_SC 32768
 static void b32_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size_t xs, int64_t nc, int64_t n,
                      float *out, int64_t os, size_t wsize, int q4, tile_fn full_plain, tile_fn rows_only,
@@ -443,12 +456,7 @@ static void b32_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size
             }
             for (int64_t c = c0 + 4 * tiles; c < c1; c++) rows_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
         }
-        for (; r < nr; r++) {
-            const uint8_t *wr = w + (size_t)r * ws;
-            int64_t c = c0;
-            for (; c + 4 <= c1; c += 4) cols_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
-            for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
-        }
+        panel_edge_rows(w, ws, r, nr, x, xs, c0, c1, n, out, os, cols_only, single);
     }
     free(buf);
 }
@@ -852,23 +860,18 @@ static TGT void q6_K_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *ou
 
 /* ------------------------------------------------------------ instances */
 
+/* One R x C tile kernel of a type (NAME_RxC) with the tile_fn signature. */
+#define TILE(NAME, R, C)                                                                                       \
+    static TGT void NAME##_##R##x##C(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n,      \
+                                     float *out, int64_t os) {                                                \
+        NAME##_tile(w, ws, x, xs, n, out, os, R, C);                                                          \
+    }
+
 #define TILES(NAME)                                                                                            \
-    static TGT void NAME##_4x4(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
-                               int64_t os) {                                                                      \
-        NAME##_tile(w, ws, x, xs, n, out, os, 4, 4);                                                              \
-    }                                                                                                              \
-    static TGT void NAME##_4x1(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
-                               int64_t os) {                                                                      \
-        NAME##_tile(w, ws, x, xs, n, out, os, 4, 1);                                                              \
-    }                                                                                                              \
-    static TGT void NAME##_1x4(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
-                               int64_t os) {                                                                      \
-        NAME##_tile(w, ws, x, xs, n, out, os, 1, 4);                                                              \
-    }                                                                                                              \
-    static TGT void NAME##_1x1(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
-                               int64_t os) {                                                                      \
-        NAME##_tile(w, ws, x, xs, n, out, os, 1, 1);                                                              \
-    }                                                                                                              \
+    TILE(NAME, 4, 4)                                                                                           \
+    TILE(NAME, 4, 1)                                                                                           \
+    TILE(NAME, 1, 4)                                                                                           \
+    TILE(NAME, 1, 1)                                                                                           \
     static TGT float NAME##_vec_dot(const void *w, const void *x, int64_t n) {                                   \
         float r;                                                                                                   \
         NAME##_tile((const uint8_t *)w, 0, (const uint8_t *)x, 0, n, &r, 0, 1, 1);                                \
@@ -932,12 +935,7 @@ static void k_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size_t
             for (; c + 4 <= c1; c += 4) full_pre(prep, cprep + (c - c0) / 4 * nb, x + (size_t)c * xs, xs, n, out + c * os + r, os);
             for (; c < c1; c++) rows_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
         }
-        for (; r < nr; r++) {
-            const uint8_t *wr = w + (size_t)r * ws;
-            int64_t c = c0;
-            for (; c + 4 <= c1; c += 4) cols_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
-            for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
-        }
+        panel_edge_rows(w, ws, r, nr, x, xs, c0, c1, n, out, os, cols_only, single);
     }
     free(prep);
 }
