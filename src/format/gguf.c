@@ -523,10 +523,9 @@ static tela_status gguf_parse_all(gguf_reader *r, gguf_impl *impl) {
     return s;
 }
 
-tela_status tela_gguf_parse(const void *data, size_t size, const char *name, tela_gguf **out) {
-    *out = NULL;
-    if (!name) name = "(buffer)";
-    if (!data && size) return tela_errorf(TELA_ERR_ARG, "%s: NULL buffer", name);
+/* The format's tela_parse_fn: a tela_gguf over data (*out), keeping map. */
+static tela_status gguf_parse(const void *data, size_t size, const char *name, const tela_mapped_file *map,
+                              void *out) {
     gguf_impl *impl = calloc(1, sizeof *impl);
     if (!impl) return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", name);
     tela_gguf *g = &impl->pub;
@@ -545,23 +544,19 @@ tela_status tela_gguf_parse(const void *data, size_t size, const char *name, tel
         tela_gguf_close(g);
         return s;
     }
-    *out = g;
+    g->map = *map;
+    *(tela_gguf **)out = g;
     return TELA_OK;
+}
+
+tela_status tela_gguf_parse(const void *data, size_t size, const char *name, tela_gguf **out) {
+    *out = NULL;
+    return tela_parse_buffer(data, size, name, gguf_parse, out);
 }
 
 tela_status tela_gguf_open(const char *path, tela_gguf **out) {
     *out = NULL;
-    tela_mapped_file map;
-    TELA_TRY(tela_map_file(path, &map));
-    tela_gguf *g;
-    tela_status s = tela_gguf_parse(map.data, map.size, path, &g);
-    if (s) {
-        tela_unmap_file(&map);
-        return s;
-    }
-    g->map = map;
-    *out = g;
-    return TELA_OK;
+    return tela_parse_file(path, gguf_parse, out);
 }
 
 const tela_gguf_kv *tela_gguf_find(const tela_gguf *gguf, const char *key) {

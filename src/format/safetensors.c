@@ -296,10 +296,8 @@ done:
     return s;
 }
 
-tela_status tela_st_parse(const void *data, size_t size, const char *name, tela_st_file **out) {
-    *out = NULL;
-    if (!name) name = "(buffer)";
-    if (!data && size) return tela_errorf(TELA_ERR_ARG, "%s: NULL buffer", name);
+/* The format's tela_parse_fn: a tela_st_file over data (*out), keeping map. */
+static tela_status st_parse(const void *data, size_t size, const char *name, const tela_mapped_file *map, void *out) {
     tela_st_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(name))) {
         free(f);
@@ -307,27 +305,23 @@ tela_status tela_st_parse(const void *data, size_t size, const char *name, tela_
     }
     f->base = data;
     tela_status s = st_parse_header(data, size, f);
-    if (s) {
+    if (!s) {
+        f->map = *map;
+        *(tela_st_file **)out = f;
+    } else {
         tela_st_close(f);
-        return s;
     }
-    *out = f;
-    return TELA_OK;
+    return s;
+}
+
+tela_status tela_st_parse(const void *data, size_t size, const char *name, tela_st_file **out) {
+    *out = NULL;
+    return tela_parse_buffer(data, size, name, st_parse, out);
 }
 
 tela_status tela_st_open(const char *path, tela_st_file **out) {
     *out = NULL;
-    tela_mapped_file map;
-    TELA_TRY(tela_map_file(path, &map));
-    tela_st_file *f;
-    tela_status s = tela_st_parse(map.data, map.size, path, &f);
-    if (s) {
-        tela_unmap_file(&map);
-        return s;
-    }
-    f->map = map;
-    *out = f;
-    return TELA_OK;
+    return tela_parse_file(path, st_parse, out);
 }
 
 size_t tela_st_n_tensors(const tela_st_file *f) { return f->n; }
