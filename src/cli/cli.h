@@ -25,8 +25,10 @@ int cli_parse_token_list(const char *s, int32_t **out, size_t *n);
 /* Parses an integer / float option value; prints an error naming opt on failure. */
 int cli_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out);
 int cli_parse_float(const char *opt, const char *s, double *out);
+/* Seconds on a monotonic clock. */
+double cli_now(void);
 
-/* Shared by run and chat (cmd_run.c). The demo model's file name in models/. */
+/* Shared by run and chat (cli_gen.c). The demo model's file name in models/. */
 #define CLI_DEFAULT_MODEL_NAME "tela-kjv-q8_0.gguf"
 /* A sampling option (--temp, --top-k, --seed, ...): 1 when opt is one (val
  * used), 0 when it is not, -1 after printing an error. */
@@ -34,8 +36,7 @@ int cli_parse_sampling(const char *cmd, const char *opt, const char *val, tela_s
                        int *have_seed);
 void cli_print_sampling_help(FILE *f);
 uint64_t cli_random_seed(void);
-double cli_now(void);
-const char *cli_stop_name(tela_stop_reason r);
+const char *cli_stop_name(tela_stop_reason r); /* cmd_run.c */
 /* The model to use when -m is not given (see tela run --help), or NULL. */
 const char *cli_default_model(void);
 /* A whole text file (at most 1 MiB, no NUL bytes), malloc'd; NULL after

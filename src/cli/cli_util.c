@@ -1,8 +1,10 @@
-/* cli_util.c: option-value parsing shared by the subcommands. */
+/* cli_util.c: option-value parsing shared by the subcommands, and the
+ * clock they time with. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 
@@ -87,4 +89,10 @@ int cli_parse_token_list(const char *s, int32_t **out, size_t *n) {
     *out = ids;
     *n = cnt;
     return 0;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
