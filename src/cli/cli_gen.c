@@ -1,9 +1,12 @@
 /* cli_gen.c: what the generating commands, tela run and tela chat, share:
- * the sampling options and their help text, the seed, the default model
- * rule and reading a template file. */
+ * their common options (model, reply length, threads, context, chat
+ * template, sampling) and help text, the default model rule, the seed,
+ * reading a template file, and loading the model and the session with the
+ * messages both print. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,4 +173,104 @@ char *cli_read_text_file(const char *cmd, const char *path) {
     }
     buf[n] = '\0';
     return buf;
+}
+
+/* ------------------------------------------------- the common options */
+
+void cli_gen_opts_init(cli_gen_opts *o, long long n_predict) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = n_predict;
+    o->sampler = tela_sampler_default_params();
+}
+
+int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen_opts *o) {
+    const char *a = argv[*i];
+    int r = cli_parse_sampling(cmd, a, *i + 1 < argc ? argv[*i + 1] : NULL, &o->sampler, &o->seed, &o->have_seed);
+    if (r) {
+        if (r > 0) ++*i;
+        return r;
+    }
+    static const char *const with_value[] = {"-m", "--model", "--system", "--template-file", "-n", "--n-predict",
+                                             "-t", "--threads", "-c", "--ctx-size", NULL};
+    int known = 0;
+    for (const char *const *p = with_value; *p; p++) known |= !strcmp(a, *p);
+    if (!known) return 0;
+    const char *val = cli_option_value(cmd, argc, argv, i);
+    if (!val) return -1;
+#define IS(s) (!strcmp(a, s))
+    if (IS("-m") || IS("--model")) o->model_path = val;
+    else if (IS("--system")) o->system = val;
+    else if (IS("--template-file")) o->template_file = val;
+    else if (IS("-n") || IS("--n-predict")) {
+        if (cli_parse_int(a, val, -1, INT32_MAX, &o->n_predict)) return -1;
+    } else if (IS("-t") || IS("--threads")) {
+        if (cli_parse_int(a, val, 1, 1024, &o->n_threads)) return -1;
+    } else if (cli_parse_int(a, val, 0, INT32_MAX, &o->n_ctx)) { /* -c, --ctx-size */
+        return -1;
+    }
+#undef IS
+    return 1;
+}
+
+int cli_gen_resolve_model(const char *cmd, cli_gen_opts *o) {
+    if (o->model_path) return 0;
+    o->model_path = cli_default_model();
+    if (!o->model_path) {
+        fprintf(stderr, "tela %s: -m MODEL is required: no default model was found (set TELA_MODEL, or see "
+                        "tela run --help)\n", cmd);
+        return -1;
+    }
+    fprintf(stderr, "tela %s: using the default model %s\n", cmd, o->model_path);
+    return 0;
+}
+
+int cli_print_piece(void *user, int32_t token, const char *piece, size_t len) {
+    (void)token;
+    if (len) {
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
+    return user && *(volatile sig_atomic_t *)user != 0;
+}
+
+/* ------------------------------------------------- loading and freeing */
+
+int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
+    if (o->template_file && !(g->template_src = cli_read_text_file(cmd, o->template_file))) return -1;
+    tela_model_params mp = tela_model_default_params();
+    mp.n_threads = (int)o->n_threads;
+    mp.verbose = 1;
+    if (tela_model_load(o->model_path, &mp, &g->model) != TELA_OK) {
+        fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
+        return -1;
+    }
+    g->info = tela_model_get_info(g->model);
+    return 0;
+}
+
+int cli_gen_start_session(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
+    tela_session_params ssp = tela_session_default_params();
+    ssp.n_ctx = (int32_t)o->n_ctx;
+    if (tela_session_create(g->model, &ssp, &g->session) != TELA_OK) {
+        fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+void cli_gen_free(cli_gen *g) {
+    tela_session_free(g->session);
+    tela_model_free(g->model);
+    free(g->template_src);
+    memset(g, 0, sizeof *g);
+}
+
+tela_generate_params cli_gen_params(const char *cmd, cli_gen_opts *o) {
+    if (!o->have_seed) o->seed = cli_random_seed();
+    o->sampler.seed = o->seed;
+    if (o->sampler.temperature > 0.0f) fprintf(stderr, "tela %s: seed %llu\n", cmd, (unsigned long long)o->seed);
+    tela_generate_params gp = tela_generate_default_params();
+    gp.max_tokens = o->n_predict < 0 ? 0 : (int32_t)o->n_predict;
+    gp.sampler = o->sampler;
+    return gp;
 }
