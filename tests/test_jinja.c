@@ -1,4 +1,4 @@
-/* test_jinja.c: the Jinja engine (src/tokenizer/jinja.c) on small templates.
+/* test_jinja.c: the Jinja engine (src/tokenizer/jinja/) on small templates.
  * The table's expected strings are what Python's jinja2 3.1.6 renders in the
  * environment Hugging Face uses for chat templates (trim_blocks,
  * lstrip_blocks, loopcontrols, HF's tojson), with the variables in VARS; the

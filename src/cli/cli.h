@@ -1,5 +1,6 @@
-/* cli.h: the subcommands of the tela command-line tool and small helpers
- * they share (option parsing, token lists). */
+/* cli.h: the subcommands of the tela command-line tool, the small helpers
+ * they share (option parsing, token lists: cli_util.c), and what the
+ * generating commands run and chat share (options, loading: cli_gen.c). */
 #ifndef TELA_CLI_CLI_H
 #define TELA_CLI_CLI_H
 
@@ -26,7 +27,16 @@ int cli_parse_token_list(const char *s, int32_t **out, size_t *n);
 int cli_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out);
 int cli_parse_float(const char *opt, const char *s, double *out);
 
-/* Shared by run and chat (cmd_run.c). The demo model's file name in models/. */
+/* The value of the option argv[*i], advancing *i to it; NULL after printing
+ * "needs a value". */
+const char *cli_option_value(const char *cmd, int argc, char **argv, int *i);
+/* Prints the error for an option the command does not know; returns 2. */
+int cli_unknown_option(const char *cmd, const char *opt);
+/* Seconds on a monotonic clock. */
+double cli_now(void);
+
+/* ---- shared by run and chat (cli_gen.c) */
+/* The demo model's file name in models/. */
 #define CLI_DEFAULT_MODEL_NAME "tela-kjv-q8_0.gguf"
 /* A sampling option (--temp, --top-k, --seed, ...): 1 when opt is one (val
  * used), 0 when it is not, -1 after printing an error. */
@@ -34,12 +44,52 @@ int cli_parse_sampling(const char *cmd, const char *opt, const char *val, tela_s
                        int *have_seed);
 void cli_print_sampling_help(FILE *f);
 uint64_t cli_random_seed(void);
-double cli_now(void);
-const char *cli_stop_name(tela_stop_reason r);
+const char *cli_stop_name(tela_stop_reason r); /* cmd_run.c */
 /* The model to use when -m is not given (see tela run --help), or NULL. */
 const char *cli_default_model(void);
 /* A whole text file (at most 1 MiB, no NUL bytes), malloc'd; NULL after
  * printing an error. */
 char *cli_read_text_file(const char *cmd, const char *path);
+
+/* The options run and chat both take. */
+typedef struct cli_gen_opts {
+    const char *model_path;     /* -m; NULL until cli_gen_resolve_model */
+    const char *system;         /* --system */
+    const char *template_file;  /* --template-file */
+    long long n_predict;        /* -n (-1: no limit) */
+    long long n_threads;        /* -t (0: all cores) */
+    long long n_ctx;            /* -c (0: the model's) */
+    tela_sampler_params sampler;
+    uint64_t seed;              /* --seed, when have_seed */
+    int have_seed;
+} cli_gen_opts;
+
+/* The defaults, with the command's default reply length. */
+void cli_gen_opts_init(cli_gen_opts *o, long long n_predict);
+/* Parses argv[*i] when it is one of those options (advancing *i past its
+ * value): 1 when it was, 0 when not, -1 after printing an error. */
+int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen_opts *o);
+/* Without -m, the default model (and a line naming it): 0, or -1 after
+ * printing an error. */
+int cli_gen_resolve_model(const char *cmd, cli_gen_opts *o);
+/* What run and chat load, in the order they need it; cli_gen_free frees it. */
+typedef struct cli_gen {
+    char *template_src;            /* --template-file's text, or NULL */
+    tela_model *model;
+    const tela_model_info *info;
+    tela_session *session;         /* after cli_gen_start_session */
+} cli_gen;
+/* Reads --template-file and loads the model with o's threads: 0, or -1
+ * after printing an error. */
+int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g);
+/* The session, with o's context length: 0, or -1 after printing an error. */
+int cli_gen_start_session(const char *cmd, const cli_gen_opts *o, cli_gen *g);
+void cli_gen_free(cli_gen *g);
+/* The on_token callback of both: streams each piece to stdout; user, when
+ * not NULL, is a volatile sig_atomic_t flag that stops generating once set. */
+int cli_print_piece(void *user, int32_t token, const char *piece, size_t len);
+/* Generation parameters: o's length and sampler, with a random seed drawn
+ * when none was given (printed when sampling). */
+tela_generate_params cli_gen_params(const char *cmd, cli_gen_opts *o);
 
 #endif

@@ -1,8 +1,10 @@
-/* cli_util.c: option-value parsing shared by the subcommands. */
+/* cli_util.c: option and option-value parsing shared by the subcommands,
+ * and the clock they time with. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 
@@ -36,6 +38,19 @@ int cli_parse_float(const char *opt, const char *s, double *out) {
     }
     *out = v;
     return 0;
+}
+
+const char *cli_option_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "tela %s: %s needs a value (see tela %s --help)\n", cmd, argv[*i], cmd);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int cli_unknown_option(const char *cmd, const char *opt) {
+    fprintf(stderr, "tela %s: unknown option '%s' (see tela %s --help)\n", cmd, opt, cmd);
+    return 2;
 }
 
 int cli_parse_token_list(const char *s, int32_t **out, size_t *n) {
@@ -87,4 +102,10 @@ int cli_parse_token_list(const char *s, int32_t **out, size_t *n) {
     *out = ids;
     *n = cnt;
     return 0;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }

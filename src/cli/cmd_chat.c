@@ -65,16 +65,6 @@ static void show_rendered(void *user, const char *text, int32_t n_tokens, int32_
             n_tokens, n_reused, text);
 }
 
-static int print_piece(void *user, int32_t token, const char *piece, size_t len) {
-    (void)user;
-    (void)token;
-    if (len) {
-        fwrite(piece, 1, len, stdout);
-        fflush(stdout);
-    }
-    return interrupted != 0;
-}
-
 /* One input line without its line ending, malloc'd; NULL at end of input. */
 static char *read_line(int interactive) {
 #ifdef TELA_HAVE_LIBEDIT
@@ -106,123 +96,65 @@ static void print_commands(void) {
 }
 
 int tela_cmd_chat(int argc, char **argv) {
-    const char *model_path = NULL, *system = NULL, *template_file = NULL;
-    int have_seed = 0, show_prompt = 0, no_reuse = 0;
-    long long n_predict = CHAT_DEFAULT_N, n_threads = 0, n_ctx = 0;
-    uint64_t seed = 0;
-    tela_sampler_params sp = tela_sampler_default_params();
+    int show_prompt = 0, no_reuse = 0;
+    cli_gen_opts o;
+    cli_gen_opts_init(&o, CHAT_DEFAULT_N);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define IS(s) (!strcmp(a, s))
-        if (IS("-h") || IS("--help")) {
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (IS("--show-prompt")) {
+        } else if (!strcmp(a, "--show-prompt")) {
             show_prompt = 1;
-            continue;
-        } else if (IS("--no-reuse")) {
+        } else if (!strcmp(a, "--no-reuse")) {
             no_reuse = 1;
-            continue;
+        } else {
+            int r = cli_gen_parse_option("chat", argc, argv, &i, &o);
+            if (r < 0) return 2;
+            if (r == 0) return cli_unknown_option("chat", a);
         }
-        int r = cli_parse_sampling("chat", a, val, &sp, &seed, &have_seed);
-        if (r < 0) return 2;
-        if (r > 0) {
-            i++;
-            continue;
-        }
-        static const char *const with_value[] = {"-m", "--model", "--system", "--template-file", "-n", "--n-predict",
-                                                 "-t", "--threads", "-c", "--ctx-size", NULL};
-        int known = 0;
-        for (const char *const *o = with_value; *o; o++) known |= IS(*o);
-        if (!known) {
-            fprintf(stderr, "tela chat: unknown option '%s' (see tela chat --help)\n", a);
-            return 2;
-        }
-        if (!val) {
-            fprintf(stderr, "tela chat: %s needs a value (see tela chat --help)\n", a);
-            return 2;
-        }
-        i++;
-        if (IS("-m") || IS("--model")) model_path = val;
-        else if (IS("--system")) system = val;
-        else if (IS("--template-file")) template_file = val;
-        else if (IS("-n") || IS("--n-predict")) {
-            if (cli_parse_int(a, val, -1, INT32_MAX, &n_predict)) return 2;
-        } else if (IS("-t") || IS("--threads")) {
-            if (cli_parse_int(a, val, 1, 1024, &n_threads)) return 2;
-        } else if (IS("-c") || IS("--ctx-size")) {
-            if (cli_parse_int(a, val, 0, INT32_MAX, &n_ctx)) return 2;
-        }
-#undef IS
     }
-    if (n_predict == 0) {
+    if (o.n_predict == 0) {
         fprintf(stderr, "tela chat: -n must be positive, or -1 for no limit\n");
         return 2;
     }
-    if (!model_path) {
-        model_path = cli_default_model();
-        if (!model_path) {
-            fprintf(stderr, "tela chat: -m MODEL is required: no default model was found (set TELA_MODEL, or see "
-                            "tela run --help)\n");
-            return 2;
-        }
-        fprintf(stderr, "tela chat: using the default model %s\n", model_path);
-    }
+    if (cli_gen_resolve_model("chat", &o)) return 2;
 
     int rc = 1;
-    char *template_src = NULL;
-    tela_model *model = NULL;
-    tela_session *session = NULL;
     tela_chat_session *chat = NULL;
-    if (template_file && !(template_src = cli_read_text_file("chat", template_file))) goto done;
-    tela_model_params mp = tela_model_default_params();
-    mp.n_threads = (int)n_threads;
-    mp.verbose = 1;
-    if (tela_model_load(model_path, &mp, &model) != TELA_OK) {
-        fprintf(stderr, "tela chat: %s\n", tela_last_error());
-        goto done;
-    }
-    const tela_model_info *info = tela_model_get_info(model);
-    if (!info->has_tokenizer) {
+    cli_gen gen = {0};
+    if (cli_gen_load("chat", &o, &gen)) goto done;
+    if (!gen.info->has_tokenizer) {
         fprintf(stderr, "tela chat: this model has no tokenizer, so it cannot chat (tela run --tokens works without "
                         "one)\n");
         goto done;
     }
-    if (!template_src && !info->has_chat_template) {
+    if (!gen.template_src && !gen.info->has_chat_template) {
         fprintf(stderr, "tela chat: the model has no chat template: use 'tela run -p TEXT' to continue plain text, "
                         "or give a Jinja chat template with --template-file\n");
         goto done;
     }
-    tela_session_params ssp = tela_session_default_params();
-    ssp.n_ctx = (int32_t)n_ctx;
-    if (tela_session_create(model, &ssp, &session) != TELA_OK) {
-        fprintf(stderr, "tela chat: %s\n", tela_last_error());
-        goto done;
-    }
+    if (cli_gen_start_session("chat", &o, &gen)) goto done;
     tela_chat_session_params cp;
     memset(&cp, 0, sizeof cp);
-    cp.system = system;
-    cp.template_src = template_src;
+    cp.system = o.system;
+    cp.template_src = gen.template_src;
     cp.no_reuse = no_reuse != 0;
     if (show_prompt) cp.on_rendered = show_rendered;
-    if (tela_chat_session_create(session, &cp, &chat) != TELA_OK) {
+    if (tela_chat_session_create(gen.session, &cp, &chat) != TELA_OK) {
         fprintf(stderr, "tela chat: %s\n", tela_last_error());
         goto done;
     }
-    if (!have_seed) seed = cli_random_seed();
-    sp.seed = seed;
-    if (sp.temperature > 0.0f) fprintf(stderr, "tela chat: seed %llu\n", (unsigned long long)seed);
-    tela_generate_params gp = tela_generate_default_params();
-    gp.max_tokens = n_predict < 0 ? 0 : (int32_t)n_predict;
-    gp.sampler = sp;
-    gp.on_token = print_piece;
+    tela_generate_params gp = cli_gen_params("chat", &o);
+    gp.on_token = cli_print_piece;
+    gp.user = (void *)&interrupted; /* Ctrl-C stops the reply */
 
     int interactive = isatty(STDIN_FILENO);
     if (interactive)
         fprintf(stderr, "tela chat: %s (%s, context %d tokens). /help for commands, /exit or Ctrl-D to quit.\n",
-                info->name && info->name[0] ? info->name : model_path, info->arch, tela_session_n_ctx(session));
+                gen.info->name && gen.info->name[0] ? gen.info->name : o.model_path, gen.info->arch,
+                tela_session_n_ctx(gen.session));
     rc = 0;
     for (;;) {
         char *line = read_line(interactive);
@@ -240,7 +172,7 @@ int tela_cmd_chat(int argc, char **argv) {
             int quit = !strcmp(p, "/exit") || !strcmp(p, "/quit");
             if (!strcmp(p, "/reset")) {
                 tela_chat_session_reset(chat);
-                fprintf(stderr, "[conversation forgotten%s]\n", system && system[0] ? "; the system prompt stays" : "");
+                fprintf(stderr, "[conversation forgotten%s]\n", o.system && o.system[0] ? "; the system prompt stays" : "");
             } else if (!strcmp(p, "/help")) {
                 print_commands();
             } else if (!quit) {
@@ -281,14 +213,12 @@ int tela_cmd_chat(int argc, char **argv) {
                 g->generate_seconds > 0 ? g->n_generated / g->generate_seconds : 0.0);
         if (g->stop_reason == TELA_STOP_CONTEXT)
             fprintf(stderr, "[the context is full (%d tokens): the reply was cut; type /reset to start over]\n",
-                    tela_session_n_ctx(session));
+                    tela_session_n_ctx(gen.session));
         else if (g->stop_reason == TELA_STOP_CALLBACK)
             fprintf(stderr, "[reply interrupted]\n");
     }
 done:
     tela_chat_session_free(chat);
-    tela_session_free(session);
-    tela_model_free(model);
-    free(template_src);
+    cli_gen_free(&gen);
     return rc;
 }

@@ -1,17 +1,10 @@
 /* cmd_run.c: 'tela run': generates text from a prompt (text or token ids,
  * or with --chat one user message through the model's chat template),
- * streaming it to stdout, then prints a timing line to stderr. Also holds
- * what 'tela chat' shares with it: sampling options, the seed, the default
- * model rule and reading a template file. */
-#include <dirent.h>
-#include <errno.h>
-#include <limits.h>
+ * streaming it to stdout, then prints a timing line to stderr. The options
+ * and steps it shares with 'tela chat' are in cli_gen.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "runtime/chat_session.h"
@@ -19,171 +12,6 @@
 
 #define RUN_DEFAULT_N 128
 #define RUN_MAX_STOPS 16
-#define TEMPLATE_MAX_BYTES (1 << 20)
-
-/* ------------------------------------------- shared with 'tela chat' */
-
-static const char *const cli_sampling_help =
-    "      --temp T             temperature (default %.2f; 0 = greedy)\n"
-    "      --top-k K            keep the K most likely tokens (default %d; 0 = off)\n"
-    "      --top-p P            nucleus sampling threshold (default %.2f; 1 = off)\n"
-    "      --min-p P            drop tokens below P x the top probability (default %.2f; 0 = off)\n"
-    "      --repeat-penalty X   penalize repeated tokens, llama.cpp style (default %.2f = off)\n"
-    "      --repeat-last-n N    tokens the penalties look back over (default %d; -1 = all)\n"
-    "      --frequency-penalty X, --presence-penalty X\n"
-    "                           OpenAI-style penalties (default 0 = off)\n"
-    "      --seed S             random seed (default: random, printed to stderr)\n";
-
-void cli_print_sampling_help(FILE *f) {
-    tela_sampler_params d = tela_sampler_default_params();
-    fprintf(f, cli_sampling_help, (double)d.temperature, d.top_k, (double)d.top_p, (double)d.min_p,
-            (double)d.repeat_penalty, d.repeat_last_n);
-}
-
-int cli_parse_sampling(const char *cmd, const char *opt, const char *val, tela_sampler_params *sp, uint64_t *seed,
-                       int *have_seed) {
-    static const char *const names[] = {"--top-k", "--repeat-last-n", "--seed", "--temp", "--top-p", "--min-p",
-                                        "--repeat-penalty", "--frequency-penalty", "--presence-penalty", NULL};
-    int known = 0;
-    for (const char *const *o = names; *o; o++) known |= !strcmp(opt, *o);
-    if (!known) return 0;
-    if (!val) {
-        fprintf(stderr, "tela %s: %s needs a value (see tela %s --help)\n", cmd, opt, cmd);
-        return -1;
-    }
-    long long iv;
-    double fv;
-    if (!strcmp(opt, "--top-k")) {
-        if (cli_parse_int(opt, val, 0, INT32_MAX, &iv)) return -1;
-        sp->top_k = (int32_t)iv;
-    } else if (!strcmp(opt, "--repeat-last-n")) {
-        if (cli_parse_int(opt, val, -1, INT32_MAX, &iv)) return -1;
-        sp->repeat_last_n = (int32_t)iv;
-    } else if (!strcmp(opt, "--seed")) {
-        if (cli_parse_int(opt, val, 0, INT64_MAX, &iv)) return -1;
-        *seed = (uint64_t)iv;
-        *have_seed = 1;
-    } else {
-        if (cli_parse_float(opt, val, &fv)) return -1;
-        if (!strcmp(opt, "--temp")) sp->temperature = (float)fv;
-        else if (!strcmp(opt, "--top-p")) sp->top_p = (float)fv;
-        else if (!strcmp(opt, "--min-p")) sp->min_p = (float)fv;
-        else if (!strcmp(opt, "--frequency-penalty")) sp->frequency_penalty = (float)fv;
-        else if (!strcmp(opt, "--presence-penalty")) sp->presence_penalty = (float)fv;
-        else {
-            if (!(fv > 0.0)) {
-                fprintf(stderr, "tela %s: --repeat-penalty must be positive\n", cmd);
-                return -1;
-            }
-            sp->repeat_penalty = (float)fv;
-        }
-    }
-    return 1;
-}
-
-uint64_t cli_random_seed(void) {
-    uint64_t seed = 0;
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (f) {
-        if (fread(&seed, sizeof seed, 1, f) != 1) seed = 0;
-        fclose(f);
-    }
-    if (!seed) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        seed = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
-    }
-    return seed & 0xFFFFFFFFULL; /* short enough to retype */
-}
-
-double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
-/* The model in dir: the demo model by name, else the alphabetically first
- * *q8_0.gguf, else the first *.gguf. 1 when found (path in buf). */
-static int model_in_dir(const char *dir, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s/%s", dir, CLI_DEFAULT_MODEL_NAME);
-    if (is_file(buf)) return 1;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    char best_q8[256] = "", best_any[256] = "";
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *nm = e->d_name;
-        if (nm[0] == '.' || !ends_with(nm, ".gguf") || strlen(nm) >= sizeof best_q8) continue;
-        if (ends_with(nm, "q8_0.gguf") && (!best_q8[0] || strcmp(nm, best_q8) < 0)) strcpy(best_q8, nm);
-        if (!best_any[0] || strcmp(nm, best_any) < 0) strcpy(best_any, nm);
-    }
-    closedir(d);
-    const char *pick = best_q8[0] ? best_q8 : best_any;
-    if (!pick[0]) return 0;
-    snprintf(buf, cap, "%s/%s", dir, pick);
-    return is_file(buf);
-}
-
-/* model_in_dir, with the path made canonical for the message that names it. */
-static int find_model_in_dir(const char *dir, char *buf, size_t cap) {
-    char found[PATH_MAX + 300], real[PATH_MAX];
-    if (!model_in_dir(dir, found, sizeof found)) return 0;
-    snprintf(buf, cap, "%s", realpath(found, real) ? real : found);
-    return 1;
-}
-
-/* The default model rule (for -m left out): $TELA_MODEL when set (set but
- * empty: no default); else models/ of the source tree the binary was built
- * in (build/bin/tela -> ../../models); else ./models. */
-const char *cli_default_model(void) {
-    static char path[PATH_MAX + 300];
-    const char *env = getenv("TELA_MODEL");
-    if (env) return env[0] ? env : NULL;
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            char dir[PATH_MAX + 32];
-            snprintf(dir, sizeof dir, "%s/../../models", exe);
-            if (find_model_in_dir(dir, path, sizeof path)) return path;
-        }
-    }
-    if (find_model_in_dir("models", path, sizeof path)) return path;
-    return NULL;
-}
-
-char *cli_read_text_file(const char *cmd, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "tela %s: cannot open %s: %s\n", cmd, path, strerror(errno));
-        return NULL;
-    }
-    char *buf = malloc(TEMPLATE_MAX_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, TEMPLATE_MAX_BYTES + 1, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (!buf || err || n > TEMPLATE_MAX_BYTES || memchr(buf, '\0', n)) {
-        fprintf(stderr, "tela %s: %s: %s\n", cmd, path,
-                !buf ? "out of memory" : err ? "read error" : n > TEMPLATE_MAX_BYTES ? "larger than 1 MiB" : "contains NUL bytes");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
-}
 
 /* --------------------------------------------------------------- run */
 
@@ -222,16 +50,6 @@ static void usage(FILE *f) {
             RUN_MAX_STOPS, CLI_DEFAULT_MODEL_NAME);
 }
 
-static int print_piece(void *user, int32_t token, const char *piece, size_t len) {
-    (void)user;
-    (void)token;
-    if (len) {
-        fwrite(piece, 1, len, stdout);
-        fflush(stdout);
-    }
-    return 0;
-}
-
 const char *cli_stop_name(tela_stop_reason r) {
     switch (r) {
     case TELA_STOP_MAX_TOKENS: return "token limit";
@@ -244,71 +62,44 @@ const char *cli_stop_name(tela_stop_reason r) {
 }
 
 int tela_cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *system = NULL, *template_file = NULL;
+    const char *prompt = NULL, *tokens_arg = NULL;
     const char *stops[RUN_MAX_STOPS + 1] = {0};
-    int n_stops = 0, no_bos = 0, print_ids = 0, ignore_eos = 0, have_seed = 0, chat = 0;
-    long long n_predict = RUN_DEFAULT_N, n_threads = 0, n_ctx = 0;
-    uint64_t seed = 0;
-    tela_sampler_params sp = tela_sampler_default_params();
+    int n_stops = 0, no_bos = 0, print_ids = 0, ignore_eos = 0, chat = 0;
+    cli_gen_opts o;
+    cli_gen_opts_init(&o, RUN_DEFAULT_N);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
 #define IS(s) (!strcmp(a, s))
         if (IS("-h") || IS("--help")) {
             usage(stdout);
             return 0;
         } else if (IS("--no-bos")) {
             no_bos = 1;
-            continue;
         } else if (IS("--print-ids")) {
             print_ids = 1;
-            continue;
         } else if (IS("--ignore-eos")) {
             ignore_eos = 1;
-            continue;
         } else if (IS("--chat")) {
             chat = 1;
-            continue;
-        }
-        int r = cli_parse_sampling("run", a, val, &sp, &seed, &have_seed);
-        if (r < 0) return 2;
-        if (r > 0) {
-            i++;
-            continue;
-        }
-        /* everything below takes a value */
-        static const char *const with_value[] = {"-m", "--model", "-p", "--prompt", "--tokens", "--stop", "-n",
-                                                 "--n-predict", "-t", "--threads", "-c", "--ctx-size", "--system",
-                                                 "--template-file", NULL};
-        int known = 0;
-        for (const char *const *o = with_value; *o; o++) known |= IS(*o);
-        if (!known) {
-            fprintf(stderr, "tela run: unknown option '%s' (see tela run --help)\n", a);
-            return 2;
-        }
-        if (!val) {
-            fprintf(stderr, "tela run: %s needs a value (see tela run --help)\n", a);
-            return 2;
-        }
-        i++;
-        if (IS("-m") || IS("--model")) model_path = val;
-        else if (IS("-p") || IS("--prompt")) prompt = val;
-        else if (IS("--tokens")) tokens_arg = val;
-        else if (IS("--system")) system = val;
-        else if (IS("--template-file")) template_file = val;
-        else if (IS("--stop")) {
-            if (n_stops == RUN_MAX_STOPS || !val[0]) {
-                fprintf(stderr, "tela run: --stop: at most %d non-empty stop strings\n", RUN_MAX_STOPS);
-                return 2;
+        } else if (IS("-p") || IS("--prompt") || IS("--tokens") || IS("--stop")) {
+            const char *val = cli_option_value("run", argc, argv, &i);
+            if (!val) return 2;
+            if (IS("--stop")) {
+                if (n_stops == RUN_MAX_STOPS || !val[0]) {
+                    fprintf(stderr, "tela run: --stop: at most %d non-empty stop strings\n", RUN_MAX_STOPS);
+                    return 2;
+                }
+                stops[n_stops++] = val;
+            } else if (IS("--tokens")) {
+                tokens_arg = val;
+            } else {
+                prompt = val;
             }
-            stops[n_stops++] = val;
-        } else if (IS("-n") || IS("--n-predict")) {
-            if (cli_parse_int(a, val, -1, INT32_MAX, &n_predict)) return 2;
-        } else if (IS("-t") || IS("--threads")) {
-            if (cli_parse_int(a, val, 1, 1024, &n_threads)) return 2;
-        } else if (IS("-c") || IS("--ctx-size")) {
-            if (cli_parse_int(a, val, 0, INT32_MAX, &n_ctx)) return 2;
+        } else {
+            int r = cli_gen_parse_option("run", argc, argv, &i, &o);
+            if (r < 0) return 2;
+            if (r == 0) return cli_unknown_option("run", a);
         }
 #undef IS
     }
@@ -320,48 +111,30 @@ int tela_cmd_run(int argc, char **argv) {
         fprintf(stderr, "tela run: --chat takes the user message as -p TEXT (not --tokens or --no-bos)\n");
         return 2;
     }
-    if (!chat && (system || template_file)) {
+    if (!chat && (o.system || o.template_file)) {
         fprintf(stderr, "tela run: --system and --template-file go with --chat\n");
         return 2;
     }
-    if (!model_path) {
-        model_path = cli_default_model();
-        if (!model_path) {
-            fprintf(stderr, "tela run: -m MODEL is required: no default model was found (set TELA_MODEL, or see "
-                            "tela run --help)\n");
-            return 2;
-        }
-        fprintf(stderr, "tela run: using the default model %s\n", model_path);
-    }
+    if (cli_gen_resolve_model("run", &o)) return 2;
     int32_t *prompt_ids = NULL;
     size_t n_prompt = 0;
     if (tokens_arg && cli_parse_token_list(tokens_arg, &prompt_ids, &n_prompt)) return 2;
 
     int rc = 1;
-    tela_model *model = NULL;
-    tela_session *session = NULL;
     int32_t *out_ids = NULL;
-    char *template_src = NULL;
-    if (template_file && !(template_src = cli_read_text_file("run", template_file))) goto done;
-    tela_model_params mp = tela_model_default_params();
-    mp.n_threads = (int)n_threads;
-    mp.verbose = 1;
-    if (tela_model_load(model_path, &mp, &model) != TELA_OK) {
-        fprintf(stderr, "tela run: %s\n", tela_last_error());
-        goto done;
-    }
-    const tela_model_info *info = tela_model_get_info(model);
-    if (prompt && !info->has_tokenizer) {
+    cli_gen gen = {0};
+    if (cli_gen_load("run", &o, &gen)) goto done;
+    if (prompt && !gen.info->has_tokenizer) {
         fprintf(stderr, "tela run: this model has no tokenizer, so -p cannot be used; give token ids with --tokens\n");
         goto done;
     }
     if (chat) {
-        if (!template_src && !info->has_chat_template) {
+        if (!gen.template_src && !gen.info->has_chat_template) {
             fprintf(stderr, "tela run: the model has no chat template: drop --chat to continue plain text, or give "
                             "a Jinja template with --template-file\n");
             goto done;
         }
-        if (tela_chat_prompt_tokens(model, template_src, system, prompt, &prompt_ids, &n_prompt) != TELA_OK) {
+        if (tela_chat_prompt_tokens(gen.model, gen.template_src, o.system, prompt, &prompt_ids, &n_prompt) != TELA_OK) {
             fprintf(stderr, "tela run: applying the chat template: %s\n", tela_last_error());
             goto done;
         }
@@ -372,7 +145,7 @@ int tela_cmd_run(int argc, char **argv) {
             fprintf(stderr, "tela run: out of memory\n");
             goto done;
         }
-        if (tela_tokenize(model, prompt, len, !no_bos, 1, prompt_ids, cap, &n_prompt) != TELA_OK) {
+        if (tela_tokenize(gen.model, prompt, len, !no_bos, 1, prompt_ids, cap, &n_prompt) != TELA_OK) {
             fprintf(stderr, "tela run: tokenizing the prompt: %s\n", tela_last_error());
             goto done;
         }
@@ -385,28 +158,17 @@ int tela_cmd_run(int argc, char **argv) {
         fprintf(stderr, "tela run: the prompt is too long\n");
         goto done;
     }
-    tela_session_params ssp = tela_session_default_params();
-    ssp.n_ctx = (int32_t)n_ctx;
-    if (tela_session_create(model, &ssp, &session) != TELA_OK) {
-        fprintf(stderr, "tela run: %s\n", tela_last_error());
-        goto done;
-    }
-    int32_t ctx = tela_session_n_ctx(session);
+    if (cli_gen_start_session("run", &o, &gen)) goto done;
+    int32_t ctx = tela_session_n_ctx(gen.session);
     if ((long long)n_prompt > ctx) {
         fprintf(stderr, "tela run: the prompt has %zu tokens but the context holds %d (use -c to enlarge it)\n",
                 n_prompt, ctx);
         goto done;
     }
-    if (!have_seed) seed = cli_random_seed();
-    sp.seed = seed;
-    if (sp.temperature > 0.0f) fprintf(stderr, "tela run: seed %llu\n", (unsigned long long)seed);
-
-    tela_generate_params gp = tela_generate_default_params();
-    gp.max_tokens = n_predict < 0 ? 0 : (int32_t)n_predict;
-    gp.sampler = sp;
+    tela_generate_params gp = cli_gen_params("run", &o);
     gp.stop_strings = n_stops ? stops : NULL;
     gp.ignore_eos = ignore_eos;
-    if (!print_ids) gp.on_token = print_piece;
+    if (!print_ids) gp.on_token = cli_print_piece;
     size_t cap = (size_t)ctx + 1;
     out_ids = malloc(cap * sizeof *out_ids);
     if (!out_ids) {
@@ -414,17 +176,17 @@ int tela_cmd_run(int argc, char **argv) {
         goto done;
     }
     tela_generate_result res;
-    if (gp.max_tokens == 0 && n_predict != -1) {
+    if (gp.max_tokens == 0 && o.n_predict != -1) {
         /* -n 0: evaluate the prompt only */
         double t0 = cli_now();
-        if (tela_session_eval(session, prompt_ids, (int32_t)n_prompt, NULL, 0) != TELA_OK) {
+        if (tela_session_eval(gen.session, prompt_ids, (int32_t)n_prompt, NULL, 0) != TELA_OK) {
             fprintf(stderr, "tela run: %s\n", tela_last_error());
             goto done;
         }
         memset(&res, 0, sizeof res);
         res.n_prompt = (int32_t)n_prompt;
         res.prompt_seconds = cli_now() - t0;
-    } else if (tela_generate(session, prompt_ids, (int32_t)n_prompt, &gp, out_ids, cap, &res) != TELA_OK) {
+    } else if (tela_generate(gen.session, prompt_ids, (int32_t)n_prompt, &gp, out_ids, cap, &res) != TELA_OK) {
         fflush(stdout);
         fprintf(stderr, "\ntela run: %s\n", tela_last_error());
         goto done;
@@ -445,8 +207,6 @@ int tela_cmd_run(int argc, char **argv) {
 done:
     free(prompt_ids);
     free(out_ids);
-    free(template_src);
-    tela_session_free(session);
-    tela_model_free(model);
+    cli_gen_free(&gen);
     return rc;
 }

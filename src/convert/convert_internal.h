@@ -1,7 +1,9 @@
 /* convert_internal.h: what the architecture-specific parts of the converter
  * (convert_llama.c, convert_qwen35.c, convert_vocab.c) share with the driver
  * (convert.c): the plan of output tensors, config.json lookups, and the
- * metadata every text model gets. */
+ * metadata every text model gets (all in convert_common.c), and the entry
+ * points of the architectures and the vocabulary, which only the driver
+ * calls. */
 #ifndef TELA_CONVERT_INTERNAL_H
 #define TELA_CONVERT_INTERNAL_H
 
@@ -79,6 +81,8 @@ conv_tensor *conv_add(conv_ctx *c, const tela_tensor *src, const char *fmt, ...)
 conv_tensor *conv_add_generated(conv_ctx *c, const char *name, const float *data, int64_t n);
 /* Number of rows of an output tensor (product of ne[1..]). */
 int64_t conv_rows(const conv_tensor *t);
+/* Frees the plan's tensors (names, generated data, maps). */
+void conv_plan_free(conv_ctx *c);
 
 /* The first number-like part of an HF tensor name ("model.layers.12.x"
  * -> 12), or -1: llama.cpp's block id. */

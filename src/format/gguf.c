@@ -7,6 +7,7 @@
 #include "format/gguf.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/name_index.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,19 +20,13 @@
 #define GGUF_MIN_KV_BYTES 14      /* key length (8) + 1 key byte + type (4) + 1 value byte */
 #define GGUF_MIN_TENSOR_BYTES 25  /* name length (8) + 1 name byte + n_dims (4) + type (4) + offset (8) */
 
-/* A name (key or tensor) and the position of its entry, sorted by name for
- * duplicate detection and binary-search lookup. */
-typedef struct gguf_name_ref {
-    const char *name;
-    size_t index;
-} gguf_name_ref;
-
-/* The public struct plus the private lookup indexes. A tela_gguf handed out
- * by this file is always the first member of one of these. */
+/* The public struct plus the private lookup indexes (keys and tensor names,
+ * sorted by name: tela_name_index_*). A tela_gguf handed out by this file
+ * is always the first member of one of these. */
 typedef struct gguf_impl {
     tela_gguf pub;
-    gguf_name_ref *kv_index;
-    gguf_name_ref *tensor_index;
+    tela_name_ref *kv_index;
+    tela_name_ref *tensor_index;
 } gguf_impl;
 
 typedef struct gguf_reader {
@@ -287,23 +282,6 @@ static tela_status gguf_read_value(gguf_reader *r, uint32_t type, int depth, con
     return TELA_OK;
 }
 
-static int gguf_name_cmp(const void *a, const void *b) {
-    return strcmp(((const gguf_name_ref *)a)->name, ((const gguf_name_ref *)b)->name);
-}
-
-static const gguf_name_ref *gguf_lookup(const gguf_name_ref *index, size_t n, const char *name) {
-    if (!index || !name) return NULL;
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(name, index[mid].name);
-        if (c == 0) return &index[mid];
-        if (c < 0) hi = mid;
-        else lo = mid + 1;
-    }
-    return NULL;
-}
-
 void tela_gguf_close(tela_gguf *gguf) {
     if (!gguf) return;
     gguf_impl *g = (gguf_impl *)gguf;
@@ -338,23 +316,21 @@ static int gguf_align_up(uint64_t x, uint64_t a, uint64_t *out) {
 }
 
 /* Sorts the names and rejects the first duplicate. */
-static tela_status gguf_build_index(gguf_reader *r, gguf_name_ref **out, size_t n, const char *(*name_of)(const tela_gguf *, size_t),
+static tela_status gguf_build_index(gguf_reader *r, tela_name_ref **out, size_t n, const char *(*name_of)(const tela_gguf *, size_t),
                                     const tela_gguf *g, const char *what) {
     *out = NULL;
     if (n == 0) return TELA_OK;
-    gguf_name_ref *idx = malloc(n * sizeof *idx);
+    tela_name_ref *idx = malloc(n * sizeof *idx);
     if (!idx) return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", r->name);
     for (size_t i = 0; i < n; i++) {
         idx[i].name = name_of(g, i);
         idx[i].index = i;
     }
-    qsort(idx, n, sizeof *idx, gguf_name_cmp);
-    for (size_t i = 1; i < n; i++) {
-        if (strcmp(idx[i - 1].name, idx[i].name) == 0) {
-            tela_status s = tela_errorf(TELA_ERR_FORMAT, "%s: duplicate %s '%s'", r->name, what, idx[i].name);
-            free(idx);
-            return s;
-        }
+    size_t dup = tela_name_index_sort(idx, n);
+    if (dup) {
+        tela_status s = tela_errorf(TELA_ERR_FORMAT, "%s: duplicate %s '%s'", r->name, what, idx[dup].name);
+        free(idx);
+        return s;
     }
     *out = idx;
     return TELA_OK;
@@ -547,10 +523,9 @@ static tela_status gguf_parse_all(gguf_reader *r, gguf_impl *impl) {
     return s;
 }
 
-tela_status tela_gguf_parse(const void *data, size_t size, const char *name, tela_gguf **out) {
-    *out = NULL;
-    if (!name) name = "(buffer)";
-    if (!data && size) return tela_errorf(TELA_ERR_ARG, "%s: NULL buffer", name);
+/* The format's tela_parse_fn: a tela_gguf over data (*out), keeping map. */
+static tela_status gguf_parse(const void *data, size_t size, const char *name, const tela_mapped_file *map,
+                              void *out) {
     gguf_impl *impl = calloc(1, sizeof *impl);
     if (!impl) return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", name);
     tela_gguf *g = &impl->pub;
@@ -569,34 +544,30 @@ tela_status tela_gguf_parse(const void *data, size_t size, const char *name, tel
         tela_gguf_close(g);
         return s;
     }
-    *out = g;
+    g->map = *map;
+    *(tela_gguf **)out = g;
     return TELA_OK;
+}
+
+tela_status tela_gguf_parse(const void *data, size_t size, const char *name, tela_gguf **out) {
+    *out = NULL;
+    return tela_parse_buffer(data, size, name, gguf_parse, out);
 }
 
 tela_status tela_gguf_open(const char *path, tela_gguf **out) {
     *out = NULL;
-    tela_mapped_file map;
-    TELA_TRY(tela_map_file(path, &map));
-    tela_gguf *g;
-    tela_status s = tela_gguf_parse(map.data, map.size, path, &g);
-    if (s) {
-        tela_unmap_file(&map);
-        return s;
-    }
-    g->map = map;
-    *out = g;
-    return TELA_OK;
+    return tela_parse_file(path, gguf_parse, out);
 }
 
 const tela_gguf_kv *tela_gguf_find(const tela_gguf *gguf, const char *key) {
     const gguf_impl *g = (const gguf_impl *)gguf;
-    const gguf_name_ref *ref = gguf_lookup(g->kv_index, (size_t)gguf->n_kv, key);
+    const tela_name_ref *ref = tela_name_index_find(g->kv_index, (size_t)gguf->n_kv, key);
     return ref ? &gguf->kv[ref->index] : NULL;
 }
 
 const tela_gguf_tensor *tela_gguf_find_tensor(const tela_gguf *gguf, const char *name) {
     const gguf_impl *g = (const gguf_impl *)gguf;
-    const gguf_name_ref *ref = gguf_lookup(g->tensor_index, (size_t)gguf->n_tensors, name);
+    const tela_name_ref *ref = tela_name_index_find(g->tensor_index, (size_t)gguf->n_tensors, name);
     return ref ? &gguf->tensors[ref->index] : NULL;
 }
 

@@ -6,6 +6,7 @@
  * checked, and every error names the file and the tensor. */
 #include "format/safetensors.h"
 #include "util/error.h"
+#include "util/name_index.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -34,11 +35,6 @@ static const st_dtype st_dtypes[] = {
     {"F8_E5M2", TELA_ST_TYPE_UNSUPPORTED, 1},
 };
 
-typedef struct st_name_ref {
-    const char *name;
-    size_t index;
-} st_name_ref;
-
 struct tela_st_file {
     char *path;
     tela_mapped_file map;       /* empty when parsed from a caller's buffer */
@@ -61,25 +57,8 @@ struct tela_checkpoint {
     const tela_tensor **tensors;  /* into the files */
     size_t *file_of;
     const char **dtypes;
-    st_name_ref *index;           /* sorted by name */
+    tela_name_ref *index;         /* sorted by name (tela_name_index_*) */
 };
-
-static int st_name_cmp(const void *a, const void *b) {
-    return strcmp(((const st_name_ref *)a)->name, ((const st_name_ref *)b)->name);
-}
-
-static const st_name_ref *st_lookup(const st_name_ref *index, size_t n, const char *name) {
-    size_t lo = 0, hi = n;
-    if (!index || !name) return NULL;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(name, index[mid].name);
-        if (c == 0) return &index[mid];
-        if (c < 0) hi = mid;
-        else lo = mid + 1;
-    }
-    return NULL;
-}
 
 void tela_st_close(tela_st_file *f) {
     if (!f) return;
@@ -207,7 +186,7 @@ static int st_span_cmp(const void *a, const void *b) {
 static tela_status st_check_layout(const char *path, tela_st_file *f, const uint64_t *begins) {
     if (f->n == 0) return TELA_OK;
     st_span *sp = malloc(f->n * sizeof *sp);
-    st_name_ref *names = malloc(f->n * sizeof *names);
+    tela_name_ref *names = malloc(f->n * sizeof *names);
     tela_status s = TELA_OK;
     if (!sp || !names) {
         s = tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", path);
@@ -215,12 +194,10 @@ static tela_status st_check_layout(const char *path, tela_st_file *f, const uint
     }
     for (size_t i = 0; i < f->n; i++) {
         sp[i] = (st_span){begins[i], begins[i] + f->tensors[i].nbytes, i};
-        names[i] = (st_name_ref){f->tensors[i].name, i};
+        names[i] = (tela_name_ref){f->tensors[i].name, i};
     }
-    qsort(names, f->n, sizeof *names, st_name_cmp);
-    for (size_t i = 1; i < f->n && !s; i++)
-        if (strcmp(names[i - 1].name, names[i].name) == 0)
-            s = tela_errorf(TELA_ERR_FORMAT, "%s: duplicate tensor name '%s' in the header", path, names[i].name);
+    size_t dup = tela_name_index_sort(names, f->n);
+    if (dup) s = tela_errorf(TELA_ERR_FORMAT, "%s: duplicate tensor name '%s' in the header", path, names[dup].name);
     qsort(sp, f->n, sizeof *sp, st_span_cmp);
     for (size_t i = 1; i < f->n && !s; i++)
         if (sp[i].begin < sp[i - 1].end)
@@ -319,10 +296,8 @@ done:
     return s;
 }
 
-tela_status tela_st_parse(const void *data, size_t size, const char *name, tela_st_file **out) {
-    *out = NULL;
-    if (!name) name = "(buffer)";
-    if (!data && size) return tela_errorf(TELA_ERR_ARG, "%s: NULL buffer", name);
+/* The format's tela_parse_fn: a tela_st_file over data (*out), keeping map. */
+static tela_status st_parse(const void *data, size_t size, const char *name, const tela_mapped_file *map, void *out) {
     tela_st_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(name))) {
         free(f);
@@ -330,27 +305,23 @@ tela_status tela_st_parse(const void *data, size_t size, const char *name, tela_
     }
     f->base = data;
     tela_status s = st_parse_header(data, size, f);
-    if (s) {
+    if (!s) {
+        f->map = *map;
+        *(tela_st_file **)out = f;
+    } else {
         tela_st_close(f);
-        return s;
     }
-    *out = f;
-    return TELA_OK;
+    return s;
+}
+
+tela_status tela_st_parse(const void *data, size_t size, const char *name, tela_st_file **out) {
+    *out = NULL;
+    return tela_parse_buffer(data, size, name, st_parse, out);
 }
 
 tela_status tela_st_open(const char *path, tela_st_file **out) {
     *out = NULL;
-    tela_mapped_file map;
-    TELA_TRY(tela_map_file(path, &map));
-    tela_st_file *f;
-    tela_status s = tela_st_parse(map.data, map.size, path, &f);
-    if (s) {
-        tela_unmap_file(&map);
-        return s;
-    }
-    f->map = map;
-    *out = f;
-    return TELA_OK;
+    return tela_parse_file(path, st_parse, out);
 }
 
 size_t tela_st_n_tensors(const tela_st_file *f) { return f->n; }
@@ -490,15 +461,14 @@ static tela_status st_build_table(tela_checkpoint *ck) {
             ck->tensors[k] = &ck->files[i]->tensors[j];
             ck->file_of[k] = i;
             ck->dtypes[k] = ck->files[i]->dtypes[j];
-            ck->index[k] = (st_name_ref){ck->tensors[k]->name, k};
+            ck->index[k] = (tela_name_ref){ck->tensors[k]->name, k};
         }
     }
-    qsort(ck->index, n, sizeof *ck->index, st_name_cmp);
-    for (size_t i = 1; i < n; i++)
-        if (strcmp(ck->index[i - 1].name, ck->index[i].name) == 0)
-            return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s' appears in both %s and %s", ck->dir, ck->index[i].name,
-                               ck->file_names[ck->file_of[ck->index[i - 1].index]],
-                               ck->file_names[ck->file_of[ck->index[i].index]]);
+    size_t dup = tela_name_index_sort(ck->index, n);
+    if (dup)
+        return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s' appears in both %s and %s", ck->dir, ck->index[dup].name,
+                           ck->file_names[ck->file_of[ck->index[dup - 1].index]],
+                           ck->file_names[ck->file_of[ck->index[dup].index]]);
     return TELA_OK;
 }
 
@@ -506,7 +476,7 @@ static tela_status st_build_table(tela_checkpoint *ck) {
 static tela_status st_check_weight_map(const tela_checkpoint *ck, const char *index_path, const cJSON *wm) {
     for (const cJSON *x = wm->child; x; x = x->next) {
         const char *name = x->string ? x->string : "";
-        const st_name_ref *ref = st_lookup(ck->index, ck->n, name);
+        const tela_name_ref *ref = tela_name_index_find(ck->index, ck->n, name);
         if (!ref)
             return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s' is listed in weight_map but is not in %s", index_path,
                                name, x->valuestring);
@@ -616,13 +586,13 @@ const void *tela_checkpoint_config(const tela_checkpoint *ck) { return ck->confi
 const char *tela_checkpoint_dir(const tela_checkpoint *ck) { return ck->dir; }
 
 const tela_tensor *tela_checkpoint_find(const tela_checkpoint *ck, const char *name) {
-    const st_name_ref *ref = st_lookup(ck->index, ck->n, name);
+    const tela_name_ref *ref = tela_name_index_find(ck->index, ck->n, name);
     return ref ? ck->tensors[ref->index] : NULL;
 }
 
 tela_status tela_checkpoint_get(const tela_checkpoint *ck, const char *name, const tela_tensor **out) {
     *out = NULL;
-    const st_name_ref *ref = st_lookup(ck->index, ck->n, name);
+    const tela_name_ref *ref = tela_name_index_find(ck->index, ck->n, name);
     if (!ref) return tela_errorf(TELA_ERR_NOT_FOUND, "%s: tensor '%s' not found in the checkpoint", ck->dir, name ? name : "");
     const tela_tensor *t = ck->tensors[ref->index];
     if (t->type == TELA_ST_TYPE_UNSUPPORTED)

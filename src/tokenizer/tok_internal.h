@@ -140,12 +140,12 @@ tela_status tela_vocab_set_regexes(tela_vocab *v, const char *name, const char *
  * the cache. */
 tela_status tela_vocab_finish(tela_vocab *v);
 
-/* Lookup of a vocabulary string; -1 if absent. */
+/* Lookup of a vocabulary string; -1 if absent (tok_lookup.c). */
 int32_t tela_vocab_find(const tela_vocab *v, const char *s, size_t len);
 uint32_t tela_tok_hash(const char *s, size_t len);
 static inline const char *tela_tok_text(const tela_vocab *v, int32_t id) { return v->text + v->tok[id].text_off; }
 
-/* ---- growable id list */
+/* ---- growable id list (tok_lookup.c) */
 typedef struct tela_idvec {
     int32_t *v;
     size_t n, cap;
@@ -192,7 +192,7 @@ tela_status tela_spm_encode(const tela_vocab *v, const char *s, size_t n, tela_i
 /* Decoded pieces of every token (detok.c). */
 tela_status tela_vocab_build_pieces(tela_vocab *v);
 
-/* Word cache (vocab.c). */
+/* Word cache (tok_lookup.c). */
 bool tela_cache_get(const tela_vocab *v, const char *s, size_t n, uint64_t h, tela_idvec *out);
 void tela_cache_put(const tela_vocab *v, const char *s, size_t n, uint64_t h, const int32_t *ids, size_t n_ids);
 uint64_t tela_hash64(const char *s, size_t n);

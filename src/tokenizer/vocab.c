@@ -1,8 +1,11 @@
 /* vocab.c: the vocabulary itself (token strings, types, scores, the string ->
  * id map, merge ranks, special ids), its builder used by the GGUF and HF
- * loaders, the word cache, and tela_vocab_tokenize(): added/special tokens
- * are cut out of the text first (as Hugging Face's AddedVocabulary does),
- * the rest is normalized, pre-tokenized and encoded by BPE or SentencePiece. */
+ * loaders, and tela_vocab_tokenize(): added/special tokens are cut out of
+ * the text first (as Hugging Face's AddedVocabulary does), the rest is
+ * normalized, pre-tokenized and encoded by BPE or SentencePiece. It stands
+ * above the pieces it drives (pretok.c, bpe.c, spm.c, detok.c); the lookups
+ * they share with it (hash, id lists, tela_vocab_find, word cache) are in
+ * tok_lookup.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,62 +16,10 @@
 
 #define TELA_MAX_TOKENS (1 << 26)
 
-/* ------------------------------------------------------------- hashing */
-
-uint64_t tela_hash64(const char *s, size_t n) {
-    uint64_t h = 0x243F6A8885A308D3ull ^ (n * 0x9E3779B97F4A7C15ull);
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 31;
-        s += 8;
-        n -= 8;
-    }
-    uint64_t w = 0;
-    if (n) memcpy(&w, s, n);
-    h = (h ^ w) * 0x94D049BB133111EBull;
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 32;
-    return h;
-}
-
-uint32_t tela_tok_hash(const char *s, size_t len) { return (uint32_t)tela_hash64(s, len); }
-
 static uint32_t pow2_at_least(uint64_t n) {
     uint64_t c = 16;
     while (c < n) c <<= 1;
     return (uint32_t)c;
-}
-
-/* ------------------------------------------------------------- id lists */
-
-tela_status tela_idvec_push(tela_idvec *a, int32_t id) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        int32_t *nv = realloc(a->v, cap * sizeof *nv);
-        if (!nv) return tela_errorf(TELA_ERR_NOMEM, "out of memory for %zu tokens", cap);
-        a->v = nv;
-        a->cap = cap;
-    }
-    a->v[a->n++] = id;
-    return TELA_OK;
-}
-
-tela_status tela_idvec_append(tela_idvec *a, const int32_t *ids, size_t n) {
-    if (!n) return TELA_OK;
-    if (a->n + n > a->cap) {
-        size_t cap = a->cap ? a->cap : 64;
-        while (cap < a->n + n) cap *= 2;
-        int32_t *nv = realloc(a->v, cap * sizeof *nv);
-        if (!nv) return tela_errorf(TELA_ERR_NOMEM, "out of memory for %zu tokens", cap);
-        a->v = nv;
-        a->cap = cap;
-    }
-    memcpy(a->v + a->n, ids, n * sizeof *ids);
-    a->n += n;
-    return TELA_OK;
 }
 
 /* ------------------------------------------------------------- builder */
@@ -164,19 +115,6 @@ tela_status tela_vocab_index(tela_vocab *v) {
         if (!dup) v->map[i] = id;
     }
     return TELA_OK;
-}
-
-int32_t tela_vocab_find(const tela_vocab *v, const char *s, size_t len) {
-    if (!v->map) return -1;
-    uint32_t h = tela_tok_hash(s, len);
-    uint32_t i = h & v->map_mask;
-    for (;;) {
-        int32_t id = v->map[i];
-        if (id < 0) return -1;
-        const tela_tok *t = &v->tok[id];
-        if (t->hash == h && t->text_len == len && !memcmp(v->text + t->text_off, s, len)) return id;
-        i = (i + 1) & v->map_mask;
-    }
 }
 
 static uint64_t merge_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)(a + 1) << 32) | (uint32_t)(b + 1); }
@@ -426,60 +364,6 @@ const char *tela_vocab_token_text(const tela_vocab *v, int32_t token, size_t *le
     }
     if (len) *len = v->tok[token].text_len;
     return v->text + v->tok[token].text_off;
-}
-
-/* ------------------------------------------------------------- word cache */
-
-bool tela_cache_get(const tela_vocab *v, const char *s, size_t n, uint64_t h, tela_idvec *out) {
-    tela_word_cache *c = v->cache;
-    if (!c) return false;
-    if (!h) h = 1;
-    bool hit = false;
-    pthread_mutex_lock(&c->lock);
-    for (uint32_t i = (uint32_t)h & c->mask;; i = (i + 1) & c->mask) {
-        const tela_cache_slot *sl = &c->slots[i];
-        if (!sl->hash) break;
-        if (sl->hash == h && sl->key_len == n && !memcmp(c->keys + sl->key_off, s, n)) {
-            hit = tela_idvec_append(out, c->ids + sl->ids_off, sl->n_ids) == TELA_OK;
-            break;
-        }
-    }
-    if (hit) c->hits++;
-    else c->misses++;
-    pthread_mutex_unlock(&c->lock);
-    return hit;
-}
-
-void tela_cache_put(const tela_vocab *v, const char *s, size_t n, uint64_t h, const int32_t *ids, size_t n_ids) {
-    tela_word_cache *c = v->cache;
-    if (!c || !n_ids || n > UINT16_MAX || n_ids > UINT16_MAX) return;
-    if (!h) h = 1;
-    pthread_mutex_lock(&c->lock);
-    if (c->used + 1 > (c->mask + 1) / 4 * 3 || c->keys_len + n > c->keys_cap || c->ids_len + n_ids > c->ids_cap) {
-        memset(c->slots, 0, (c->mask + 1) * sizeof *c->slots);
-        c->used = 0;
-        c->keys_len = 0;
-        c->ids_len = 0;
-    }
-    if (n <= c->keys_cap && n_ids <= c->ids_cap) {
-        uint32_t i = (uint32_t)h & c->mask;
-        for (; c->slots[i].hash; i = (i + 1) & c->mask)
-            if (c->slots[i].hash == h && c->slots[i].key_len == n && !memcmp(c->keys + c->slots[i].key_off, s, n))
-                goto done; /* another thread put it there first */
-        tela_cache_slot *sl = &c->slots[i];
-        sl->hash = h;
-        sl->key_off = (uint32_t)c->keys_len;
-        sl->key_len = (uint16_t)n;
-        sl->ids_off = (uint32_t)c->ids_len;
-        sl->n_ids = (uint16_t)n_ids;
-        memcpy(c->keys + c->keys_len, s, n);
-        memcpy(c->ids + c->ids_len, ids, n_ids * sizeof *ids);
-        c->keys_len += n;
-        c->ids_len += n_ids;
-        c->used++;
-    }
-done:
-    pthread_mutex_unlock(&c->lock);
 }
 
 /* ------------------------------------------------------------- tokenize */

@@ -1,4 +1,5 @@
-/* mapped_file.c: mmap of model files (weights are used in place) and a small
+/* mapped_file.c: mmap of model files (weights are used in place), the
+ * buffer/file entry points of the formats parsed in place, and a small
  * whole-file reader for JSON and text. */
 #include "util/mapped_file.h"
 #include "util/error.h"
@@ -44,6 +45,21 @@ void tela_unmap_file(tela_mapped_file *file) {
     if (file->data) munmap((void *)file->data, file->size);
     file->data = NULL;
     file->size = 0;
+}
+
+tela_status tela_parse_buffer(const void *data, size_t size, const char *name, tela_parse_fn parse, void *out) {
+    if (!name) name = "(buffer)";
+    if (!data && size) return tela_errorf(TELA_ERR_ARG, "%s: NULL buffer", name);
+    const tela_mapped_file none = {NULL, 0};
+    return parse(data, size, name, &none, out);
+}
+
+tela_status tela_parse_file(const char *path, tela_parse_fn parse, void *out) {
+    tela_mapped_file map;
+    TELA_TRY(tela_map_file(path, &map));
+    tela_status s = parse(map.data, map.size, path, &map, out);
+    if (s) tela_unmap_file(&map);
+    return s;
 }
 
 tela_status tela_read_file(const char *path, char **out, size_t *size) {

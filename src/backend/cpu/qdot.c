@@ -1,5 +1,7 @@
-/* qdot.c: the portable (scalar) dot-product kernels of every weight type,
- * the shared gemm tiling loop, and the choice of kernels by CPU features.
+/* qdot.c: the portable (scalar) dot-product kernels of every weight type
+ * and the choice of kernels by CPU features: it fills its tables from the
+ * SIMD files (qdot_avx2.c, qdot_avx512.c, qdot_neon.c), which stand below it
+ * and share the gemm tiling loop of qdot_tiles.c.
  *
  * The scalar kernels define the arithmetic; the SIMD kernels of the types
  * they implement reproduce it bit for bit (the tests check that):
@@ -436,38 +438,6 @@ static float vec_dot_bf16_scalar(const void *vw, const void *vx, int64_t n) {
     float p[16] = {0};
     for (int64_t i = 0; i < n; i++) p[i & 15] = fmaf(tela_bf16_to_f32(rd16(w + 2 * i)), x[i], p[i & 15]);
     return sum16(p);
-}
-
-/* -------------------------------------------------------------- tiling */
-
-/* Activations are walked in panels of about this many bytes, so a panel
- * stays in L2 while every weight row tile passes over it. */
-#define PANEL_BYTES (384 * 1024)
-
-void tela_qdot_run_tiles(const void *vw, size_t w_stride, int64_t n_rows, const void *vx, size_t x_stride,
-                         int64_t n_cols, int64_t n, float *out, int64_t out_stride, int tr, int tc,
-                         tela_qdot_tile_fn full, tela_qdot_tile_fn rows_only, tela_qdot_tile_fn cols_only,
-                         tela_qdot_tile_fn single) {
-    const uint8_t *w = vw, *x = vx;
-    int64_t panel = (int64_t)(PANEL_BYTES / (x_stride ? x_stride : 1));
-    panel -= panel % tc;
-    if (panel < tc) panel = tc;
-    for (int64_t c0 = 0; c0 < n_cols; c0 += panel) {
-        const int64_t c1 = c0 + panel < n_cols ? c0 + panel : n_cols;
-        int64_t r = 0;
-        for (; r + tr <= n_rows; r += tr) {
-            const uint8_t *wr = w + (size_t)r * w_stride;
-            int64_t c = c0;
-            for (; c + tc <= c1; c += tc) full(wr, w_stride, x + (size_t)c * x_stride, x_stride, n, out + c * out_stride + r, out_stride);
-            for (; c < c1; c++) rows_only(wr, w_stride, x + (size_t)c * x_stride, x_stride, n, out + c * out_stride + r, out_stride);
-        }
-        for (; r < n_rows; r++) {
-            const uint8_t *wr = w + (size_t)r * w_stride;
-            int64_t c = c0;
-            for (; c + tc <= c1; c += tc) cols_only(wr, w_stride, x + (size_t)c * x_stride, x_stride, n, out + c * out_stride + r, out_stride);
-            for (; c < c1; c++) single(wr, w_stride, x + (size_t)c * x_stride, x_stride, n, out + c * out_stride + r, out_stride);
-        }
-    }
 }
 
 /* The scalar gemm: vec_dot per output (so trivially bit-identical to it).

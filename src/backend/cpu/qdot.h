@@ -178,7 +178,7 @@ void tela_qdot_fill_neon(tela_qdot_isa_table *t);
  * every row tile passes over them) of row tiles x column tiles, calling
  * kernels for full tiles (tr x tc) and edges (tr x 1, 1 x tc, 1 x 1), each
  * of the form k(w, w_stride, x, x_stride, n, out, out_stride) for a fixed
- * shape. The SIMD files share it so their gemms tile alike. */
+ * shape. The SIMD files share it so their gemms tile alike (qdot_tiles.c). */
 typedef void (*tela_qdot_tile_fn)(const uint8_t *w, size_t w_stride, const uint8_t *x, size_t x_stride, int64_t n,
                                   float *out, int64_t out_stride);
 void tela_qdot_run_tiles(const void *w, size_t w_stride, int64_t n_rows, const void *x, size_t x_stride,

@@ -260,15 +260,13 @@ INL __m512 spread_scales(__m256 s, int i) {
 /* Q8_0 and Q4_0 weights (q4 = 1), two blocks a step. Weight levels are
  * made unsigned (Q8_0: w + 128 by flipping the sign bit; Q4_0: the stored
  * nibble, i.e. w + 8), so dpbusd(-off * sum(x), u, x) = sum(w * x) per
- * lane, the start -off * sum(x) being computed once per column. The
- * scales come from wsc/xsc (pre-converted, 4 per block, see b32_gemm) if
- * pre, else straight from the blocks. */
+ * lane, the start -off * sum(x) being computed once per column. */
 INL void b32_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t b, int two, __m512 *acc,
-                  const float *wsc, const float *xsc, const int pre, const int R, const int C, const int q4) {
+                  const int R, const int C, const int q4) {
     const size_t wsize = q4 ? Q4_0_SIZE : Q8_0_SIZE;
     const __m512i off = _mm512_set1_epi8(q4 ? 8 : (char)0x80);
     if (q4 ? (b & 3) == 0 : 1) prefetch_rows(w + b * wsize, ws, (q4 ? 4 : 2) * wsize, R, C);
-    const __m256 wd_all = pre ? _mm256_loadu_ps(wsc + 4 * b) : gather_scales(w + b * wsize, ws, wsize, two, R);
+    const __m256 wd_all = gather_scales(w + b * wsize, ws, wsize, two, R);
     __m512i wq[4];
     __m512 wd[4];
     UNROLL for (int r = 0; r < R; r++) {
@@ -276,7 +274,7 @@ INL void b32_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int6
         wq[r] = q4 ? q4_0_levels(p, two) : _mm512_xor_si512(q8_0_levels(p, two), off);
         wd[r] = spread_scales(wd_all, r);
     }
-    const __m256 xd_all = pre ? _mm256_loadu_ps(xsc + 4 * b) : gather_scales(x + b * Q8_0_SIZE, xs, Q8_0_SIZE, two, C);
+    const __m256 xd_all = gather_scales(x + b * Q8_0_SIZE, xs, Q8_0_SIZE, two, C);
     UNROLL for (int c = 0; c < C; c++) {
         const __m512i xq = q8_0_levels(x + c * xs + b * Q8_0_SIZE, two);
         const __m512i xneg =
@@ -292,24 +290,24 @@ INL void b32_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int6
 /* Two blocks a step; an odd last block runs as a half step whose upper
  * lanes are all zero (and add exactly 0 to each lane). */
 INL void b32_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
-                  const float *wsc, const float *xsc, const int pre, const int R, const int C, const int q4) {
+                  const int R, const int C, const int q4) {
     __m512 acc[16];
     UNROLL for (int p = 0; p < R * C; p++) acc[p] = _mm512_setzero_ps();
     const int64_t nb = n / 32;
     int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) b32_step(w, ws, x, xs, b, 1, acc, wsc, xsc, pre, R, C, q4);
-    if (b < nb) b32_step(w, ws, x, xs, b, 0, acc, wsc, xsc, pre, R, C, q4);
+    for (; b + 2 <= nb; b += 2) b32_step(w, ws, x, xs, b, 1, acc, R, C, q4);
+    if (b < nb) b32_step(w, ws, x, xs, b, 0, acc, R, C, q4);
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int c = 0; c < C; c++) out[c * os + r] = hsum_ps(acc[r * C + c]);
 }
 
 INL void q8_0_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
                    const int R, const int C) {
-    b32_tile(w, ws, x, xs, n, out, os, NULL, NULL, 0, R, C, 0);
+    b32_tile(w, ws, x, xs, n, out, os, R, C, 0);
 }
 INL void q4_0_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
                    const int R, const int C) {
-    b32_tile(w, ws, x, xs, n, out, os, NULL, NULL, 0, R, C, 1);
+    b32_tile(w, ws, x, xs, n, out, os, R, C, 1);
 }
 
 /* Converts the scales of blocks 0..nb-1 of four rows (stride apart) to
@@ -360,7 +358,8 @@ static TGT void b32_prepare_col(const uint8_t *x, int64_t nb, __m512i *out) {
 }
 
 /* A full 4x4 tile from prepared rows (wp), columns (xu, ns vectors per
- * column) and scales (as for b32_tile's pre). Same float steps as b32_step. */
+ * column) and scales (wsc, xsc: convert_scales of the row and column tiles).
+ * Same float steps as b32_step. */
 static TGT void b32_4x4_prep(const b32_wprep *wp, const __m512i *xu, int64_t ns, const float *wsc, const float *xsc,
                              float *out, int64_t os) {
     __m512 acc[16];
@@ -408,6 +407,19 @@ static int64_t even_panel(int64_t nc, size_t xs, size_t budget, int64_t cap) {
     return (p + 3) / 4 * 4;
 }
 
+/* The rows from r on of a column panel [c0, c1) that make no whole 4-row
+ * tile, for the prepared gemms: 1x4 tiles, then 1x1 at the panel's edge. */
+static void panel_edge_rows(const uint8_t *w, size_t ws, int64_t r, int64_t nr, const uint8_t *x, size_t xs,
+                            int64_t c0, int64_t c1, int64_t n, float *out, int64_t os, tile_fn cols_only,
+                            tile_fn single) {
+    for (; r < nr; r++) {
+        const uint8_t *wr = w + (size_t)r * ws;
+        int64_t c = c0;
+        for (; c + 4 <= c1; c += 4) cols_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+        for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
+    }
+}
+
 #define B32_SC 32768
 static void b32_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size_t xs, int64_t nc, int64_t n,
                      float *out, int64_t os, size_t wsize, int q4, tile_fn full_plain, tile_fn rows_only,
@@ -444,12 +456,7 @@ static void b32_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size
             }
             for (int64_t c = c0 + 4 * tiles; c < c1; c++) rows_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
         }
-        for (; r < nr; r++) {
-            const uint8_t *wr = w + (size_t)r * ws;
-            int64_t c = c0;
-            for (; c + 4 <= c1; c += 4) cols_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
-            for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
-        }
+        panel_edge_rows(w, ws, r, nr, x, xs, c0, c1, n, out, os, cols_only, single);
     }
     free(buf);
 }
@@ -746,21 +753,16 @@ static TGT void k_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *out, 
     }
 }
 
-/* R rows x C columns; the row side comes from prep if pre (R = 4). */
+/* R rows x C columns, straight from the blocks (k_tile_pre is the prepared
+ * 4x4 tile). */
 INL void k_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
-                const k_prep *prep, const int pre, const int R, const int C, const int kind) {
+                const int R, const int C, const int kind) {
     const size_t bsize = k_block_size(kind);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / 256; b++) {
         k_rowinfo ri;
-        if (pre) {
-            ri.dd = prep[b].dd;
-            ri.mall = prep[b].mall;
-            UNROLL for (int r = 0; r < R; r++) ri.scneg[r] = prep[b].scneg[r];
-        } else {
-            prefetch_rows(w + b * bsize, ws, bsize, R, C);
-            k_row_info(w, ws, b, &ri, R, kind);
-        }
+        prefetch_rows(w + b * bsize, ws, bsize, R, C);
+        k_row_info(w, ws, b, &ri, R, kind);
         const __m128 dx = cols_scales(x, xs, b, C);
         __m512i isum[16], ball = _mm512_setzero_si512();
         if (kind == KQ6) {
@@ -774,16 +776,9 @@ INL void k_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_
         }
         UNROLL for (int k = 0; k < 4; k++) {
             __m512i wq[4], sk[4];
-            UNROLL for (int r = 0; r < R; r++) {
-                if (pre) {
-                    wq[r] = prep[b].wq[k][r];
-                    sk[r] = prep[b].sk[k][r];
-                } else {
-                    k_row_vec(w + r * ws + b * bsize, ri.sc[r], k, &wq[r], &sk[r], kind);
-                }
-            }
+            UNROLL for (int r = 0; r < R; r++) k_row_vec(w + r * ws + b * bsize, ri.sc[r], k, &wq[r], &sk[r], kind);
             UNROLL for (int c = 0; c < C; c++) {
-                const __m512i xk = k_col_vec(x + c * xs + b * Q8K_SIZE + Q8K_QS, k, pre ? KQ6 : kind);
+                const __m512i xk = k_col_vec(x + c * xs + b * Q8K_SIZE + Q8K_QS, k, kind);
                 UNROLL for (int r = 0; r < R; r++) {
                     const __m512i d = _mm512_maddubs_epi16(wq[r], xk);
                     isum[r * C + c] = kind != KQ6 && k == 0 ? _mm512_madd_epi16(d, sk[r])
@@ -835,15 +830,15 @@ INL void k_tile_pre(const k_prep *prep, const k_cprep *cp, const uint8_t *x, siz
 
 INL void q4_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
                    const int R, const int C) {
-    k_tile(w, ws, x, xs, n, out, os, NULL, 0, R, C, KQ4);
+    k_tile(w, ws, x, xs, n, out, os, R, C, KQ4);
 }
 INL void q5_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
                    const int R, const int C) {
-    k_tile(w, ws, x, xs, n, out, os, NULL, 0, R, C, KQ5);
+    k_tile(w, ws, x, xs, n, out, os, R, C, KQ5);
 }
 INL void q6_K_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, int64_t os,
                    const int R, const int C) {
-    k_tile(w, ws, x, xs, n, out, os, NULL, 0, R, C, KQ6);
+    k_tile(w, ws, x, xs, n, out, os, R, C, KQ6);
 }
 
 typedef void (*kpre_fn)(const k_prep *, const k_cprep *, const uint8_t *, size_t, int64_t, float *, int64_t);
@@ -865,23 +860,18 @@ static TGT void q6_K_prepare(const uint8_t *w, size_t ws, int64_t nb, k_prep *ou
 
 /* ------------------------------------------------------------ instances */
 
+/* One R x C tile kernel of a type (NAME_RxC) with the tile_fn signature. */
+#define TILE(NAME, R, C)                                                                                       \
+    static TGT void NAME##_##R##x##C(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n,      \
+                                     float *out, int64_t os) {                                                \
+        NAME##_tile(w, ws, x, xs, n, out, os, R, C);                                                          \
+    }
+
 #define TILES(NAME)                                                                                            \
-    static TGT void NAME##_4x4(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
-                               int64_t os) {                                                                      \
-        NAME##_tile(w, ws, x, xs, n, out, os, 4, 4);                                                              \
-    }                                                                                                              \
-    static TGT void NAME##_4x1(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
-                               int64_t os) {                                                                      \
-        NAME##_tile(w, ws, x, xs, n, out, os, 4, 1);                                                              \
-    }                                                                                                              \
-    static TGT void NAME##_1x4(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
-                               int64_t os) {                                                                      \
-        NAME##_tile(w, ws, x, xs, n, out, os, 1, 4);                                                              \
-    }                                                                                                              \
-    static TGT void NAME##_1x1(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, \
-                               int64_t os) {                                                                      \
-        NAME##_tile(w, ws, x, xs, n, out, os, 1, 1);                                                              \
-    }                                                                                                              \
+    TILE(NAME, 4, 4)                                                                                           \
+    TILE(NAME, 4, 1)                                                                                           \
+    TILE(NAME, 1, 4)                                                                                           \
+    TILE(NAME, 1, 1)                                                                                           \
     static TGT float NAME##_vec_dot(const void *w, const void *x, int64_t n) {                                   \
         float r;                                                                                                   \
         NAME##_tile((const uint8_t *)w, 0, (const uint8_t *)x, 0, n, &r, 0, 1, 1);                                \
@@ -945,12 +935,7 @@ static void k_gemm(const void *vw, size_t ws, int64_t nr, const void *vx, size_t
             for (; c + 4 <= c1; c += 4) full_pre(prep, cprep + (c - c0) / 4 * nb, x + (size_t)c * xs, xs, n, out + c * os + r, os);
             for (; c < c1; c++) rows_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
         }
-        for (; r < nr; r++) {
-            const uint8_t *wr = w + (size_t)r * ws;
-            int64_t c = c0;
-            for (; c + 4 <= c1; c += 4) cols_only(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
-            for (; c < c1; c++) single(wr, ws, x + (size_t)c * xs, xs, n, out + c * os + r, os);
-        }
+        panel_edge_rows(w, ws, r, nr, x, xs, c0, c1, n, out, os, cols_only, single);
     }
     free(prep);
 }
