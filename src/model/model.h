@@ -103,7 +103,7 @@ struct tela_arch {
     tela_status (*forward_naive)(const tela_model *m, const int32_t *tokens, int32_t n, float *logits);
 };
 
-/* ---- helpers for architectures' load() ---- */
+/* ---- helpers for architectures' load() (weights.c) ---- */
 
 /* A stored tensor by name (GGUF or checkpoint), or NULL when absent. */
 const tela_tensor *tela_model_find_tensor(const tela_model *m, const char *name);
@@ -128,7 +128,7 @@ tela_status tela_model_const(tela_model *m, const void *host, size_t bytes, cons
  * architecture at the end of its load. */
 tela_status tela_model_prepare_mats(tela_model *m, tela_mat *const *mats, const tela_mat_use *uses, size_t n);
 
-/* ---- helpers for architectures' forward passes ---- */
+/* ---- helpers for architectures' forward passes (forward.c) ---- */
 
 /* A session's input and output buffers in backend memory: the tokens and
  * positions of the current step (batch), the logits, the greedy pick. */
@@ -200,6 +200,8 @@ tela_status tela_model_json_int(const tela_model *m, const void *obj, const char
 tela_status tela_model_json_float(const tela_model *m, const void *obj, const char *key, bool optional,
                                   double *out);
 tela_status tela_model_json_bool(const tela_model *m, const void *obj, const char *key, bool optional, bool *out);
+/* A member string of obj, or NULL. */
+const char *tela_model_json_str(const void *obj, const char *key);
 /* A member object of obj, or NULL. */
 const void *tela_model_json_object(const void *obj, const char *key);
 

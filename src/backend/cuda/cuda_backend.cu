@@ -30,65 +30,6 @@ int tela_backend_cuda_count(void) {
     return n;
 }
 
-bool tela_cuda_check(cuda_exec *ex, cudaError_t err, const char *what) {
-    if (err == cudaSuccess) return true;
-    if (ex->failed == TELA_OK)
-        ex->failed = tela_errorf(err == cudaErrorMemoryAllocation ? TELA_ERR_NOMEM : TELA_ERR_INTERNAL,
-                                 "cuda:%d: %s: %s", ex->be->device, what, cudaGetErrorString(err));
-    return false;
-}
-
-bool tela_cuda_launched(cuda_exec *ex, const char *what) { return tela_cuda_check(ex, cudaGetLastError(), what); }
-
-/* Captured graphs hold the addresses of the scratch buffers: when a buffer
- * moves, they are dropped (and captured again on their next uses). */
-static void drop_graphs(cuda_exec *ex) {
-    for (int i = 0; i < ex->n_slots; i++)
-        if (ex->slots[i].exec) cudaGraphExecDestroy(ex->slots[i].exec);
-    ex->n_slots = 0;
-}
-
-void *tela_cuda_scratch(cuda_exec *ex, size_t bytes) {
-    bytes = tela_cuda_align(bytes ? bytes : 1);
-    if (bytes <= ex->scratch_bytes) return ex->scratch;
-    if (ex->cur >= 0 && ex->mode == 1) {
-        /* capturing: memory cannot be allocated now; this step stays eager */
-        tela_cuda_check(ex, cudaErrorStreamCaptureUnsupported, "scratch grown during graph capture");
-        return NULL;
-    }
-    if (!tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize")) return NULL;
-    drop_graphs(ex);
-    cudaFree(ex->scratch);
-    ex->scratch = NULL;
-    ex->scratch_bytes = 0;
-    void *p = NULL;
-    if (!tela_cuda_check(ex, cudaMalloc(&p, bytes), "scratch memory")) return NULL;
-    ex->scratch = p;
-    ex->scratch_bytes = bytes;
-    return p;
-}
-
-/* A second scratch buffer, for results that must outlive the operations
- * using tela_cuda_scratch; the same growth rules. */
-static void *exec_aux(cuda_exec *ex, size_t bytes) {
-    bytes = tela_cuda_align(bytes ? bytes : 1);
-    if (bytes <= ex->aux_bytes) return ex->aux;
-    if (ex->cur >= 0 && ex->mode == 1) {
-        tela_cuda_check(ex, cudaErrorStreamCaptureUnsupported, "scratch grown during graph capture");
-        return NULL;
-    }
-    if (!tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize")) return NULL;
-    drop_graphs(ex);
-    cudaFree(ex->aux);
-    ex->aux = NULL;
-    ex->aux_bytes = 0;
-    void *p = NULL;
-    if (!tela_cuda_check(ex, cudaMalloc(&p, bytes), "scratch memory")) return NULL;
-    ex->aux = p;
-    ex->aux_bytes = bytes;
-    return p;
-}
-
 /* ------------------------------------------------------------ backend */
 
 static void cuda_destroy(tela_backend *be) {
@@ -284,7 +225,7 @@ static void cuda_exec_free(tela_exec *e) {
     cuda_exec *ex = as_ex(e);
     cudaSetDevice(ex->be->device);
     if (ex->stream) cudaStreamSynchronize(ex->stream);
-    drop_graphs(ex);
+    tela_cuda_drop_graphs(ex);
     if (ex->cublas) cublasDestroy(ex->cublas);
     cudaFree(ex->cublas_ws);
     cudaFree(ex->scratch);
@@ -546,7 +487,7 @@ static void cuda_matmul_swiglu(tela_exec *e, const tela_norm_in *norm, const tel
         x = norm->xn;
     }
     /* the up half in a buffer of its own (the products use the scratch) */
-    float *up = (float *)exec_aux(ex, (size_t)n_tok * (size_t)n_ff * sizeof(float));
+    float *up = (float *)tela_cuda_aux(ex, (size_t)n_tok * (size_t)n_ff * sizeof(float));
     if (!up) return;
     matmul_one(ex, w_gate, x, x_stride, out, out_stride, n_tok, false);
     matmul_one(ex, w_up, x, x_stride, up, n_ff, n_tok, false);

@@ -94,8 +94,13 @@ bool tela_cuda_check(cuda_exec *ex, cudaError_t err, const char *what);
 /* The same for the launch just made (cudaGetLastError). */
 bool tela_cuda_launched(cuda_exec *ex, const char *what);
 /* At least `bytes` of scratch (256-byte aligned), NULL after recording a
- * failure (also when it would have to grow while a graph is captured). */
+ * failure (also when it would have to grow while a graph is captured).
+ * aux: a second buffer, for results that must outlive the operations
+ * using the scratch. (cuda_util.cu) */
 void *tela_cuda_scratch(cuda_exec *ex, size_t bytes);
+void *tela_cuda_aux(cuda_exec *ex, size_t bytes);
+/* Destroys the captured graphs (they are captured again on next use). */
+void tela_cuda_drop_graphs(cuda_exec *ex);
 
 /* ---- launchers (cuda_matvec.cu) ---- */
 

@@ -1,0 +1,106 @@
+/* forward.c: the parts of a forward pass the architectures share: the
+ * session's input/output buffers, the per-step loop (uploads, decode-step
+ * graphs, downloads of logits and greedy picks), the output head and the
+ * SwiGLU feed-forward block, all over the backend operations. */
+#include "model/model.h"
+#include "util/error.h"
+
+#include <string.h>
+
+tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, int n_batch) {
+    memset(io, 0, sizeof *io);
+    io->ex = ex;
+    io->n_vocab = n_vocab;
+    io->n_batch = n_batch;
+    tela_backend *be = tela_exec_backend(ex);
+    TELA_TRY(tela_backend_alloc(be, (size_t)n_batch * sizeof(int32_t), "token ids", (void **)&io->tok));
+    TELA_TRY(tela_backend_alloc(be, (size_t)n_batch * sizeof(int32_t), "positions", (void **)&io->pos));
+    TELA_TRY(tela_backend_alloc(be, (size_t)n_vocab * sizeof(float), "logits", (void **)&io->logits1));
+    TELA_TRY(tela_backend_alloc(be, sizeof(int32_t), "the greedy pick", (void **)&io->pick));
+    return TELA_OK;
+}
+
+void tela_model_io_free(tela_model_io *io) {
+    if (!io->ex) return;
+    tela_backend *be = tela_exec_backend(io->ex);
+    tela_backend_free_mem(be, io->tok);
+    tela_backend_free_mem(be, io->pos);
+    tela_backend_free_mem(be, io->logits1);
+    tela_backend_free_mem(be, io->logits);
+    tela_backend_free_mem(be, io->pick);
+    memset(io, 0, sizeof *io);
+}
+
+/* Backend memory for `rows` rows of logits: the fixed one-row buffer, or
+ * the all-logits buffer grown to size (never while a graph is captured:
+ * only decode steps are, and they have one row). */
+static tela_status io_logits(tela_model_io *io, int rows, float **out) {
+    if (rows <= 1) {
+        *out = io->logits1;
+        return TELA_OK;
+    }
+    if (rows > io->logit_rows) {
+        tela_backend *be = tela_exec_backend(io->ex);
+        TELA_TRY(tela_exec_sync(io->ex));
+        tela_backend_free_mem(be, io->logits);
+        io->logits = NULL;
+        io->logit_rows = 0;
+        TELA_TRY(tela_backend_alloc(be, (size_t)rows * (size_t)io->n_vocab * sizeof(float), "logits",
+                                    (void **)&io->logits));
+        io->logit_rows = rows;
+    }
+    *out = io->logits;
+    return TELA_OK;
+}
+
+tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_step_fn fn, tela_model_io *io,
+                                 const int32_t *tokens, int32_t n, int32_t n_past, const tela_forward_out *out) {
+    tela_exec *ex = io->ex;
+    const bool host = tela_exec_host_visible(ex);
+    const size_t row_bytes = (size_t)io->n_vocab * sizeof(float);
+    for (int32_t done = 0; done < n;) {
+        const int nt = n - done < io->n_batch ? n - done : io->n_batch;
+        const bool last = done + nt == n;
+        tela_model_step step = {nt, 0, NULL, last && out->greedy != NULL};
+        if (out->logits && out->all_logits) step.rows = nt;
+        else if (last && (out->logits || out->greedy)) step.rows = 1;
+        float *host_dst = out->logits ? out->logits + (out->all_logits ? (size_t)done * io->n_vocab : 0) : NULL;
+        if (step.rows && host && host_dst) step.logits = host_dst; /* the CPU writes straight to the caller */
+        else if (step.rows) TELA_TRY(io_logits(io, step.rows, &step.logits));
+        TELA_TRY(tela_exec_set_batch(ex, &io->batch, io->tok, io->pos, tokens + done, nt, n_past + done));
+        if (nt == 1) {
+            /* decode steps repeat: the same work at every position of a length bucket */
+            uint64_t key = 1u | (uint64_t)step.rows << 8 | (uint64_t)step.pick << 16 |
+                           (uint64_t)tela_exec_length_bucket(ex, n_past + done + 1) << 32;
+            if (tela_exec_graph_begin(ex, key)) fn(m, state, &step);
+            TELA_TRY(tela_exec_graph_end(ex));
+        } else {
+            fn(m, state, &step);
+        }
+        if (step.rows && host_dst && step.logits != host_dst)
+            TELA_TRY(tela_exec_download(ex, host_dst, step.logits, (size_t)step.rows * row_bytes));
+        if (step.pick) TELA_TRY(tela_exec_download(ex, out->greedy, io->pick, sizeof(int32_t)));
+        done += nt;
+    }
+    return tela_exec_sync(ex);
+}
+
+void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *norm, float eps, const float *x,
+                            float *xb, int n_embd, const tela_model_step *step, tela_model_io *io) {
+    if (step->rows == 0) return;
+    const float *first = x + (size_t)(step->n_tok - step->rows) * n_embd;
+    const tela_norm_in nrm = {norm, eps, xb};
+    const tela_matmul_target t = {output, step->logits, io->n_vocab};
+    tela_exec_norm_matmul_many(ex, &nrm, &t, 1, first, n_embd, step->rows);
+    if (step->pick)
+        tela_exec_argmax(ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
+}
+
+void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, float *x, float *xb, float *gate, int n_embd,
+                           int n_tok, float eps) {
+    const int64_t n_ff = f->w_gate.n_rows;
+    const tela_norm_in norm = {f->norm, eps, xb};
+    tela_exec_norm_matmul_swiglu(ex, &norm, &f->w_gate, &f->w_up, x, n_embd, gate, n_ff, n_tok);
+    tela_exec_matmul(ex, &f->w_down, gate, n_ff, x, n_embd, n_tok, true);
+}
+
