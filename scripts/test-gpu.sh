@@ -25,8 +25,10 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem,driv
 ./build-cuda/bin/tela --version
 
 (cd build-cuda && ctest --output-on-failure -R '^test_cuda' 2>&1 | tee /tmp/tela-ctest-gpu.log)
-note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log | tail -1)"
+grep -hE '^[0-9]+ passed, [0-9]+ failed|^type |^device:|^out of memory|^note' build-cuda/Testing/Temporary/LastTest.log
+note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log | tail -1); checks: $(grep -hE '^[0-9]+ passed, [0-9]+ failed' build-cuda/Testing/Temporary/LastTest.log | tr '\n' ' ')"
 (cd build-cuda && TELA_DEVICE=cpu ctest -j "$JOBS" -E '^test_cuda' 2>&1 | tee /tmp/tela-ctest-cpu.log | tail -5)
+grep -hE 'FAIL|failed:|CHECK failed|Error' build-cuda/Testing/Temporary/LastTest.log | head -20
 note "other tests (CPU): $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-cpu.log | tail -1)"
 
 if [ "${TELA_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
