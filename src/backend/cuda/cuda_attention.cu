@@ -149,21 +149,29 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(cons
             for (int j = 0; j < DT / 32; j++) o[hh][j] *= corr;
             m[hh] = mnew;
         }
+        /* P V, eight keys' values loaded before they are used */
         const int nk = min(32, k1 - kt);
-        for (int kk = 0; kk < nk; kk++) {
-            const KT *vr = vc + (size_t)(kt + kk) * p.vd;
-            float vv[DT / 32];
+        for (int kb = 0; kb < nk; kb += 8) {
+            float vv[8][DT / 32];
 #pragma unroll
-            for (int j = 0; j < DT / 32; j++) {
-                const int d = lane + 32 * j;
-                vv[j] = d < p.vd ? ldkv<KT>(vr + d) : 0.0f;
+            for (int u = 0; u < 8; u++) {
+                const KT *vr = vc + (size_t)(kt + kb + u) * p.vd;
+#pragma unroll
+                for (int j = 0; j < DT / 32; j++) {
+                    const int d = lane + 32 * j;
+                    vv[u][j] = kb + u < nk && d < p.vd ? ldkv<KT>(vr + d) : 0.0f;
+                }
             }
 #pragma unroll
-            for (int hh = 0; hh < DEC_HEADS; hh++) {
-                if (hh >= nh) break;
-                const float pk = __shfl_sync(0xffffffffu, pr[hh], kk);
+            for (int u = 0; u < 8; u++) {
+                if (kb + u >= nk) break;
 #pragma unroll
-                for (int j = 0; j < DT / 32; j++) o[hh][j] = fmaf(pk, vv[j], o[hh][j]);
+                for (int hh = 0; hh < DEC_HEADS; hh++) {
+                    if (hh >= nh) break;
+                    const float pk = __shfl_sync(0xffffffffu, pr[hh], kb + u);
+#pragma unroll
+                    for (int j = 0; j < DT / 32; j++) o[hh][j] = fmaf(pk, vv[u][j], o[hh][j]);
+                }
             }
         }
     }
@@ -267,9 +275,10 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
         tela_cuda_check(ex, cudaErrorNotSupported, "attention: head dimensions above 256");
         return;
     }
-    /* splits: enough blocks to fill the GPU twice over, at least 64 keys each */
+    /* splits: eight blocks of four warps per multiprocessor (each warp with
+     * a few 32-key tiles), at least 64 keys a split */
     const int64_t blocks = (int64_t)s->n_kv_head * p.n_sub * n_tok;
-    int64_t n_split = (2 * ex->be->sm_count + blocks - 1) / blocks;
+    int64_t n_split = (8 * ex->be->sm_count + blocks - 1) / blocks;
     const int64_t most = (max_len + 63) / 64;
     if (n_split > most) n_split = most;
     if (n_split < 1) n_split = 1;

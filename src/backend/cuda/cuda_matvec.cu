@@ -172,7 +172,13 @@ static __device__ __forceinline__ float warp_sum(float v) {
 
 /* ------------------------------------------------------- decode: gemv */
 
-#define GEMV_WARPS 16
+/* Quantized weights: 8 warps a block, two rows a warp (their loads in
+ * flight together), so one block's quantization of the activations serves
+ * 16 rows. Float weights: 4 warps a block, one row a warp, eight 16-byte
+ * loads in flight per lane. */
+#define GEMV_Q_WARPS 8
+#define GEMV_Q_ROWS 16
+#define GEMV_F_WARPS 4
 
 /* The activations of n_tok tokens quantized to int8 per 32 into shared
  * memory: xq [NT][K], xd [NT][K/32] (scales), xs [NT][K/32] (scale times
@@ -184,6 +190,7 @@ static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n
     for (int t = 0; t < NT; t++) {
         if (t >= n_tok) break;
         const float *xt = x + (size_t)t * x_stride;
+#pragma unroll 4
         for (int base = 0; base < n4; base += blockDim.x) {
             const int g = base + threadIdx.x;
             const bool ok = g < n4;
@@ -486,7 +493,18 @@ static __device__ void norm_scales(const gemv_params &p, int K, float *scale) {
         if (t >= p.n_tok) break;
         const float *xt = p.x + (size_t)t * p.x_stride;
         double ss = 0.0;
-        for (int i = threadIdx.x; i < K; i += blockDim.x) ss += (double)xt[i] * xt[i];
+        if (K % 4 == 0 && p.x_stride % 4 == 0 && ((uintptr_t)p.x & 15) == 0) {
+            /* float partials of 16-byte loads, all in flight; double across threads */
+            float f = 0.0f;
+#pragma unroll 4
+            for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
+                const float4 v = __ldg((const float4 *)xt + i);
+                f += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+            ss = f;
+        } else {
+            for (int i = threadIdx.x; i < K; i += blockDim.x) ss += (double)xt[i] * xt[i];
+        }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
@@ -518,7 +536,7 @@ static __device__ __forceinline__ void gemv_write(const gemv_params &p, const ge
 }
 
 template <int TYPE, int NT>
-static __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_q_kernel(const gemv_params p) {
+static __global__ void __launch_bounds__(GEMV_Q_WARPS * 32) gemv_q_kernel(const gemv_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float nscale[NT];
     const int ti = gemv_target_of(p);
@@ -530,18 +548,26 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_q_kernel(const ge
     if (p.norm_w) norm_scales<NT>(p, K, nscale);
     quantize_x<NT>(p.x, p.x_stride, K, p.n_tok, p.norm_w, nscale, xq, xd, xs);
     __syncthreads();
-    const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_WARPS + threadIdx.x / 32;
-    if (row >= tg.w.n_rows) return;
+    const int64_t row0 = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_Q_ROWS + 2 * (threadIdx.x / 32);
+    if (row0 >= tg.w.n_rows) return;
+    const bool two = row0 + 1 < tg.w.n_rows;
+    const int64_t row1 = two ? row0 + 1 : row0;
     const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
     const bool swiglu = p.w_up.p != NULL;
-    float acc[NT], acc_up[NT];
+    float a0[NT], a1[NT], u0[NT], u1[NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = acc_up[t] = 0.0f;
+    for (int t = 0; t < NT; t++) a0[t] = a1[t] = u0[t] = u1[t] = 0.0f;
+#pragma unroll 2
     for (int u = lane; u < n_units; u += 32) {
-        qunits<TYPE>::template dot<NT>(tg.w, row, u, xq, xd, xs, K, p.n_tok, acc);
-        if (swiglu) qunits<TYPE>::template dot<NT>(p.w_up, row, u, xq, xd, xs, K, p.n_tok, acc_up);
+        qunits<TYPE>::template dot<NT>(tg.w, row0, u, xq, xd, xs, K, p.n_tok, a0);
+        qunits<TYPE>::template dot<NT>(tg.w, row1, u, xq, xd, xs, K, p.n_tok, a1);
+        if (swiglu) {
+            qunits<TYPE>::template dot<NT>(p.w_up, row0, u, xq, xd, xs, K, p.n_tok, u0);
+            qunits<TYPE>::template dot<NT>(p.w_up, row1, u, xq, xd, xs, K, p.n_tok, u1);
+        }
     }
-    gemv_write<NT>(p, tg, row, acc, acc_up, swiglu);
+    gemv_write<NT>(p, tg, row0, a0, u0, swiglu);
+    if (two) gemv_write<NT>(p, tg, row1, a1, u1, swiglu);
 }
 
 /* Float weights: 8 elements (16 bytes of F16/BF16, two loads of F32) per
@@ -591,7 +617,7 @@ static __device__ __forceinline__ float x1(const gemv_params &p, const float *ns
     return p.norm_w ? a * nscale[t] * p.norm_w[c] : a;
 }
 
-#define GEMV_F_UNROLL 4
+#define GEMV_F_UNROLL 8
 
 template <int TYPE, int NT, bool VEC>
 static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row, const gemv_params &p,
@@ -640,12 +666,12 @@ static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row,
 }
 
 template <int TYPE, int NT, bool VEC>
-static __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_f_kernel(const gemv_params p) {
+static __global__ void __launch_bounds__(GEMV_F_WARPS * 32) gemv_f_kernel(const gemv_params p) {
     __shared__ float nscale[NT];
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     if (p.norm_w) norm_scales<NT>(p, (int)tg.w.n_cols, nscale);
-    const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_WARPS + threadIdx.x / 32;
+    const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_F_WARPS + threadIdx.x / 32;
     if (row >= tg.w.n_rows) return;
     const bool swiglu = p.w_up.p != NULL;
     float acc[NT], acc_up[NT];
@@ -712,12 +738,14 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
     gemv_params p;
     memset(&p, 0, sizeof p);
     unsigned blocks = 0;
+    const bool quant = smem > 0;
+    const int rows_per_block = quant ? GEMV_Q_ROWS : GEMV_F_WARPS, threads = 32 * (quant ? GEMV_Q_WARPS : GEMV_F_WARPS);
     for (int i = 0; i < n_w; i++) {
         p.t[i].w = {(const uint8_t *)w[i]->dev, w[i]->n_rows, w[i]->n_cols};
         p.t[i].y = y[i];
         p.t[i].y_stride = y_stride[i];
         p.block0[i] = blocks;
-        blocks += (unsigned)((w[i]->n_rows + GEMV_WARPS - 1) / GEMV_WARPS);
+        blocks += (unsigned)((w[i]->n_rows + rows_per_block - 1) / rows_per_block);
     }
     p.n_targets = n_w;
     p.w_up = {w_up ? (const uint8_t *)w_up->dev : NULL, w[0]->n_rows, w[0]->n_cols};
@@ -727,7 +755,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
     p.accumulate = accumulate;
     p.norm_w = norm_w;
     p.eps = eps;
-    fn<<<blocks, GEMV_WARPS * 32, smem, ex->stream>>>(p);
+    fn<<<blocks, threads, smem, ex->stream>>>(p);
     tela_cuda_launched(ex, "gemv");
 }
 
