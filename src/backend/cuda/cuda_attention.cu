@@ -151,10 +151,11 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(cons
         }
         /* P V, eight keys' values loaded before they are used */
         const int nk = min(32, k1 - kt);
-        for (int kb = 0; kb < nk; kb += 8) {
-            float vv[8][DT / 32];
+        constexpr int PB = DT <= 64 ? 32 : DT <= 128 ? 16 : 8; /* keys whose values are loaded at once */
+        for (int kb = 0; kb < nk; kb += PB) {
+            float vv[PB][DT / 32];
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < PB; u++) {
                 const KT *vr = vc + (size_t)(kt + kb + u) * p.vd;
 #pragma unroll
                 for (int j = 0; j < DT / 32; j++) {
@@ -163,7 +164,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(cons
                 }
             }
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < PB; u++) {
                 if (kb + u >= nk) break;
 #pragma unroll
                 for (int hh = 0; hh < DEC_HEADS; hh++) {

@@ -426,7 +426,21 @@ static void matmul_one(cuda_exec *ex, const tela_mat *w, const float *x, int64_t
     else if (n_tok <= TELA_CUDA_GEMV_MAX_TOK)
         tela_cuda_gemv(ex, &w, &y, &y_stride, 1, NULL, x, x_stride, n_tok, accumulate, NULL, 0.0f);
     else
-        tela_cuda_matmul_gemm(ex, w, x, x_stride, y, y_stride, n_tok, accumulate);
+        tela_cuda_matmul_gemm(ex, w, x, x_stride, y, y_stride, n_tok, accumulate, NULL);
+}
+
+/* The class of a weight type's prefill gemm input: f32, bf16 or f16. */
+static int gemm_class(tela_type t) { return t == TELA_TYPE_F32 ? 0 : t == TELA_TYPE_BF16 ? 1 : 2; }
+
+/* Prefill products of several matrices of one input: the input converted
+ * once when the classes agree. */
+static void gemm_many(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *ys, int n,
+                      const float *x, int64_t x_stride, int n_tok, bool accumulate) {
+    bool same = n > 1;
+    for (int i = 1; i < n; i++) same = same && gemm_class(w[i]->type) == gemm_class(w[0]->type);
+    const void *xh = same ? tela_cuda_gemm_input(ex, w, n, x, x_stride, n_tok) : NULL;
+    if (same && !xh) return;
+    for (int i = 0; i < n; i++) tela_cuda_matmul_gemm(ex, w[i], x, x_stride, y[i], ys[i], n_tok, accumulate, xh);
 }
 
 /* Whether the decode kernels take these products with the norm folded in. */
@@ -470,6 +484,16 @@ static void cuda_matmul_many(tela_exec *e, const tela_norm_in *norm, const tela_
         tela_cuda_rmsnorm(ex, norm->xn, x_stride, x, x_stride, norm->w, t[0].w->n_cols, n_tok, norm->eps);
         x = norm->xn;
     }
+    bool gemm = !tela_ops_exact_matmul() && n_tok > TELA_CUDA_GEMV_MAX_TOK && n <= 8;
+    for (int i = 0; i < n; i++) gemm = gemm && tela_cuda_gemv_ok(ex, t[i].w, 1);
+    if (gemm) {
+        const tela_mat *ws[8];
+        float *ys[8];
+        int64_t ss[8];
+        for (int i = 0; i < n; i++) ws[i] = t[i].w, ys[i] = t[i].y, ss[i] = t[i].y_stride;
+        gemm_many(ex, ws, ys, ss, n, x, x_stride, n_tok, accumulate);
+        return;
+    }
     for (int i = 0; i < n; i++) matmul_one(ex, t[i].w, x, x_stride, t[i].y, t[i].y_stride, n_tok, accumulate);
 }
 
@@ -489,8 +513,16 @@ static void cuda_matmul_swiglu(tela_exec *e, const tela_norm_in *norm, const tel
     /* the up half in a buffer of its own (the products use the scratch) */
     float *up = (float *)tela_cuda_aux(ex, (size_t)n_tok * (size_t)n_ff * sizeof(float));
     if (!up) return;
-    matmul_one(ex, w_gate, x, x_stride, out, out_stride, n_tok, false);
-    matmul_one(ex, w_up, x, x_stride, up, n_ff, n_tok, false);
+    if (!tela_ops_exact_matmul() && n_tok > TELA_CUDA_GEMV_MAX_TOK && tela_cuda_gemv_ok(ex, w_gate, 1) &&
+        tela_cuda_gemv_ok(ex, w_up, 1)) {
+        const tela_mat *ws[2] = {w_gate, w_up};
+        float *ys[2] = {out, up};
+        const int64_t ss[2] = {out_stride, n_ff};
+        gemm_many(ex, ws, ys, ss, 2, x, x_stride, n_tok, false);
+    } else {
+        matmul_one(ex, w_gate, x, x_stride, out, out_stride, n_tok, false);
+        matmul_one(ex, w_up, x, x_stride, up, n_ff, n_tok, false);
+    }
     tela_cuda_swiglu(ex, out, out_stride, up, n_ff, n_ff, n_tok);
 }
 

@@ -122,7 +122,13 @@ void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, in
 /* Large batches: dequantize W to f16 (bf16 for BF16 weights) panel by panel,
  * x to the same type, and multiply with cuBLAS (f32 accumulation). */
 void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y,
-                           int64_t y_stride, int n_tok, bool accumulate);
+                           int64_t y_stride, int n_tok, bool accumulate, const void *xh);
+/* x converted once for the gemms of several matrices of one class (f16,
+ * bf16; f32 takes x as it is) into the start of the scratch, with room
+ * after it for their dequantized panels; NULL after recording a failure.
+ * Pass it as xh to tela_cuda_matmul_gemm (NULL there: converted inside). */
+const void *tela_cuda_gemm_input(cuda_exec *ex, const tela_mat *const *w, int n_w, const float *x, int64_t x_stride,
+                                 int n_tok);
 void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
 
 /* ---- launchers (cuda_elementwise.cu) ---- */

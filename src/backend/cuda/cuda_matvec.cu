@@ -182,52 +182,69 @@ static __device__ __forceinline__ float warp_sum(float v) {
 
 /* The activations of n_tok tokens quantized to int8 per 32 into shared
  * memory: xq [NT][K], xd [NT][K/32] (scales), xs [NT][K/32] (scale times
- * the sum of the 32 quants). Eight lanes per 32-block, four elements each. */
+ * the sum of the 32 quants). Four threads per 32-block, eight elements
+ * each. With an RMSNorm in front (nw), the values quantized are x * nw:
+ * quantization per block is scale-invariant, so the norm's 1/rms factor is
+ * applied to the products' results instead (gemv_write), and each thread
+ * adds the squares of the x it reads to ss[t] (its own partial sum). */
 template <int NT>
-static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n_tok, const float *nw,
-                                  const float *nscale, int8_t *xq, float *xd, float *xs) {
-    const int n4 = K / 4;
+static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n_tok, const float *nw, int8_t *xq,
+                                  float *xd, float *xs, float *ss) {
+    const int n8 = K / 8;
+    const bool vec = x_stride % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)nw & 15) == 0;
     for (int t = 0; t < NT; t++) {
         if (t >= n_tok) break;
         const float *xt = x + (size_t)t * x_stride;
-#pragma unroll 4
-        for (int base = 0; base < n4; base += blockDim.x) {
+        float sq = 0.0f;
+#pragma unroll 2
+        for (int base = 0; base < n8; base += blockDim.x) {
             const int g = base + threadIdx.x;
-            const bool ok = g < n4;
-            float v0 = 0.f, v1 = 0.f, v2 = 0.f, v3 = 0.f;
+            const bool ok = g < n8;
+            float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
             if (ok) {
-                v0 = xt[4 * g];
-                v1 = xt[4 * g + 1];
-                v2 = xt[4 * g + 2];
-                v3 = xt[4 * g + 3];
+                if (vec) {
+                    const float4 a = __ldg((const float4 *)(xt + 8 * g)), b = __ldg((const float4 *)(xt + 8 * g + 4));
+                    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) v[i] = xt[8 * g + i];
+                }
                 if (nw) {
-                    const float sc = nscale[t];
-                    v0 = v0 * sc * nw[4 * g];
-                    v1 = v1 * sc * nw[4 * g + 1];
-                    v2 = v2 * sc * nw[4 * g + 2];
-                    v3 = v3 * sc * nw[4 * g + 3];
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        sq += v[i] * v[i];
+                        v[i] *= nw[8 * g + i];
+                    }
                 }
             }
-            float amax = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
+            float amax = 0.0f;
 #pragma unroll
-            for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
             const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            const int q0 = __float2int_rn(v0 * id), q1 = __float2int_rn(v1 * id);
-            const int q2 = __float2int_rn(v2 * id), q3 = __float2int_rn(v3 * id);
-            int sum = q0 + q1 + q2 + q3;
+            int q[8], sum = 0;
 #pragma unroll
-            for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            for (int i = 0; i < 8; i++) {
+                q[i] = __float2int_rn(v[i] * id);
+                sum += q[i];
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             if (ok) {
-                const uint32_t packed =
-                    (uint32_t)(q0 & 0xff) | (uint32_t)(q1 & 0xff) << 8 | (uint32_t)(q2 & 0xff) << 16 |
-                    (uint32_t)(q3 & 0xff) << 24;
-                ((uint32_t *)(xq + (size_t)t * K))[g] = packed;
-                if ((threadIdx.x & 7) == 0) {
-                    xd[t * (K / 32) + g / 8] = d;
-                    xs[t * (K / 32) + g / 8] = d * (float)sum;
+                uint2 packed;
+                packed.x = (uint32_t)(q[0] & 0xff) | (uint32_t)(q[1] & 0xff) << 8 | (uint32_t)(q[2] & 0xff) << 16 |
+                           (uint32_t)(q[3] & 0xff) << 24;
+                packed.y = (uint32_t)(q[4] & 0xff) | (uint32_t)(q[5] & 0xff) << 8 | (uint32_t)(q[6] & 0xff) << 16 |
+                           (uint32_t)(q[7] & 0xff) << 24;
+                ((uint2 *)(xq + (size_t)t * K))[g] = packed;
+                if ((threadIdx.x & 3) == 0) {
+                    xd[t * (K / 32) + g / 4] = d;
+                    xs[t * (K / 32) + g / 4] = d * (float)sum;
                 }
             }
         }
+        ss[t] = sq;
     }
 }
 
@@ -484,37 +501,16 @@ static __device__ __forceinline__ int gemv_target_of(const gemv_params &p) {
     return ti;
 }
 
-/* The RMSNorm scales 1/sqrt(mean(x^2) + eps) of the n_tok input rows into
- * scale[] (shared memory), summed in double as the rmsnorm kernel does. */
+/* The RMSNorm factors 1/sqrt(mean(x^2) + eps) per token from each warp's
+ * partial sums of squares (part[warp][t]), for every thread. */
 template <int NT>
-static __device__ void norm_scales(const gemv_params &p, int K, float *scale) {
-    __shared__ double part[32];
-    for (int t = 0; t < NT; t++) {
-        if (t >= p.n_tok) break;
-        const float *xt = p.x + (size_t)t * p.x_stride;
-        double ss = 0.0;
-        if (K % 4 == 0 && p.x_stride % 4 == 0 && ((uintptr_t)p.x & 15) == 0) {
-            /* float partials of 16-byte loads, all in flight; double across threads */
-            float f = 0.0f;
-#pragma unroll 4
-            for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
-                const float4 v = __ldg((const float4 *)xt + i);
-                f += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            }
-            ss = f;
-        } else {
-            for (int i = threadIdx.x; i < K; i += blockDim.x) ss += (double)xt[i] * xt[i];
-        }
+static __device__ __forceinline__ void norm_factors(const float (*part)[NT], int n_warps, int n_tok, int K, float eps,
+                                                    float *scale) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            double tot = 0.0;
-            for (int w = 0; w < (int)(blockDim.x / 32); w++) tot += part[w];
-            scale[t] = (float)(1.0 / sqrt(tot / (double)K + (double)p.eps));
-        }
-        __syncthreads();
+    for (int t = 0; t < NT; t++) {
+        float tot = 0.0f;
+        for (int w = 0; w < n_warps; w++) tot += part[w][t];
+        scale[t] = t < n_tok ? rsqrtf(tot / (float)K + eps) : 1.0f;
     }
 }
 
@@ -522,12 +518,12 @@ static __device__ __forceinline__ float silu(float g) { return g / (1.0f + __exp
 
 template <int NT>
 static __device__ __forceinline__ void gemv_write(const gemv_params &p, const gemv_target &tg, int64_t row, float *acc,
-                                                  float *acc_up, bool swiglu) {
+                                                  float *acc_up, bool swiglu, const float *scale) {
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (t >= p.n_tok) break;
-        float v = warp_sum(acc[t]);
-        if (swiglu) v = silu(v) * warp_sum(acc_up[t]);
+        float v = warp_sum(acc[t]) * scale[t];
+        if (swiglu) v = silu(v) * (warp_sum(acc_up[t]) * scale[t]);
         if ((threadIdx.x & 31) == 0) {
             float *yp = tg.y + (size_t)t * tg.y_stride + row;
             *yp = p.accumulate ? *yp + v : v;
@@ -538,16 +534,27 @@ static __device__ __forceinline__ void gemv_write(const gemv_params &p, const ge
 template <int TYPE, int NT>
 static __global__ void __launch_bounds__(GEMV_Q_WARPS * 32) gemv_q_kernel(const gemv_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ float nscale[NT];
+    __shared__ float part[GEMV_Q_WARPS][NT];
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     const int K = (int)tg.w.n_cols;
     int8_t *xq = (int8_t *)smem;
     float *xd = (float *)(smem + (size_t)NT * K);
     float *xs = xd + NT * (K / 32);
-    if (p.norm_w) norm_scales<NT>(p, K, nscale);
-    quantize_x<NT>(p.x, p.x_stride, K, p.n_tok, p.norm_w, nscale, xq, xd, xs);
+    float ss[NT];
+    quantize_x<NT>(p.x, p.x_stride, K, p.n_tok, p.norm_w, xq, xd, xs, ss);
+    if (p.norm_w) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float w = warp_sum(t < p.n_tok ? ss[t] : 0.0f);
+            if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32][t] = w;
+        }
+    }
     __syncthreads();
+    float scale[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) scale[t] = 1.0f;
+    if (p.norm_w) norm_factors<NT>(part, GEMV_Q_WARPS, p.n_tok, K, p.eps, scale);
     const int64_t row0 = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_Q_ROWS + 2 * (threadIdx.x / 32);
     if (row0 >= tg.w.n_rows) return;
     const bool two = row0 + 1 < tg.w.n_rows;
@@ -566,8 +573,8 @@ static __global__ void __launch_bounds__(GEMV_Q_WARPS * 32) gemv_q_kernel(const 
             qunits<TYPE>::template dot<NT>(p.w_up, row1, u, xq, xd, xs, K, p.n_tok, u1);
         }
     }
-    gemv_write<NT>(p, tg, row0, a0, u0, swiglu);
-    if (two) gemv_write<NT>(p, tg, row1, a1, u1, swiglu);
+    gemv_write<NT>(p, tg, row0, a0, u0, swiglu, scale);
+    if (two) gemv_write<NT>(p, tg, row1, a1, u1, swiglu, scale);
 }
 
 /* Float weights: 8 elements (16 bytes of F16/BF16, two loads of F32) per
@@ -600,28 +607,31 @@ static __device__ __forceinline__ float load1(const uint8_t *rowp, int64_t c) {
     return bf2f(((const uint16_t *)rowp)[c]);
 }
 
-/* The input element c of token t, normalized when the products have an
- * RMSNorm in front. */
-static __device__ __forceinline__ float4 x4(const gemv_params &p, const float *nscale, int t, int c) {
+/* Four inputs of token t from column c, times the norm weights when the
+ * products have an RMSNorm in front; their squares are added to *ss when
+ * ss is not NULL (the norm's 1/rms factor is applied to the results). */
+static __device__ __forceinline__ float4 x4(const gemv_params &p, int t, int c, float *ss) {
     float4 a = __ldg((const float4 *)(p.x + (size_t)t * p.x_stride + c));
     if (p.norm_w) {
+        if (ss) *ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
         const float4 w = __ldg((const float4 *)(p.norm_w + c));
-        const float sc = nscale[t];
-        a.x = a.x * sc * w.x, a.y = a.y * sc * w.y, a.z = a.z * sc * w.z, a.w = a.w * sc * w.w;
+        a.x *= w.x, a.y *= w.y, a.z *= w.z, a.w *= w.w;
     }
     return a;
 }
 
-static __device__ __forceinline__ float x1(const gemv_params &p, const float *nscale, int t, int c) {
+static __device__ __forceinline__ float x1(const gemv_params &p, int t, int c, float *ss) {
     const float a = p.x[(size_t)t * p.x_stride + c];
-    return p.norm_w ? a * nscale[t] * p.norm_w[c] : a;
+    if (!p.norm_w) return a;
+    if (ss) *ss += a * a;
+    return a * p.norm_w[c];
 }
 
 #define GEMV_F_UNROLL 8
 
 template <int TYPE, int NT, bool VEC>
-static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row, const gemv_params &p,
-                                                     const float *nscale, float *acc) {
+static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row, const gemv_params &p, float *acc,
+                                                     float *ss) {
     const int K = (int)w.n_cols, lane = threadIdx.x & 31;
     const uint8_t *rowp = w.p + (size_t)row * K * (TYPE == TELA_TYPE_F32 ? 4 : 2);
     if (VEC) {
@@ -639,7 +649,7 @@ static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row,
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
                     if (t >= p.n_tok) break;
-                    const float4 a = x4(p, nscale, t, 8 * c8), b = x4(p, nscale, t, 8 * c8 + 4);
+                    const float4 a = x4(p, t, 8 * c8, ss ? ss + t : NULL), b = x4(p, t, 8 * c8 + 4, ss ? ss + t : NULL);
                     float s = acc[t];
                     s = fmaf(f[j][0], a.x, s);
                     s = fmaf(f[j][1], a.y, s);
@@ -659,7 +669,7 @@ static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row,
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (t >= p.n_tok) break;
-                acc[t] = fmaf(f, x1(p, nscale, t, c), acc[t]);
+                acc[t] = fmaf(f, x1(p, t, c, ss ? ss + t : NULL), acc[t]);
             }
         }
     }
@@ -667,19 +677,22 @@ static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row,
 
 template <int TYPE, int NT, bool VEC>
 static __global__ void __launch_bounds__(GEMV_F_WARPS * 32) gemv_f_kernel(const gemv_params p) {
-    __shared__ float nscale[NT];
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
-    if (p.norm_w) norm_scales<NT>(p, (int)tg.w.n_cols, nscale);
     const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_F_WARPS + threadIdx.x / 32;
     if (row >= tg.w.n_rows) return;
     const bool swiglu = p.w_up.p != NULL;
-    float acc[NT], acc_up[NT];
+    float acc[NT], acc_up[NT], ss[NT], scale[NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = acc_up[t] = 0.0f;
-    float_row_dot<TYPE, NT, VEC>(tg.w, row, p, nscale, acc);
-    if (swiglu) float_row_dot<TYPE, NT, VEC>(p.w_up, row, p, nscale, acc_up);
-    gemv_write<NT>(p, tg, row, acc, acc_up, swiglu);
+    for (int t = 0; t < NT; t++) acc[t] = acc_up[t] = ss[t] = 0.0f, scale[t] = 1.0f;
+    /* every warp reads all of x: it sums the squares for the norm itself */
+    float_row_dot<TYPE, NT, VEC>(tg.w, row, p, acc, ss);
+    if (swiglu) float_row_dot<TYPE, NT, VEC>(p.w_up, row, p, acc_up, NULL);
+    if (p.norm_w) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) scale[t] = rsqrtf(warp_sum(ss[t]) / (float)tg.w.n_cols + p.eps);
+    }
+    gemv_write<NT>(p, tg, row, acc, acc_up, swiglu, scale);
 }
 
 static size_t gemv_smem(tela_type type, int nt_tile, int64_t K) {
@@ -832,8 +845,41 @@ static unsigned grid_for(int64_t n, int threads) {
     return (unsigned)(b > 65535 * 8 ? 65535 * 8 : (b < 1 ? 1 : b));
 }
 
+/* Rows of weights dequantized per panel: at most 32M weights a panel. */
+static int64_t gemm_panel(const tela_mat *w) {
+    if (w->type == TELA_TYPE_F16 || w->type == TELA_TYPE_BF16 || w->type == TELA_TYPE_F32) return w->n_rows;
+    int64_t panel = (int64_t)((size_t)32 << 20) / w->n_cols;
+    if (panel < 64) panel = 64;
+    return panel > w->n_rows ? w->n_rows : panel;
+}
+
+static size_t gemm_panel_bytes(const tela_mat *w) {
+    const bool direct = w->type == TELA_TYPE_F16 || w->type == TELA_TYPE_BF16 || w->type == TELA_TYPE_F32;
+    return direct ? 0 : (size_t)gemm_panel(w) * (size_t)w->n_cols * 2;
+}
+
+const void *tela_cuda_gemm_input(cuda_exec *ex, const tela_mat *const *w, int n_w, const float *x, int64_t x_stride,
+                                 int n_tok) {
+    const int64_t K = w[0]->n_cols;
+    if (w[0]->type == TELA_TYPE_F32) return x;
+    const bool bf = w[0]->type == TELA_TYPE_BF16;
+    size_t panel = 0;
+    for (int i = 0; i < n_w; i++) panel = gemm_panel_bytes(w[i]) > panel ? gemm_panel_bytes(w[i]) : panel;
+    const size_t xbytes = tela_cuda_align((size_t)n_tok * (size_t)K * 2);
+    unsigned char *scr = (unsigned char *)tela_cuda_scratch(ex, xbytes + panel);
+    if (!scr) return NULL;
+    if (bf)
+        convert_x_kernel<__nv_bfloat16><<<grid_for((int64_t)n_tok * K, 256), 256, 0, ex->stream>>>(
+            x, x_stride, K, n_tok, (__nv_bfloat16 *)scr);
+    else
+        convert_x_kernel<__half><<<grid_for((int64_t)n_tok * K, 256), 256, 0, ex->stream>>>(x, x_stride, K, n_tok,
+                                                                                             (__half *)scr);
+    if (!tela_cuda_launched(ex, "convert activations")) return NULL;
+    return scr;
+}
+
 void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y,
-                           int64_t y_stride, int n_tok, bool accumulate) {
+                           int64_t y_stride, int n_tok, bool accumulate, const void *xh) {
     const int64_t K = w->n_cols, R = w->n_rows;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const wview v = {(const uint8_t *)w->dev, R, K};
@@ -845,31 +891,19 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
         if (cs != CUBLAS_STATUS_SUCCESS) tela_cuda_check(ex, cudaErrorUnknown, "cuBLAS gemm (f32)");
         return;
     }
+    if (!xh) xh = tela_cuda_gemm_input(ex, &w, 1, x, x_stride, n_tok);
+    if (!xh) return;
     const bool bf = w->type == TELA_TYPE_BF16;
     const cudaDataType dt = bf ? CUDA_R_16BF : CUDA_R_16F;
-    const size_t xbytes = tela_cuda_align((size_t)n_tok * (size_t)K * 2);
     const bool direct = w->type == TELA_TYPE_F16 || bf;
-    /* panels of at most 32M weights */
-    int64_t panel = direct ? R : (int64_t)((size_t)32 << 20) / K;
-    if (panel < 64) panel = 64;
-    if (panel > R) panel = R;
-    unsigned char *scr = (unsigned char *)tela_cuda_scratch(ex, xbytes + (direct ? 0 : (size_t)panel * (size_t)K * 2));
-    if (!scr) return;
-    void *xh = scr;
-    if (bf)
-        convert_x_kernel<__nv_bfloat16><<<grid_for((int64_t)n_tok * K, 256), 256, 0, ex->stream>>>(
-            x, x_stride, K, n_tok, (__nv_bfloat16 *)xh);
-    else
-        convert_x_kernel<__half><<<grid_for((int64_t)n_tok * K, 256), 256, 0, ex->stream>>>(x, x_stride, K, n_tok,
-                                                                                             (__half *)xh);
-    if (!tela_cuda_launched(ex, "convert activations")) return;
+    const int64_t panel = gemm_panel(w);
+    __half *wp = (__half *)((unsigned char *)ex->scratch + tela_cuda_align((size_t)n_tok * (size_t)K * 2));
     for (int64_t r0 = 0; r0 < R; r0 += panel) {
         const int64_t nr = R - r0 < panel ? R - r0 : panel;
         const void *a;
         if (direct) {
             a = (const uint8_t *)w->dev + (size_t)r0 * (size_t)K * 2;
         } else {
-            __half *wp = (__half *)(scr + xbytes);
             if (w->type == TELA_TYPE_Q4_K)
                 dequant_q4k_rows_kernel<<<grid_for(nr * (K / 256) * 8, 256), 256, 0, ex->stream>>>(v, r0, nr, wp);
             else
