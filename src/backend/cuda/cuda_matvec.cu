@@ -627,7 +627,7 @@ static __device__ __forceinline__ float x1(const gemv_params &p, int t, int c, f
     return a * p.norm_w[c];
 }
 
-#define GEMV_F_UNROLL 8
+#define GEMV_F_UNROLL 4
 
 template <int TYPE, int NT, bool VEC>
 static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row, const gemv_params &p, float *acc,
@@ -676,7 +676,7 @@ static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row,
 }
 
 template <int TYPE, int NT, bool VEC>
-static __global__ void __launch_bounds__(GEMV_F_WARPS * 32) gemv_f_kernel(const gemv_params p) {
+static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, NT == 1 ? 8 : 4) gemv_f_kernel(const gemv_params p) {
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_F_WARPS + threadIdx.x / 32;
