@@ -26,6 +26,9 @@ int cli_parse_token_list(const char *s, int32_t **out, size_t *n);
 /* Parses an integer / float option value; prints an error naming opt on failure. */
 int cli_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out);
 int cli_parse_float(const char *opt, const char *s, double *out);
+/* --kv-type's value: "f16" or "f32". 0, or -1 after printing an error. */
+int cli_parse_kv_type(const char *cmd, const char *s, tela_kv_type *out);
+
 
 /* The value of the option argv[*i], advancing *i to it; NULL after printing
  * "needs a value". */
@@ -59,6 +62,8 @@ typedef struct cli_gen_opts {
     long long n_predict;        /* -n (-1: no limit) */
     long long n_threads;        /* -t (0: all cores) */
     long long n_ctx;            /* -c (0: the model's) */
+    const char *device;         /* --device (NULL: the default) */
+    tela_kv_type kv_type;       /* --kv-type */
     tela_sampler_params sampler;
     uint64_t seed;              /* --seed, when have_seed */
     int have_seed;

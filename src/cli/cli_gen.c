@@ -191,7 +191,7 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
         return r;
     }
     static const char *const with_value[] = {"-m", "--model", "--system", "--template-file", "-n", "--n-predict",
-                                             "-t", "--threads", "-c", "--ctx-size", NULL};
+                                             "-t", "--threads", "-c", "--ctx-size", "--device", "--kv-type", NULL};
     int known = 0;
     for (const char *const *p = with_value; *p; p++) known |= !strcmp(a, *p);
     if (!known) return 0;
@@ -205,6 +205,10 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
         if (cli_parse_int(a, val, -1, INT32_MAX, &o->n_predict)) return -1;
     } else if (IS("-t") || IS("--threads")) {
         if (cli_parse_int(a, val, 1, 1024, &o->n_threads)) return -1;
+    } else if (IS("--device")) {
+        o->device = val;
+    } else if (IS("--kv-type")) {
+        if (cli_parse_kv_type(cmd, val, &o->kv_type)) return -1;
     } else if (cli_parse_int(a, val, 0, INT32_MAX, &o->n_ctx)) { /* -c, --ctx-size */
         return -1;
     }
@@ -239,6 +243,7 @@ int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
     if (o->template_file && !(g->template_src = cli_read_text_file(cmd, o->template_file))) return -1;
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = (int)o->n_threads;
+    mp.device = o->device;
     mp.verbose = 1;
     if (tela_model_load(o->model_path, &mp, &g->model) != TELA_OK) {
         fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
@@ -251,6 +256,7 @@ int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
 int cli_gen_start_session(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
     tela_session_params ssp = tela_session_default_params();
     ssp.n_ctx = (int32_t)o->n_ctx;
+    ssp.kv_type = o->kv_type;
     if (tela_session_create(g->model, &ssp, &g->session) != TELA_OK) {
         fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
         return -1;

@@ -109,3 +109,13 @@ double cli_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+int cli_parse_kv_type(const char *cmd, const char *s, tela_kv_type *out) {
+    if (s && !strcmp(s, "f16")) *out = TELA_KV_F16;
+    else if (s && !strcmp(s, "f32")) *out = TELA_KV_F32;
+    else {
+        fprintf(stderr, "tela %s: --kv-type takes f16 or f32, not '%s'\n", cmd, s ? s : "");
+        return -1;
+    }
+    return 0;
+}

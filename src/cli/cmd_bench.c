@@ -144,12 +144,7 @@ int tela_cmd_bench(int argc, char **argv) {
             if (!strcmp(a, "--device")) {
                 device = val;
             } else if (!strcmp(a, "--kv-type")) {
-                if (!strcmp(val, "f16")) kv = TELA_KV_F16;
-                else if (!strcmp(val, "f32")) kv = TELA_KV_F32;
-                else {
-                    fprintf(stderr, "tela bench: --kv-type takes f16 or f32, not '%s'\n", val);
-                    return 2;
-                }
+                if (cli_parse_kv_type("bench", val, &kv)) return 2;
             } else {
                 model_path = val;
             }

@@ -45,6 +45,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "  -t, --threads N          computation threads (default: all cores)\n"
             "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
+            "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
+            "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
             "      --show-prompt        print each turn's rendered conversation to stderr\n"
             "      --no-reuse           evaluate the whole conversation every turn (slow; for checking\n"
             "                           that reusing the state changes nothing)\n"

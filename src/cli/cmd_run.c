@@ -41,6 +41,8 @@ static void usage(FILE *f) {
             "      --print-ids          print the generated token ids as one JSON array line instead of text\n"
             "  -t, --threads N          computation threads (default: all cores)\n"
             "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
+            "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
+            "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
             "  -h, --help               this help\n\n"
             "Sampling stages, in order: logit bias, penalties, top-k, top-p, min-p, temperature, draw.\n\n"
             "Default model: with no -m, $TELA_MODEL is used when set (set but empty: none);\n"

@@ -151,7 +151,6 @@ static tela_status choose_backend(tela_model *m) {
                            m->arch->name, tela_backend_description(m->be));
     snprintf(m->device_buf, sizeof m->device_buf, "%s", tela_backend_description(m->be));
     m->info.device = m->device_buf;
-    if (m->verbose) fprintf(stderr, "tela: device: %s\n", m->device_buf);
     return TELA_OK;
 }
 
@@ -232,10 +231,10 @@ tela_status tela_model_load(const char *path, const tela_model_params *params, t
         const tela_model_info *i = &m->info;
         fprintf(stderr,
                 "tela: loaded %s model%s%s%s from %s: %d layers, n_embd %d, vocab %d, %.2fM params, %s, %.1f MiB, "
-                "tokenizer: %s (%.2f s)\n",
+                "tokenizer: %s, on %s (%.2f s)\n",
                 i->arch, i->name[0] ? " '" : "", i->name, i->name[0] ? "'" : "", path, i->n_layer, i->n_embd,
                 i->n_vocab, (double)i->n_params / 1e6, i->file_type, (double)i->n_bytes / (1024.0 * 1024.0),
-                m->vocab ? "yes" : "no", now_seconds() - t0);
+                m->vocab ? "yes" : "no", i->device, now_seconds() - t0);
     }
     *out = m;
     return TELA_OK;
