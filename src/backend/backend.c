@@ -277,3 +277,24 @@ void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, cons
                          float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
     kv->ops->attention(ex, kv, layer, q, q_stride, out, out_stride, b, n_head, scale);
 }
+
+void tela_exec_zero(tela_exec *ex, void *p, size_t bytes) {
+    if (bytes) ex->ops->zero(ex, p, bytes);
+}
+
+void tela_exec_sigmoid_gate(tela_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,
+                            int n_rows, int n) {
+    ex->ops->sigmoid_gate(ex, out, out_stride, gate, gate_stride, n_rows, n);
+}
+
+void tela_exec_conv1d_silu(tela_exec *ex, const float *x, int64_t x_stride, int n_tok, int channels, int kernel,
+                           const float *w, float *state, float *out, int64_t out_stride) {
+    ex->ops->conv1d_silu(ex, x, x_stride, n_tok, channels, kernel, w, state, out, out_stride);
+}
+
+void tela_exec_gdn_gates(tela_exec *ex, float *qkv, int64_t qkv_stride, int n_qk_heads, int dk, float *beta, float *g,
+                         int nv, int n_tok, const float *a, const float *dt_bias, float eps) {
+    ex->ops->gdn_gates(ex, qkv, qkv_stride, n_qk_heads, dk, beta, g, nv, n_tok, a, dt_bias, eps);
+}
+
+void tela_exec_gdn_delta(tela_exec *ex, const tela_gdn_args *a) { ex->ops->gdn_delta(ex, a); }

@@ -285,6 +285,53 @@ void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, cons
  * equals): the greedy pick, made where the logits are. out: backend memory. */
 void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out);
 
+/* ---------------------------------------- Gated DeltaNet (Qwen3.5) */
+
+/* Clears `bytes` of backend memory (recurrent and conv states). */
+void tela_exec_zero(tela_exec *ex, void *p, size_t bytes);
+
+/* out[r][i] *= sigmoid(gate[r][i]) for n_rows rows of n (the output gate
+ * of Qwen3.5's attention). */
+void tela_exec_sigmoid_gate(tela_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,
+                            int n_rows, int n);
+
+/* Causal depthwise conv1d over n_tok rows of `channels` (x_stride /
+ * out_stride apart) with `kernel` taps per channel (w: [channels][kernel],
+ * oldest input first), followed by SiLU; state holds the previous kernel-1
+ * input rows, oldest first, and is updated (backend/cpu/gdn.h). */
+void tela_exec_conv1d_silu(tela_exec *ex, const float *x, int64_t x_stride, int n_tok, int channels, int kernel,
+                           const float *w, float *state, float *out, int64_t out_stride);
+
+/* The gates of a Gated DeltaNet layer, for n_tok rows: the first n_qk_heads
+ * heads of dk floats of each qkv row L2-normalized in place (eps), beta <-
+ * sigmoid(beta), and g <- a * softplus(g + dt_bias) per value head (a =
+ * -exp(A_log)); beta and g rows hold nv floats. */
+void tela_exec_gdn_gates(tela_exec *ex, float *qkv, int64_t qkv_stride, int n_qk_heads, int dk, float *beta, float *g,
+                         int nv, int n_tok, const float *a, const float *dt_bias, float eps);
+
+/* The delta rule of a Gated DeltaNet layer over n_tok tokens: per value
+ * head j (of nv, with its key head j % nk when v_tiled, else j / (nv/nk)),
+ * q and k from the qkv rows (q heads first, then k heads, then nv value
+ * heads of dv), beta and g per head, the state (nv x dk x dv, f32) updated;
+ * then out = rmsnorm(o) * norm_w * silu(z) per head (eps). Decode steps use
+ * the recurrence, longer runs the chunked form (backend/cpu/gdn.h). */
+typedef struct tela_gdn_args {
+    const float *qkv;
+    int64_t qkv_stride;
+    int nk, nv, dk, dv;
+    bool v_tiled;
+    float q_scale;
+    const float *beta, *g;       /* rows of nv */
+    const float *z;              /* rows of nv * dv */
+    const float *norm_w;         /* dv */
+    float eps;
+    float *state;
+    float *out;                  /* rows of nv * dv */
+    int n_tok;
+} tela_gdn_args;
+
+void tela_exec_gdn_delta(tela_exec *ex, const tela_gdn_args *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -60,6 +60,16 @@ struct tela_backend_ops {
                        int n_rot, tela_rope_mode mode);
     void (*attention)(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                       float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale);
+
+    /* Gated DeltaNet layers (Qwen3.5) */
+    void (*zero)(tela_exec *ex, void *p, size_t bytes);
+    void (*sigmoid_gate)(tela_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,
+                         int n_rows, int n);
+    void (*conv1d_silu)(tela_exec *ex, const float *x, int64_t x_stride, int n_tok, int channels, int kernel,
+                        const float *w, float *state, float *out, int64_t out_stride);
+    void (*gdn_gates)(tela_exec *ex, float *qkv, int64_t qkv_stride, int n_qk_heads, int dk, float *beta, float *g,
+                      int nv, int n_tok, const float *a, const float *dt_bias, float eps);
+    void (*gdn_delta)(tela_exec *ex, const tela_gdn_args *a);
 };
 
 struct tela_backend {

@@ -70,9 +70,7 @@
  * state (nv x dk x dv floats). A snapshot is the K/V rows [0, n_past) plus
  * all conv and recurrent states: its size does not grow with the GDN layers'
  * history, which is what makes hybrid models cheap to snapshot. */
-#include "backend/cpu/backend_cpu.h"
-#include "backend/cpu/gdn.h"
-#include "backend/cpu/ops.h"
+#include "backend/cpu/gdn.h" /* TELA_GDN_CHUNK */
 #include "model/model.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -83,14 +81,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tokens processed per step of a long prefill: bounds the activation
- * buffers of a session. A multiple of TELA_GDN_CHUNK. */
-#define QWEN35_MAX_BATCH 256
 #define QWEN35_L2_EPS 1e-6f
 
 typedef struct qwen35_attn {
     tela_mat wq, wk, wv, wo;     /* wq: n_head * 2 * head_dim rows (query and gate per head) */
     float *q_norm, *k_norm;      /* [head_dim] */
+    const float *q_norm_b, *k_norm_b;
 } qwen35_attn;
 
 typedef struct qwen35_gdn {
@@ -99,12 +95,14 @@ typedef struct qwen35_gdn {
     float *ssm_a;                /* [nv]: -exp(A_log) */
     float *dt_bias;              /* [nv] */
     float *norm;                 /* [dv] */
+    const float *conv_w_b, *ssm_a_b, *dt_bias_b, *norm_b;
 } qwen35_gdn;
 
 typedef struct qwen35_layer {
     bool is_attn;
     int slot;                    /* index among the attention (or among the GDN) layers */
     float *attn_norm, *post_norm;
+    const float *attn_norm_b;
     tela_model_ffn ffn;          /* ffn.norm: the backend's copy of post_norm */
     qwen35_attn attn;
     qwen35_gdn gdn;
@@ -123,11 +121,13 @@ typedef struct qwen35_model {
     int n_head, n_kv_head, head_dim, n_rot;
     float eps;
     double *inv_freq;            /* [n_rot / 2] */
+    const double *inv_freq_b;
     int conv_k, nk, nv, dk, dv;  /* Gated DeltaNet shapes */
     bool v_tiled;                /* value head j uses key head j % nk (GGUF) instead of j / (nv / nk) */
     int n_attn, n_gdn;           /* layers of each kind */
     tela_mat tok_embd, output;
     float *output_norm;
+    const float *output_norm_b;
     qwen35_layer *layers;
     int n_mtp;                   /* MTP blocks in the source */
     qwen35_mtp *mtp;             /* loaded ones (NULL unless load_mtp) */
@@ -345,10 +345,36 @@ static size_t layer_mats(qwen35_layer *ly, tela_mat **list) {
     return n;
 }
 
-/* Prepares every matrix the forward pass multiplies by for the backend
- * (tela_model_prepare_mats). */
+/* The backend's copies of the vectors the forward pass reads. */
+static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
+    const size_t E = (size_t)Q->n_embd * sizeof(float);
+    TELA_TRY(tela_model_const(m, Q->inv_freq, (size_t)(Q->n_rot / 2) * sizeof(double), (const void **)&Q->inv_freq_b));
+    TELA_TRY(tela_model_const(m, Q->output_norm, E, (const void **)&Q->output_norm_b));
+    for (int l = 0; l < Q->n_layer; l++) {
+        qwen35_layer *ly = &Q->layers[l];
+        TELA_TRY(tela_model_const(m, ly->attn_norm, E, (const void **)&ly->attn_norm_b));
+        if (ly->is_attn) {
+            const size_t hd = (size_t)Q->head_dim * sizeof(float);
+            TELA_TRY(tela_model_const(m, ly->attn.q_norm, hd, (const void **)&ly->attn.q_norm_b));
+            TELA_TRY(tela_model_const(m, ly->attn.k_norm, hd, (const void **)&ly->attn.k_norm_b));
+        } else {
+            qwen35_gdn *g = &ly->gdn;
+            const size_t nv = (size_t)Q->nv * sizeof(float);
+            TELA_TRY(tela_model_const(m, g->conv_w, (size_t)conv_dim(Q) * Q->conv_k * sizeof(float),
+                                      (const void **)&g->conv_w_b));
+            TELA_TRY(tela_model_const(m, g->ssm_a, nv, (const void **)&g->ssm_a_b));
+            TELA_TRY(tela_model_const(m, g->dt_bias, nv, (const void **)&g->dt_bias_b));
+            TELA_TRY(tela_model_const(m, g->norm, (size_t)Q->dv * sizeof(float), (const void **)&g->norm_b));
+        }
+    }
+    return TELA_OK;
+}
+
+/* Prepares every matrix the forward pass multiplies by (and the embedding
+ * table, read by rows) for the backend (tela_model_prepare_mats). */
 static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
-    size_t cap = 1 + (size_t)(Q->n_layer + Q->n_mtp) * 9, n = 0;
+    TELA_TRY(backend_consts(m, Q));
+    size_t cap = 2 + (size_t)(Q->n_layer + Q->n_mtp) * 9, n = 0;
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = calloc(cap, sizeof *uses); /* all TELA_MAT_MATMUL */
     if (!list || !uses) {
@@ -356,6 +382,8 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
         free(uses);
         return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
     }
+    uses[n] = TELA_MAT_ROWS;
+    list[n++] = &Q->tok_embd;
     list[n++] = &Q->output;
     for (int l = 0; l < Q->n_layer; l++) n += layer_mats(&Q->layers[l], list + n);
     for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
@@ -664,98 +692,74 @@ static void qwen35_free(tela_model *m) { m->impl = NULL; }
 
 /* --------------------------------------------------------------- state */
 
+/* A session: the KV cache of the attention layers, the conv and recurrent
+ * states of the GDN layers, and the activations of one step of up to
+ * n_batch tokens, all in backend memory. */
 typedef struct qwen35_state {
+    tela_exec *ex;
     int32_t n_ctx;
     int n_batch;
-    size_t kv_floats;            /* per attention layer: n_ctx * kv_dim */
+    tela_kv_cache *kv;           /* n_attn layers */
     size_t conv_floats;          /* per GDN layer: (conv_k - 1) * conv_dim */
     size_t rec_floats;           /* per GDN layer: nv * dk * dv */
-    float *k_cache, *v_cache;    /* [n_attn][n_ctx][kv_dim] */
     float *conv, *rec;           /* [n_gdn][...] */
-    /* activations of one step of up to n_batch tokens */
-    float *x, *xb, *q, *qg, *att, *gate, *cs;
+    float *x, *xb, *q, *qg, *k, *v, *att, *gate, *cs;
     float *qkv_in, *qkv, *z, *beta, *g, *core;
-    tela_exec *ex;
-    tela_threadpool *pool;       /* the CPU exec's (this forward pass runs on the CPU only, for now) */
     tela_model_io io;
 } qwen35_state;
 
 static void qwen35_state_free(void *p) {
     qwen35_state *s = p;
     if (!s) return;
-    float *bufs[] = {s->k_cache, s->v_cache, s->conv, s->rec, s->x, s->xb, s->q, s->qg, s->att, s->gate,
+    tela_backend *be = tela_exec_backend(s->ex);
+    tela_kv_free(s->kv);
+    float *bufs[] = {s->conv, s->rec, s->x, s->xb, s->q, s->qg, s->k, s->v, s->att, s->gate,
                      s->cs, s->qkv_in, s->qkv, s->z, s->beta, s->g, s->core};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(be, bufs[i]);
     tela_model_io_free(&s->io);
     free(s);
-}
-
-static float *alloc_floats(size_t n, bool *failed) {
-    float *p = calloc(n ? n : 1, sizeof(float));
-    if (!p) *failed = true;
-    return p;
 }
 
 static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const tela_state_params *p, void **out) {
     const qwen35_model *Q = m->impl;
     const int32_t n_ctx = p->n_ctx;
-    tela_threadpool *pool = tela_exec_cpu_pool(ex);
     *out = NULL;
     qwen35_state *s = calloc(1, sizeof *s);
     if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     s->ex = ex;
-    s->pool = pool;
     s->n_ctx = n_ctx;
-    s->n_batch = n_ctx < QWEN35_MAX_BATCH ? n_ctx : QWEN35_MAX_BATCH;
-    s->kv_floats = (size_t)n_ctx * (size_t)kv_dim(Q);
+    const int pref = tela_exec_preferred_batch(ex) / TELA_GDN_CHUNK * TELA_GDN_CHUNK;
+    s->n_batch = n_ctx < pref ? n_ctx : pref;
     if (Q->n_gdn > 0) { /* the GDN shapes are only checked when there are GDN layers */
         s->conv_floats = (size_t)(Q->conv_k - 1) * (size_t)conv_dim(Q);
         s->rec_floats = (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv;
     }
-    double bytes = (2.0 * Q->n_attn * (double)s->kv_floats +
-                    (double)Q->n_gdn * ((double)s->conv_floats + (double)s->rec_floats)) * sizeof(float);
-    if (bytes > (double)SIZE_MAX / 2) {
-        qwen35_state_free(s);
-        return tela_errorf(TELA_ERR_NOMEM, "session: a state of %.0f bytes is too large", bytes);
+    tela_status st = TELA_OK;
+    if (Q->n_attn > 0) {
+        const tela_kv_shape shape = {Q->n_attn, n_ctx, Q->n_kv_head, Q->head_dim, Q->head_dim, p->kv_dtype};
+        st = tela_kv_create(ex, &shape, &s->kv);
     }
-    const size_t nb = (size_t)s->n_batch;
-    bool failed = false;
-    s->k_cache = alloc_floats((size_t)Q->n_attn * s->kv_floats, &failed);
-    s->v_cache = alloc_floats((size_t)Q->n_attn * s->kv_floats, &failed);
-    s->conv = alloc_floats((size_t)Q->n_gdn * s->conv_floats, &failed);
-    s->rec = alloc_floats((size_t)Q->n_gdn * s->rec_floats, &failed);
-    s->x = alloc_floats(nb * Q->n_embd, &failed);
-    s->xb = alloc_floats(nb * Q->n_embd, &failed);
-    s->q = alloc_floats(nb * Q->n_head * Q->head_dim, &failed);
-    s->qg = alloc_floats(nb * Q->n_head * Q->head_dim * 2, &failed);
-    s->att = alloc_floats(nb * Q->n_head * Q->head_dim, &failed);
-    s->gate = alloc_floats(nb * Q->n_ff, &failed);
-    s->cs = alloc_floats(nb * Q->n_rot, &failed);
-    if (Q->n_gdn > 0) {
-        s->qkv_in = alloc_floats(nb * conv_dim(Q), &failed);
-        s->qkv = alloc_floats(nb * conv_dim(Q), &failed);
-        s->z = alloc_floats(nb * value_dim(Q), &failed);
-        s->core = alloc_floats(nb * value_dim(Q), &failed);
-        s->beta = alloc_floats(nb * Q->nv, &failed);
-        s->g = alloc_floats(nb * Q->nv, &failed);
-    }
-    if (!failed && tela_model_io_init(&s->io, ex, Q->n_vocab, s->n_batch) != TELA_OK) failed = true;
-    if (failed) {
-        qwen35_state_free(s);
-        return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a state of %d tokens (%.1f MiB)", n_ctx,
-                           bytes / (1024.0 * 1024.0));
-    }
-    /* Per-thread scratch: attention scores, a dequantized weight row, or the
-     * chunked GDN work area. */
-    size_t scratch = tela_op_attention_scratch(n_ctx, Q->head_dim);
-    int64_t widest = Q->n_embd;
-    if (Q->n_ff > widest) widest = Q->n_ff;
-    if ((int64_t)Q->n_head * Q->head_dim > widest) widest = (int64_t)Q->n_head * Q->head_dim;
-    if (Q->n_gdn > 0 && value_dim(Q) > widest) widest = value_dim(Q);
-    if (tela_op_matmul_scratch(widest) > scratch) scratch = tela_op_matmul_scratch(widest);
-    if (Q->n_gdn > 0 && tela_gdn_chunked_work_floats(Q->dk, Q->dv) > scratch)
-        scratch = tela_gdn_chunked_work_floats(Q->dk, Q->dv);
-    tela_status st = tela_threadpool_reserve(pool, scratch);
+    const size_t nb = (size_t)s->n_batch, qd = (size_t)Q->n_head * Q->head_dim, kd = (size_t)kv_dim(Q);
+    const size_t cd = Q->n_gdn > 0 ? (size_t)conv_dim(Q) : 1, vd = Q->n_gdn > 0 ? (size_t)value_dim(Q) : 1;
+    const size_t nv = Q->n_gdn > 0 ? (size_t)Q->nv : 1;
+    const struct {
+        float **buf;
+        size_t floats;
+        const char *what;
+    } bufs[] = {
+        {&s->conv, (size_t)Q->n_gdn * s->conv_floats, "the conv states"},
+        {&s->rec, (size_t)Q->n_gdn * s->rec_floats, "the recurrent states"},
+        {&s->x, nb * Q->n_embd, "activations"}, {&s->xb, nb * Q->n_embd, "activations"},
+        {&s->q, nb * qd, "queries"}, {&s->qg, nb * qd * 2, "queries and gates"},
+        {&s->k, nb * kd, "keys"}, {&s->v, nb * kd, "values"}, {&s->att, nb * qd, "attention outputs"},
+        {&s->gate, nb * Q->n_ff, "feed-forward activations"}, {&s->cs, nb * Q->n_rot, "RoPE table"},
+        {&s->qkv_in, nb * cd, "GDN inputs"}, {&s->qkv, nb * cd, "GDN inputs"}, {&s->z, nb * vd, "GDN gates"},
+        {&s->core, nb * vd, "GDN outputs"}, {&s->beta, nb * nv, "GDN gates"}, {&s->g, nb * nv, "GDN gates"},
+    };
+    tela_backend *be = tela_exec_backend(ex);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == TELA_OK; i++)
+        st = tela_backend_alloc(be, bufs[i].floats * sizeof(float), bufs[i].what, (void **)bufs[i].buf);
+    if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, Q->n_vocab, s->n_batch);
     if (st != TELA_OK) {
         qwen35_state_free(s);
         return st;
@@ -769,180 +773,111 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
 static void qwen35_state_reset(const tela_model *m, void *state) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
-    memset(s->conv, 0, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
-    memset(s->rec, 0, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+    if (s->kv) tela_kv_clear(s->ex, s->kv);
+    tela_exec_zero(s->ex, s->conv, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
+    tela_exec_zero(s->ex, s->rec, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+}
+
+static size_t recurrent_bytes(const qwen35_model *Q, const qwen35_state *s) {
+    return (size_t)Q->n_gdn * (s->conv_floats + s->rec_floats) * sizeof(float);
 }
 
 static size_t qwen35_state_size(const tela_model *m, const void *state, int32_t n_past) {
-    const qwen35_model *Q = m->impl;
     const qwen35_state *s = state;
-    return ((size_t)Q->n_attn * (size_t)n_past * 2 * (size_t)kv_dim(Q) +
-            (size_t)Q->n_gdn * (s->conv_floats + s->rec_floats)) * sizeof(float);
+    return (s->kv ? tela_kv_image_bytes(s->kv, n_past) : 0) + recurrent_bytes(m->impl, s);
 }
 
-/* The image: for each attention layer its K rows [0, n_past) then its V
- * rows; then every GDN layer's conv state, then every recurrent state. */
+/* The image: the KV cache's image of positions [0, n_past), then every GDN
+ * layer's conv state, then every recurrent state. */
 static tela_status qwen35_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
     const qwen35_model *Q = m->impl;
     const qwen35_state *s = state;
     unsigned char *p = dst;
-    const size_t kvb = (size_t)n_past * (size_t)kv_dim(Q) * sizeof(float);
-    for (int a = 0; a < Q->n_attn; a++) {
-        memcpy(p, s->k_cache + (size_t)a * s->kv_floats, kvb);
-        p += kvb;
-        memcpy(p, s->v_cache + (size_t)a * s->kv_floats, kvb);
-        p += kvb;
+    if (s->kv) {
+        TELA_TRY(tela_kv_save(s->ex, s->kv, n_past, p));
+        p += tela_kv_image_bytes(s->kv, n_past);
     }
-    memcpy(p, s->conv, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
-    p += (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
-    memcpy(p, s->rec, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
-    return TELA_OK;
+    const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    TELA_TRY(tela_exec_download(s->ex, p, s->conv, cb));
+    return tela_exec_download(s->ex, p + cb, s->rec, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
 }
 
 static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     const unsigned char *p = src;
-    const size_t kvb = (size_t)n_past * (size_t)kv_dim(Q) * sizeof(float);
-    for (int a = 0; a < Q->n_attn; a++) {
-        memcpy(s->k_cache + (size_t)a * s->kv_floats, p, kvb);
-        p += kvb;
-        memcpy(s->v_cache + (size_t)a * s->kv_floats, p, kvb);
-        p += kvb;
+    if (s->kv) {
+        TELA_TRY(tela_kv_load(s->ex, s->kv, n_past, p));
+        p += tela_kv_image_bytes(s->kv, n_past);
     }
-    memcpy(s->conv, p, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
-    p += (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
-    memcpy(s->rec, p, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
-    return TELA_OK;
+    const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    TELA_TRY(tela_exec_upload(s->ex, s->conv, p, cb));
+    TELA_TRY(tela_exec_upload(s->ex, s->rec, p + cb, (size_t)Q->n_gdn * s->rec_floats * sizeof(float)));
+    return tela_exec_sync(s->ex);
 }
 
 /* ------------------------------------------------------------- forward */
 
-static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-/* torch.nn.functional.softplus (beta 1, threshold 20). */
-static inline float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-/* Gated full attention over nt tokens of s->xb; the result goes to s->xb. */
-static void attn_layer(const qwen35_model *Q, qwen35_state *s, tela_threadpool *pool, const qwen35_layer *ly,
-                       int nt, int32_t pos0) {
+/* Gated full attention over the batch: x += W_o (attention(q, k, v) *
+ * sigmoid(gate)), the projections of rmsnorm(x) * attn_norm. */
+static void attn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, const tela_batch *b) {
+    tela_exec *ex = s->ex;
     const qwen35_attn *A = &ly->attn;
-    const int E = Q->n_embd, hd = Q->head_dim, H = Q->n_head;
+    const int E = Q->n_embd, hd = Q->head_dim, H = Q->n_head, nt = b->n_tok;
     const int64_t q_dim = (int64_t)H * hd, k_dim = kv_dim(Q);
-    float *kc = s->k_cache + (size_t)ly->slot * s->kv_floats;
-    float *vc = s->v_cache + (size_t)ly->slot * s->kv_floats;
-    float *krows = kc + (size_t)pos0 * k_dim, *vrows = vc + (size_t)pos0 * k_dim;
-
-    const tela_matmul_target qkv[3] = {{&A->wq, s->qg, 2 * q_dim}, {&A->wk, krows, k_dim}, {&A->wv, vrows, k_dim}};
-    tela_op_matmul_many(pool, qkv, 3, s->xb, E, nt);
+    const tela_norm_in norm = {ly->attn_norm_b, Q->eps, s->xb};
+    const tela_matmul_target qkv[3] = {{&A->wq, s->qg, 2 * q_dim}, {&A->wk, s->k, k_dim}, {&A->wv, s->v, k_dim}};
+    tela_exec_norm_matmul_many(ex, &norm, qkv, 3, s->x, E, nt);
     /* q: the first half of each head's 2*hd block, normalized per head (the
      * rows (t, h) of qg are 2*hd apart); k: normalized in place */
-    tela_op_rmsnorm(s->q, hd, s->qg, 2 * hd, A->q_norm, hd, nt * H, Q->eps);
-    tela_op_rmsnorm(krows, hd, krows, hd, A->k_norm, hd, nt * Q->n_kv_head, Q->eps);
-    tela_op_rope(s->q, q_dim, nt, H, hd, Q->n_rot, s->cs, TELA_ROPE_HALVES);
-    tela_op_rope(krows, k_dim, nt, Q->n_kv_head, hd, Q->n_rot, s->cs, TELA_ROPE_HALVES);
-    tela_attn_args a = {
-        .q = s->q, .q_stride = q_dim, .k = kc, .k_stride = k_dim, .v = vc, .v_stride = k_dim,
-        .out = s->att, .out_stride = q_dim, .n_tok = nt, .pos0 = pos0, .n_head = H,
-        .n_kv_head = Q->n_kv_head, .k_dim = hd, .v_dim = hd,
-        .scale = (float)(1.0 / sqrt((double)hd)),
-    };
-    tela_op_attention(pool, &a);
-    /* output gate: the second half of each head's block */
-    for (int t = 0; t < nt; t++)
-        for (int h = 0; h < H; h++) {
-            const float *gt = s->qg + ((size_t)t * H + h) * 2 * hd + hd;
-            float *o = s->att + (size_t)t * q_dim + (size_t)h * hd;
-            for (int i = 0; i < hd; i++) o[i] *= sigmoidf_(gt[i]);
-        }
-    tela_op_matmul(pool, &A->wo, s->att, q_dim, s->xb, E, nt);
+    tela_exec_rmsnorm(ex, s->q, hd, s->qg, 2 * hd, A->q_norm_b, hd, nt * H, Q->eps);
+    tela_exec_rmsnorm(ex, s->k, hd, s->k, hd, A->k_norm_b, hd, nt * Q->n_kv_head, Q->eps);
+    tela_exec_rope_store(ex, s->kv, ly->slot, s->q, q_dim, H, s->k, k_dim, s->v, k_dim, b, s->cs, Q->n_rot,
+                         TELA_ROPE_HALVES);
+    tela_exec_attention(ex, s->kv, ly->slot, s->q, q_dim, s->att, q_dim, b, H, (float)(1.0 / sqrt((double)hd)));
+    /* the output gate: the second half of each head's block */
+    tela_exec_sigmoid_gate(ex, s->att, hd, s->qg + hd, 2 * hd, nt * H, hd);
+    tela_exec_matmul(ex, &A->wo, s->att, q_dim, s->x, E, nt, true);
 }
 
-/* The delta rule over the value heads of one GDN layer, split across the
- * pool's threads by head. */
-typedef struct gdn_job {
-    const qwen35_model *Q;
-    qwen35_state *s;
-    float *rec;                  /* the layer's recurrent states */
-    const float *norm;           /* the layer's gated RMSNorm weight */
-    tela_threadpool *pool;
-    int nt;
-} gdn_job;
-
-static void gdn_heads_task(void *arg, int ith, int nth) {
-    const gdn_job *job = arg;
-    const qwen35_model *Q = job->Q;
-    const qwen35_state *s = job->s;
-    const int64_t cd = conv_dim(Q), vd = value_dim(Q);
-    const int group = Q->nv / Q->nk;
-    long long h0, h1;
-    tela_split_range(Q->nv, ith, nth, &h0, &h1);
-    for (long long h = h0; h < h1; h++) {
-        const int kh = Q->v_tiled ? (int)(h % Q->nk) : (int)(h / group);
-        tela_gdn_io io = {
-            .dk = Q->dk, .dv = Q->dv, .q_scale = (float)(1.0 / sqrt((double)Q->dk)),
-            .q = s->qkv + (size_t)kh * Q->dk,
-            .k = s->qkv + (size_t)(Q->nk + kh) * Q->dk,
-            .qk_stride = cd,
-            .v = s->qkv + (size_t)2 * Q->nk * Q->dk + (size_t)h * Q->dv,
-            .v_stride = cd,
-            .g = s->g + h, .beta = s->beta + h, .gb_stride = Q->nv,
-            .out = s->core + (size_t)h * Q->dv, .out_stride = vd,
-        };
-        float *S = job->rec + (size_t)h * Q->dk * Q->dv;
-        if (job->nt == 1)
-            tela_gdn_recurrent(&io, 1, S);
-        else
-            tela_gdn_chunked(&io, job->nt, S, tela_threadpool_scratch(job->pool, ith));
-        /* gated RMSNorm of this head's outputs */
-        for (int t = 0; t < job->nt; t++)
-            tela_gdn_gated_rms_norm(s->core + (size_t)t * vd + (size_t)h * Q->dv,
-                                    s->z + (size_t)t * vd + (size_t)h * Q->dv, job->norm, Q->dv, Q->eps);
-    }
-}
-
-/* Gated DeltaNet over nt tokens of s->xb; the result goes to s->xb. */
-static void gdn_layer(const qwen35_model *Q, qwen35_state *s, tela_threadpool *pool, const qwen35_layer *ly, int nt) {
+/* Gated DeltaNet over the batch: x += W_out gdn(rmsnorm(x) * attn_norm). */
+static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, int nt) {
+    tela_exec *ex = s->ex;
     const qwen35_gdn *G = &ly->gdn;
     const int E = Q->n_embd, nv = Q->nv;
     const int64_t cd = conv_dim(Q), vd = value_dim(Q);
     float *conv_state = s->conv + (size_t)ly->slot * s->conv_floats;
     float *rec = s->rec + (size_t)ly->slot * s->rec_floats;
-
+    const tela_norm_in norm = {ly->attn_norm_b, Q->eps, s->xb};
     const tela_matmul_target in[4] = {
         {&G->w_qkv, s->qkv_in, cd}, {&G->w_z, s->z, vd}, {&G->w_beta, s->beta, nv}, {&G->w_alpha, s->g, nv}};
-    tela_op_matmul_many(pool, in, 4, s->xb, E, nt);
-    tela_gdn_conv1d_silu(s->qkv_in, cd, nt, (int)cd, Q->conv_k, G->conv_w, conv_state, s->qkv, cd);
-    for (int t = 0; t < nt; t++) {
-        float *row = s->qkv + (size_t)t * cd;
-        for (int h = 0; h < 2 * Q->nk; h++) tela_gdn_l2_norm(row + (size_t)h * Q->dk, Q->dk, QWEN35_L2_EPS);
-        float *b = s->beta + (size_t)t * nv, *g = s->g + (size_t)t * nv;
-        for (int h = 0; h < nv; h++) {
-            b[h] = sigmoidf_(b[h]);
-            g[h] = G->ssm_a[h] * softplusf_(g[h] + G->dt_bias[h]);
-        }
-    }
-    gdn_job job = {Q, s, rec, G->norm, pool, nt};
-    tela_threadpool_run(pool, gdn_heads_task, &job);
-    tela_op_matmul(pool, &G->w_out, s->core, vd, s->xb, E, nt);
+    tela_exec_norm_matmul_many(ex, &norm, in, 4, s->x, E, nt);
+    tela_exec_conv1d_silu(ex, s->qkv_in, cd, nt, (int)cd, Q->conv_k, G->conv_w_b, conv_state, s->qkv, cd);
+    tela_exec_gdn_gates(ex, s->qkv, cd, 2 * Q->nk, Q->dk, s->beta, s->g, nv, nt, G->ssm_a_b, G->dt_bias_b,
+                        QWEN35_L2_EPS);
+    const tela_gdn_args a = {
+        .qkv = s->qkv, .qkv_stride = cd, .nk = Q->nk, .nv = nv, .dk = Q->dk, .dv = Q->dv, .v_tiled = Q->v_tiled,
+        .q_scale = (float)(1.0 / sqrt((double)Q->dk)), .beta = s->beta, .g = s->g, .z = s->z, .norm_w = G->norm_b,
+        .eps = Q->eps, .state = rec, .out = s->core, .n_tok = nt,
+    };
+    tela_exec_gdn_delta(ex, &a);
+    tela_exec_matmul(ex, &G->w_out, s->core, vd, s->x, E, nt, true);
 }
 
 /* One step over the batch's tokens (at most n_batch); leaves the final
  * hidden states (before the output norm) in s->x. */
 static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
-    tela_threadpool *pool = s->pool;
+    tela_exec *ex = s->ex;
     const int E = Q->n_embd, nt = b->n_tok;
-    tela_rope_table(s->cs, b->pos, nt, Q->inv_freq, Q->n_rot);
-    tela_op_get_rows(&Q->tok_embd, b->tokens, nt, s->x, E);
+    tela_exec_rope_table(ex, s->cs, b, Q->inv_freq_b, Q->n_rot);
+    tela_exec_get_rows(ex, &Q->tok_embd, b->tokens, nt, s->x, E);
     for (int l = 0; l < Q->n_layer; l++) {
         const qwen35_layer *ly = &Q->layers[l];
-        tela_op_rmsnorm_pool(pool, s->xb, E, s->x, E, ly->attn_norm, E, nt, Q->eps);
         if (ly->is_attn)
-            attn_layer(Q, s, pool, ly, nt, b->pos0);
+            attn_layer(Q, s, ly, b);
         else
-            gdn_layer(Q, s, pool, ly, nt);
-        tela_op_add(s->x, s->xb, (int64_t)nt * E);
-        tela_model_ffn_swiglu(s->ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, Q->eps);
+            gdn_layer(Q, s, ly, nt);
+        tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, Q->eps);
     }
 }
 
@@ -950,7 +885,7 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     forward_step(Q, s, &s->io.batch);
-    tela_model_output_head(s->ex, &Q->output, Q->output_norm, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
+    tela_model_output_head(s->ex, &Q->output, Q->output_norm_b, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
 }
 
 static tela_status qwen35_forward(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,

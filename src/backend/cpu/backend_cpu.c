@@ -4,12 +4,14 @@
  * memory, so nothing is copied and nothing runs asynchronously. */
 #include "backend/backend_impl.h"
 #include "backend/cpu/backend_cpu.h"
+#include "backend/cpu/gdn.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/threadpool.h"
 #include "util/bigalloc.h"
 #include "util/error.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,6 +390,97 @@ static void cpu_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, con
     tela_op_attention(as_cpu(ex)->pool, &a);
 }
 
+
+/* ------------------------------------------------ Gated DeltaNet layers */
+
+static void cpu_zero(tela_exec *ex, void *p, size_t bytes) {
+    (void)ex;
+    memset(p, 0, bytes);
+}
+
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* torch.nn.functional.softplus (beta 1, threshold 20). */
+static inline float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+static void cpu_sigmoid_gate(tela_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,
+                             int n_rows, int n) {
+    (void)ex;
+    for (int r = 0; r < n_rows; r++) {
+        float *o = out + (size_t)r * out_stride;
+        const float *g = gate + (size_t)r * gate_stride;
+        for (int i = 0; i < n; i++) o[i] *= sigmoidf_(g[i]);
+    }
+}
+
+static void cpu_conv1d_silu(tela_exec *ex, const float *x, int64_t x_stride, int n_tok, int channels, int kernel,
+                            const float *w, float *state, float *out, int64_t out_stride) {
+    (void)ex;
+    tela_gdn_conv1d_silu(x, x_stride, n_tok, channels, kernel, w, state, out, out_stride);
+}
+
+static void cpu_gdn_gates(tela_exec *ex, float *qkv, int64_t qkv_stride, int n_qk_heads, int dk, float *beta,
+                          float *g, int nv, int n_tok, const float *a, const float *dt_bias, float eps) {
+    (void)ex;
+    for (int t = 0; t < n_tok; t++) {
+        float *row = qkv + (size_t)t * qkv_stride;
+        for (int h = 0; h < n_qk_heads; h++) tela_gdn_l2_norm(row + (size_t)h * dk, dk, eps);
+        float *b = beta + (size_t)t * nv, *gg = g + (size_t)t * nv;
+        for (int h = 0; h < nv; h++) {
+            b[h] = sigmoidf_(b[h]);
+            gg[h] = a[h] * softplusf_(gg[h] + dt_bias[h]);
+        }
+    }
+}
+
+/* The delta rule split across the pool's threads by value head. */
+typedef struct gdn_job {
+    const tela_gdn_args *a;
+    tela_threadpool *pool;
+} gdn_job;
+
+static void gdn_heads_task(void *arg, int ith, int nth) {
+    const gdn_job *job = arg;
+    const tela_gdn_args *a = job->a;
+    const int64_t vd = (int64_t)a->nv * a->dv;
+    const int group = a->nv / a->nk;
+    long long h0, h1;
+    tela_split_range(a->nv, ith, nth, &h0, &h1);
+    for (long long h = h0; h < h1; h++) {
+        const int kh = a->v_tiled ? (int)(h % a->nk) : (int)(h / group);
+        tela_gdn_io io = {
+            .dk = a->dk, .dv = a->dv, .q_scale = a->q_scale,
+            .q = a->qkv + (size_t)kh * a->dk,
+            .k = a->qkv + (size_t)(a->nk + kh) * a->dk,
+            .qk_stride = a->qkv_stride,
+            .v = a->qkv + (size_t)2 * a->nk * a->dk + (size_t)h * a->dv,
+            .v_stride = a->qkv_stride,
+            .g = a->g + h, .beta = a->beta + h, .gb_stride = a->nv,
+            .out = a->out + (size_t)h * a->dv, .out_stride = vd,
+        };
+        float *S = a->state + (size_t)h * a->dk * a->dv;
+        if (a->n_tok == 1)
+            tela_gdn_recurrent(&io, 1, S);
+        else
+            tela_gdn_chunked(&io, a->n_tok, S, tela_threadpool_scratch(job->pool, ith));
+        /* the gated RMSNorm of this head's outputs */
+        for (int t = 0; t < a->n_tok; t++)
+            tela_gdn_gated_rms_norm(a->out + (size_t)t * vd + (size_t)h * a->dv, a->z + (size_t)t * vd + (size_t)h * a->dv,
+                                    a->norm_w, a->dv, a->eps);
+    }
+}
+
+static void cpu_gdn_delta(tela_exec *ex, const tela_gdn_args *a) {
+    cpu_exec *c = as_cpu(ex);
+    tela_status s = tela_threadpool_reserve(c->pool, tela_gdn_chunked_work_floats(a->dk, a->dv));
+    if (s != TELA_OK) {
+        if (c->failed == TELA_OK) c->failed = s;
+        return;
+    }
+    gdn_job job = {a, c->pool};
+    tela_threadpool_run(c->pool, gdn_heads_task, &job);
+}
+
 static const tela_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .mem_info = cpu_mem_info,
@@ -423,6 +516,11 @@ static const tela_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .rope_store = cpu_rope_store,
     .attention = cpu_attention,
+    .zero = cpu_zero,
+    .sigmoid_gate = cpu_sigmoid_gate,
+    .conv1d_silu = cpu_conv1d_silu,
+    .gdn_gates = cpu_gdn_gates,
+    .gdn_delta = cpu_gdn_delta,
 };
 
 static tela_status cpu_exec_create(tela_backend *be, int n_threads, tela_exec **out) {

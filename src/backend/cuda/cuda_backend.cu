@@ -639,6 +639,44 @@ static void cuda_attention(tela_exec *e, const tela_kv_cache *kv, int layer, con
                         n_head, scale, bucket_len);
 }
 
+
+/* ------------------------------------------------ Gated DeltaNet layers */
+
+static void cuda_zero(tela_exec *e, void *p, size_t bytes) {
+    cuda_exec *ex = as_ex(e);
+    tela_cuda_check(ex, cudaMemsetAsync(p, 0, bytes, ex->stream), "clearing state");
+}
+
+/* The Gated DeltaNet kernels are issue 15's; until then the qwen35
+ * architecture declares the CPU only (tela_arch.backends), so these are
+ * never reached, and say so if they are. */
+static void gdn_not_yet(tela_exec *e, const char *what) {
+    tela_cuda_check(as_ex(e), cudaErrorNotSupported, what);
+}
+
+static void cuda_sigmoid_gate(tela_exec *e, float *out, int64_t os, const float *gate, int64_t gs, int n_rows, int n) {
+    (void)out, (void)os, (void)gate, (void)gs, (void)n_rows, (void)n;
+    gdn_not_yet(e, "the attention output gate has no CUDA kernel yet");
+}
+
+static void cuda_conv1d_silu(tela_exec *e, const float *x, int64_t xs, int n_tok, int channels, int kernel,
+                             const float *w, float *state, float *out, int64_t os) {
+    (void)x, (void)xs, (void)n_tok, (void)channels, (void)kernel, (void)w, (void)state, (void)out, (void)os;
+    gdn_not_yet(e, "conv1d has no CUDA kernel yet");
+}
+
+static void cuda_gdn_gates(tela_exec *e, float *qkv, int64_t qs, int n_qk_heads, int dk, float *beta, float *g, int nv,
+                           int n_tok, const float *a, const float *dt_bias, float eps) {
+    (void)qkv, (void)qs, (void)n_qk_heads, (void)dk, (void)beta, (void)g, (void)nv, (void)n_tok, (void)a,
+        (void)dt_bias, (void)eps;
+    gdn_not_yet(e, "the Gated DeltaNet gates have no CUDA kernel yet");
+}
+
+static void cuda_gdn_delta(tela_exec *e, const tela_gdn_args *a) {
+    (void)a;
+    gdn_not_yet(e, "the Gated DeltaNet delta rule has no CUDA kernel yet");
+}
+
 const tela_backend_ops tela_cuda_ops_table = {
     cuda_destroy,
     cuda_mem_info,
@@ -674,6 +712,11 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_kv_store,
     cuda_rope_store,
     cuda_attention,
+    cuda_zero,
+    cuda_sigmoid_gate,
+    cuda_conv1d_silu,
+    cuda_gdn_gates,
+    cuda_gdn_delta,
 };
 
 tela_status tela_backend_cuda_create(int device, int n_threads, tela_backend **out) {
