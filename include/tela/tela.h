@@ -89,6 +89,9 @@ typedef struct tela_model_params {
     const char *device;  /* where to run: "cpu", "cuda", "cuda:N"; NULL or "auto" = $TELA_DEVICE, else a
                             GPU when tela was built with CUDA and one is present (and the architecture
                             runs there), else the CPU */
+    const int32_t *skip_layers;  /* layers to bypass (the residual stream passes them unchanged; they get
+                                    no KV cache or state), or NULL */
+    size_t n_skip_layers;
 } tela_model_params;
 
 TELA_API tela_model_params tela_model_default_params(void);
@@ -120,6 +123,12 @@ typedef struct tela_model_info {
 } tela_model_info;
 
 TELA_API const tela_model_info *tela_model_get_info(const tela_model *model);
+
+/* What a decoder layer is, and whether it is skipped (params.skip_layers):
+ * -1 for a layer that does not exist. */
+typedef enum tela_layer_kind { TELA_LAYER_ATTENTION = 0, TELA_LAYER_DELTANET = 1 } tela_layer_kind;
+TELA_API int tela_model_layer_kind(const tela_model *model, int32_t layer);
+TELA_API int tela_model_layer_skipped(const tela_model *model, int32_t layer);
 
 /* ------------------------------------------------------------- tokenizer */
 
@@ -186,6 +195,17 @@ TELA_API void tela_session_reset(tela_session *session);
 TELA_API tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int32_t n,
                                        float *logits, int all_logits);
 
+/* Called with the hidden state of the last position of an evaluation (n_embd
+ * floats, host memory, valid during the call): after the token embedding
+ * (layer -1) and after each decoder layer (a skipped layer passes it on
+ * unchanged). */
+typedef void (*tela_layer_probe)(void *user, int32_t layer, const float *hidden, int32_t n_embd);
+
+/* tela_session_eval without logits, calling probe as the layers run (for
+ * layer-importance measurements: tela prune-plan). */
+TELA_API tela_status tela_session_eval_probe(tela_session *session, const int32_t *tokens, int32_t n,
+                                             tela_layer_probe probe, void *user);
+
 /* Snapshots of a session's whole state (KV cache, recurrent and conv state,
  * position) at a token boundary. Restoring into the session it was taken from
  * (or another session of the same model and n_ctx) makes it continue exactly
@@ -194,6 +214,24 @@ typedef struct tela_snapshot tela_snapshot;
 TELA_API tela_status tela_session_snapshot(const tela_session *session, tela_snapshot **out);
 TELA_API tela_status tela_session_restore(tela_session *session, const tela_snapshot *snapshot);
 TELA_API void tela_snapshot_free(tela_snapshot *snapshot);
+
+/* ------------------------------------------------------ layer importance */
+
+/* For each decoder layer, the cosine similarity between the hidden state
+ * entering it and the one leaving it at the last position of each prompt,
+ * averaged over the prompts (accumulated in float64): mean_cosine[n_layer].
+ * A layer with a high cosine changes the state least: the safest to remove.
+ * The session is reset before each prompt and after the last. */
+TELA_API tela_status tela_layer_cosines(tela_session *session, const int32_t *const *prompts,
+                                        const int32_t *n_tokens, int32_t n_prompts, double *mean_cosine);
+
+/* The k layers to remove, from the cosines of tela_layer_cosines: the
+ * highest of each kind, one attention layer in four for a hybrid model
+ * (Qwen3.5's three DeltaNet layers to one attention layer), sorted by
+ * index into out_layers[k]; *n_attention (may be NULL) gets how many are
+ * attention layers. Layers already skipped are not chosen. */
+TELA_API tela_status tela_prune_plan(const tela_model *model, const double *mean_cosine, int32_t k,
+                                     int32_t *out_layers, int32_t *n_attention);
 
 /* -------------------------------------------------------------- sampling */
 

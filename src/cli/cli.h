@@ -19,6 +19,7 @@ int tela_cmd_quantize(int argc, char **argv);
 int tela_cmd_perplexity(int argc, char **argv);
 int tela_cmd_chat(int argc, char **argv);
 int tela_cmd_bench(int argc, char **argv);
+int tela_cmd_prune_plan(int argc, char **argv);
 
 /* Parses "1,2,3" (spaces allowed) into a malloc'd array. Returns 0 on
  * success, prints an error and returns -1 otherwise. */
@@ -54,6 +55,12 @@ const char *cli_default_model(void);
  * printing an error. */
 char *cli_read_text_file(const char *cmd, const char *path);
 
+/* --skip-layers: at most this many layers. */
+#define CLI_MAX_SKIP 1024
+/* Parses a --skip-layers list into out[CLI_MAX_SKIP]: 0, or -1 after
+ * printing an error. */
+int cli_parse_skip_layers(const char *cmd, const char *s, int32_t *out, size_t *n);
+
 /* The options run and chat both take. */
 typedef struct cli_gen_opts {
     const char *model_path;     /* -m; NULL until cli_gen_resolve_model */
@@ -63,6 +70,8 @@ typedef struct cli_gen_opts {
     long long n_threads;        /* -t (0: all cores) */
     long long n_ctx;            /* -c (0: the model's) */
     const char *device;         /* --device (NULL: the default) */
+    int32_t skip_layers[CLI_MAX_SKIP];  /* --skip-layers */
+    size_t n_skip_layers;
     tela_kv_type kv_type;       /* --kv-type */
     tela_sampler_params sampler;
     uint64_t seed;              /* --seed, when have_seed */

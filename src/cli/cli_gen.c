@@ -191,7 +191,8 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
         return r;
     }
     static const char *const with_value[] = {"-m", "--model", "--system", "--template-file", "-n", "--n-predict",
-                                             "-t", "--threads", "-c", "--ctx-size", "--device", "--kv-type", NULL};
+                                             "-t", "--threads", "-c", "--ctx-size", "--device", "--kv-type",
+                                             "--skip-layers", NULL};
     int known = 0;
     for (const char *const *p = with_value; *p; p++) known |= !strcmp(a, *p);
     if (!known) return 0;
@@ -207,6 +208,8 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
         if (cli_parse_int(a, val, 1, 1024, &o->n_threads)) return -1;
     } else if (IS("--device")) {
         o->device = val;
+    } else if (IS("--skip-layers")) {
+        if (cli_parse_skip_layers(cmd, val, o->skip_layers, &o->n_skip_layers)) return -1;
     } else if (IS("--kv-type")) {
         if (cli_parse_kv_type(cmd, val, &o->kv_type)) return -1;
     } else if (cli_parse_int(a, val, 0, INT32_MAX, &o->n_ctx)) { /* -c, --ctx-size */
@@ -244,6 +247,8 @@ int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = (int)o->n_threads;
     mp.device = o->device;
+    mp.skip_layers = o->skip_layers;
+    mp.n_skip_layers = o->n_skip_layers;
     mp.verbose = 1;
     if (tela_model_load(o->model_path, &mp, &g->model) != TELA_OK) {
         fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());

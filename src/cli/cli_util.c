@@ -119,3 +119,18 @@ int cli_parse_kv_type(const char *cmd, const char *s, tela_kv_type *out) {
     }
     return 0;
 }
+
+int cli_parse_skip_layers(const char *cmd, const char *s, int32_t *out, size_t *n) {
+    int32_t *ids = NULL;
+    size_t k = 0;
+    if (cli_parse_token_list(s, &ids, &k)) return -1;
+    if (k > CLI_MAX_SKIP) {
+        fprintf(stderr, "tela %s: --skip-layers: %zu layers (at most %d)\n", cmd, k, CLI_MAX_SKIP);
+        free(ids);
+        return -1;
+    }
+    memcpy(out, ids, k * sizeof *ids);
+    *n = k;
+    free(ids);
+    return 0;
+}

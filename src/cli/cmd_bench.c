@@ -32,6 +32,7 @@ static void usage(FILE *f) {
             "  -r, --repetitions R  measured repetitions per test (default 5)\n"
             "      --device DEV     cpu, cuda or cuda:N (default: the GPU when there is one)\n"
             "      --kv-type T      KV cache precision on a GPU: f16 (default) or f32\n"
+            "      --skip-layers L  bypass these decoder layers (comma-separated)\n"
             "      --json           one JSON object per test per line instead of the table\n"
             "  -h, --help           this help\n");
 }
@@ -130,12 +131,21 @@ int tela_cmd_bench(int argc, char **argv) {
     long long n_prompt[8] = {512}, n_gen[8] = {128}, depth[8] = {0}, n_threads = 0, reps = 5;
     int np_n = 1, ng_n = 1, nd_n = 1, json = 0;
     tela_kv_type kv = TELA_KV_DEFAULT;
+    static int32_t skip[CLI_MAX_SKIP];
+    size_t n_skip = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--skip-layers")) {
+            if (!val) {
+                fprintf(stderr, "tela bench: %s needs a value\n", a);
+                return 2;
+            }
+            if (cli_parse_skip_layers("bench", val, skip, &n_skip)) return 2;
+            i++;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--device") || !strcmp(a, "--kv-type")) {
             if (!val) {
                 fprintf(stderr, "tela bench: %s needs a value\n", a);
@@ -187,6 +197,8 @@ int tela_cmd_bench(int argc, char **argv) {
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = (int)n_threads;
     mp.device = device;
+    mp.skip_layers = skip;
+    mp.n_skip_layers = n_skip;
     tela_model *m = NULL;
     if (tela_model_load(model_path, &mp, &m) != TELA_OK) {
         fprintf(stderr, "tela bench: %s\n", tela_last_error());

@@ -47,6 +47,7 @@ static void usage(FILE *f) {
             "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
             "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
             "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
+            "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
             "      --show-prompt        print each turn's rendered conversation to stderr\n"
             "      --no-reuse           evaluate the whole conversation every turn (slow; for checking\n"
             "                           that reusing the state changes nothing)\n"

@@ -47,6 +47,7 @@ static void usage(FILE *f) {
             "      --chunks N         score at most the first N windows (default: all)\n"
             "  -t, --threads N        computation threads (default: all cores)\n"
             "      --device DEV       cpu, cuda or cuda:N (default: the GPU when there is one)\n"
+            "      --skip-layers LIST bypass these decoder layers (comma-separated; see tela prune-plan)\n"
             "  -h, --help             this help\n",
             PPL_DEFAULT_CTX);
 }
@@ -174,6 +175,8 @@ static void progress_bar(int done, int total, double elapsed) {
 int tela_cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL, *tokens_path = NULL;
     const char *device = NULL;
+    static int32_t skip[CLI_MAX_SKIP];
+    size_t n_skip = 0;
     long long n_ctx = PPL_DEFAULT_CTX, max_chunks = -1, n_threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -184,7 +187,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
             return 0;
         }
         if (!(IS("-m") || IS("--model") || IS("-f") || IS("--file") || IS("--tokens-file") || IS("-c") ||
-              IS("--ctx-size") || IS("--chunks") || IS("-t") || IS("--threads") || IS("--device"))) {
+              IS("--ctx-size") || IS("--chunks") || IS("-t") || IS("--threads") || IS("--device") || IS("--skip-layers"))) {
             fprintf(stderr, "tela perplexity: unknown option '%s' (see tela perplexity --help)\n", a);
             return 2;
         }
@@ -197,6 +200,9 @@ int tela_cmd_perplexity(int argc, char **argv) {
         else if (IS("-f") || IS("--file")) text_path = val;
         else if (IS("--tokens-file")) tokens_path = val;
         else if (IS("--device")) device = val;
+        else if (IS("--skip-layers")) {
+            if (cli_parse_skip_layers("perplexity", val, skip, &n_skip)) return 2;
+        }
         else if (IS("-c") || IS("--ctx-size")) {
             if (cli_parse_int(a, val, 4, 1 << 20, &n_ctx)) return 2;
         } else if (IS("--chunks")) {
@@ -228,6 +234,8 @@ int tela_cmd_perplexity(int argc, char **argv) {
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = (int)n_threads;
     mp.device = device;
+    mp.skip_layers = skip;
+    mp.n_skip_layers = n_skip;
     if (tela_model_load(model_path, &mp, &model) != TELA_OK) {
         fprintf(stderr, "tela perplexity: %s\n", tela_last_error());
         goto done;

@@ -43,6 +43,7 @@ static void usage(FILE *f) {
             "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
             "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
             "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
+            "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
             "  -h, --help               this help\n\n"
             "Sampling stages, in order: logit bias, penalties, top-k, top-p, min-p, temperature, draw.\n\n"
             "Default model: with no -m, $TELA_MODEL is used when set (set but empty: none);\n"

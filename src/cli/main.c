@@ -23,6 +23,7 @@ static const command commands[] = {
     {"quantize", tela_cmd_quantize, "quantize a GGUF model to smaller weight types (llama-quantize's rules)"},
     {"bench", tela_cmd_bench, "measure prompt and generation speed (llama-bench's tests)"},
     {"inspect", tela_cmd_inspect, "print the metadata and tensors of a GGUF file or HF checkpoint"},
+    {"prune-plan", tela_cmd_prune_plan, "rank the layers by how little they change the hidden state; plan removals"},
 };
 
 static void usage(FILE *f) {

@@ -5,12 +5,14 @@
 #include "model/model.h"
 #include "util/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, int n_batch) {
+tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, int n_embd, int n_batch) {
     memset(io, 0, sizeof *io);
     io->ex = ex;
     io->n_vocab = n_vocab;
+    io->n_embd = n_embd;
     io->n_batch = n_batch;
     tela_backend *be = tela_exec_backend(ex);
     TELA_TRY(tela_backend_alloc(be, (size_t)n_batch * sizeof(int32_t), "token ids", (void **)&io->tok));
@@ -21,6 +23,8 @@ tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, in
 }
 
 void tela_model_io_free(tela_model_io *io) {
+    free(io->probe_buf);
+    io->probe_buf = NULL;
     if (!io->ex) return;
     tela_backend *be = tela_exec_backend(io->ex);
     tela_backend_free_mem(be, io->tok);
@@ -68,7 +72,12 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
         if (step.rows && host && host_dst) step.logits = host_dst; /* the CPU writes straight to the caller */
         else if (step.rows) TELA_TRY(io_logits(io, step.rows, &step.logits));
         TELA_TRY(tela_exec_set_batch(ex, &io->batch, io->tok, io->pos, tokens + done, nt, n_past + done));
-        if (nt == 1) {
+        io->probe = last ? out->probe : NULL;
+        io->probe_user = out->probe_user;
+        io->probe_status = TELA_OK;
+        if (io->probe && !io->probe_buf && !(io->probe_buf = malloc(sizeof(float) * (size_t)io->n_embd)))
+            return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+        if (nt == 1 && !io->probe) {
             /* decode steps repeat: the same work at every position of a length bucket */
             uint64_t key = 1u | (uint64_t)step.rows << 8 | (uint64_t)step.pick << 16 |
                            (uint64_t)tela_exec_length_bucket(ex, n_past + done + 1) << 32;
@@ -80,9 +89,18 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
         if (step.rows && host_dst && step.logits != host_dst)
             TELA_TRY(tela_exec_download(ex, host_dst, step.logits, (size_t)step.rows * row_bytes));
         if (step.pick) TELA_TRY(tela_exec_download(ex, out->greedy, io->pick, sizeof(int32_t)));
+        io->probe = NULL;
+        TELA_TRY(io->probe_status);
         done += nt;
     }
     return tela_exec_sync(ex);
+}
+
+void tela_model_probe(tela_model_io *io, int layer, const float *x, int n_tok, int n_embd) {
+    if (!io->probe || io->probe_status != TELA_OK) return;
+    io->probe_status = tela_exec_download(io->ex, io->probe_buf, x + (size_t)(n_tok - 1) * n_embd,
+                                          sizeof(float) * (size_t)n_embd);
+    if (io->probe_status == TELA_OK) io->probe(io->probe_user, layer, io->probe_buf, n_embd);
 }
 
 void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *norm, float eps, const float *x,

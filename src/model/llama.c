@@ -55,6 +55,9 @@ typedef struct llama_model {
     float *output_norm;
     const float *output_norm_b;
     llama_layer *layers;
+    const bool *skip;        /* [n_layer] layers bypassed, or NULL */
+    int *kv_slot;            /* [n_layer] the layer's index in the KV cache (-1: skipped) */
+    int n_kv_layers;
 } llama_model;
 
 /* A session: the KV cache and the activations of one step of up to
@@ -175,6 +178,7 @@ static tela_status prepare_backend(tela_model *m, llama_model *L) {
     uses[n] = TELA_MAT_MATMUL;
     list[n++] = &L->output;
     for (int l = 0; l < L->n_layer && s == TELA_OK; l++) {
+        if (L->skip && L->skip[l]) continue; /* a skipped layer's weights stay in the file */
         llama_layer *ly = &L->layers[l];
         const size_t nb = (size_t)L->n_embd * sizeof(float);
         s = tela_model_const(m, ly->attn_norm, nb, (const void **)&ly->attn_norm_b);
@@ -365,6 +369,10 @@ static tela_status llama_load(tela_model *m) {
     if (!L) return TELA_ERR_NOMEM;
     m->impl = L;
     TELA_TRY(m->gguf ? load_gguf(m, L) : load_hf(m, L));
+    TELA_TRY(tela_model_skip_mask(m, L->n_layer, &L->skip));
+    L->kv_slot = tela_model_alloc(m, (size_t)L->n_layer * sizeof *L->kv_slot);
+    if (!L->kv_slot) return TELA_ERR_NOMEM;
+    for (int l = 0; l < L->n_layer; l++) L->kv_slot[l] = L->skip && L->skip[l] ? -1 : L->n_kv_layers++;
     TELA_TRY(prepare_backend(m, L));
     m->info.n_vocab = L->n_vocab;
     m->info.n_embd = L->n_embd;
@@ -397,7 +405,7 @@ static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const 
     s->n_ctx = p->n_ctx;
     int pref = tela_exec_preferred_batch(ex);
     s->n_batch = p->n_ctx < pref ? p->n_ctx : pref;
-    const tela_kv_shape shape = {L->n_layer, p->n_ctx, L->n_kv_head, L->head_dim, L->v_dim, p->kv_dtype};
+    const tela_kv_shape shape = {L->n_kv_layers, p->n_ctx, L->n_kv_head, L->head_dim, L->v_dim, p->kv_dtype};
     tela_status st = tela_kv_create(ex, &shape, &s->kv);
     const size_t nb = (size_t)s->n_batch;
     const size_t q_dim = (size_t)L->n_head * L->head_dim, k_dim = (size_t)L->n_kv_head * L->head_dim;
@@ -415,7 +423,7 @@ static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const 
     tela_backend *be = tela_exec_backend(ex);
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && st == TELA_OK; i++)
         st = tela_backend_alloc(be, acts[i].floats * sizeof(float), acts[i].what, (void **)acts[i].buf);
-    if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, L->n_vocab, s->n_batch);
+    if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, L->n_vocab, L->n_embd, s->n_batch);
     if (st != TELA_OK) {
         llama_state_free(s);
         return st;
@@ -461,18 +469,25 @@ static void forward_step(const llama_model *L, llama_state *s, const tela_batch 
 
     tela_exec_rope_table(ex, s->cs, b, L->inv_freq_b, L->n_rot);
     tela_exec_get_rows(ex, &L->tok_embd, b->tokens, nt, s->x, E);
+    tela_model_probe(&s->io, -1, s->x, nt, E);
     for (int l = 0; l < L->n_layer; l++) {
         const llama_layer *ly = &L->layers[l];
+        const int kl = L->kv_slot[l];
+        if (kl < 0) { /* skipped: the residual stream passes unchanged */
+            tela_model_probe(&s->io, l, s->x, nt, E);
+            continue;
+        }
         /* attention */
         const tela_norm_in norm = {ly->attn_norm_b, L->eps, s->xb};
         const tela_matmul_target qkv[3] = {{&ly->wq, s->q, q_dim}, {&ly->wk, s->k, k_dim}, {&ly->wv, s->v, v_dim}};
         tela_exec_norm_matmul_many(ex, &norm, qkv, 3, s->x, E, nt);
-        tela_exec_rope_store(ex, s->kv, l, s->q, q_dim, L->n_head, s->k, k_dim, s->v, v_dim, b, s->cs, L->n_rot,
+        tela_exec_rope_store(ex, s->kv, kl, s->q, q_dim, L->n_head, s->k, k_dim, s->v, v_dim, b, s->cs, L->n_rot,
                              L->rope_mode);
-        tela_exec_attention(ex, s->kv, l, s->q, q_dim, s->att, att_dim, b, L->n_head, scale);
+        tela_exec_attention(ex, s->kv, kl, s->q, q_dim, s->att, att_dim, b, L->n_head, scale);
         tela_exec_matmul(ex, &ly->wo, s->att, att_dim, s->x, E, nt, true);
         /* feed-forward */
         tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, L->eps);
+        tela_model_probe(&s->io, l, s->x, nt, E);
     }
 }
 
@@ -610,6 +625,12 @@ done:
     return st;
 }
 
+static int llama_layer_kind(const tela_model *m, int layer) {
+    (void)m;
+    (void)layer;
+    return TELA_LAYER_ATTENTION;
+}
+
 const tela_arch tela_arch_llama = {
     .name = "llama",
     .backends = 1u << TELA_BACKEND_CPU | 1u << TELA_BACKEND_CUDA,
@@ -623,5 +644,6 @@ const tela_arch tela_arch_llama = {
     .state_save = llama_state_save,
     .state_load = llama_state_load,
     .forward = llama_forward,
+    .layer_kind = llama_layer_kind,
     .forward_naive = llama_forward_naive,
 };

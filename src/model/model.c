@@ -222,6 +222,20 @@ tela_status tela_model_load(const char *path, const tela_model_params *params, t
     m->verbose = p.verbose;
     m->load_mtp = p.load_mtp;
     m->device_req = p.device;
+    if (p.n_skip_layers > 0) {
+        if (!p.skip_layers) {
+            tela_model_free(m);
+            return tela_errorf(TELA_ERR_ARG, "tela_model_load: n_skip_layers is %zu but skip_layers is NULL",
+                               p.n_skip_layers);
+        }
+        m->skip_req = malloc(p.n_skip_layers * sizeof *m->skip_req);
+        if (!m->skip_req) {
+            tela_model_free(m);
+            return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", path);
+        }
+        memcpy(m->skip_req, p.skip_layers, p.n_skip_layers * sizeof *m->skip_req);
+        m->n_skip_req = p.n_skip_layers;
+    }
     tela_status s = model_load(m);
     if (s != TELA_OK) {
         tela_model_free(m);
@@ -250,9 +264,20 @@ void tela_model_free(tela_model *model) {
     for (size_t i = 0; i < model->n_allocs; i++) free(model->allocs[i]);
     free(model->allocs);
     free(model->no_vocab_reason);
+    free(model->skip_req);
     free(model->path);
     free(model);
 }
 
 const tela_model_info *tela_model_get_info(const tela_model *model) { return model ? &model->info : NULL; }
+
+int tela_model_layer_kind(const tela_model *model, int32_t layer) {
+    if (!model || layer < 0 || layer >= model->info.n_layer) return -1;
+    return model->arch->layer_kind(model, layer);
+}
+
+int tela_model_layer_skipped(const tela_model *model, int32_t layer) {
+    if (!model || layer < 0 || layer >= model->info.n_layer) return -1;
+    return model->skip ? model->skip[layer] : 0;
+}
 

@@ -44,6 +44,9 @@ struct tela_model {
     int load_mtp;
     tela_backend *be;           /* where the weights are and the forward pass runs */
     const char *device_req;     /* params.device during the load */
+    int32_t *skip_req;          /* params.skip_layers (a copy) */
+    size_t n_skip_req;
+    bool *skip;                 /* [n_layer]: layers bypassed, or NULL for none (tela_model_skip_mask) */
     char device_buf[192];       /* info.device */
     /* Allocations freed with the model (tela_model_alloc). */
     void **allocs;
@@ -64,6 +67,8 @@ typedef struct tela_forward_out {
     float *logits;       /* NULL, the last position's n_vocab logits, or every position's when all_logits */
     int all_logits;
     int32_t *greedy;     /* NULL, or the argmax of the last position's logits, picked where they are */
+    tela_layer_probe probe;  /* NULL, or called with the last position's hidden state after each layer */
+    void *probe_user;
 } tela_forward_out;
 
 /* Per-session state of an architecture, created for a context of n_ctx
@@ -96,6 +101,9 @@ struct tela_arch {
      * inputs and thread count must give bit-identical results. */
     tela_status (*forward)(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
                            const tela_forward_out *out);
+
+    /* The kind of decoder layer l (tela_layer_kind). */
+    int (*layer_kind)(const tela_model *m, int layer);
 
     /* Optional test oracle: the logits at every position of tokens[0..n)
      * (n * n_vocab floats) computed the plain way on the host, without a
@@ -134,16 +142,20 @@ tela_status tela_model_prepare_mats(tela_model *m, tela_mat *const *mats, const 
  * positions of the current step (batch), the logits, the greedy pick. */
 typedef struct tela_model_io {
     tela_exec *ex;
-    int n_vocab, n_batch;
+    int n_vocab, n_embd, n_batch;
     int32_t *tok, *pos;          /* [n_batch] */
     tela_batch batch;
     float *logits1;              /* [n_vocab]: one row, at a fixed address (captured decode steps) */
     float *logits;               /* [logit_rows][n_vocab] for all-logits steps, grown as needed */
     int logit_rows;
     int32_t *pick;               /* [1] */
+    tela_layer_probe probe;      /* set during the last step of a probed evaluation */
+    void *probe_user;
+    float *probe_buf;            /* host: the downloaded hidden state */
+    tela_status probe_status;
 } tela_model_io;
 
-tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, int n_batch);
+tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, int n_embd, int n_batch);
 void tela_model_io_free(tela_model_io *io);
 
 /* What one step computes at its end: the logits of `rows` hidden-state rows
@@ -173,6 +185,10 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
 void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *norm, float eps, const float *x,
                             float *xb, int n_embd, const tela_model_step *step, tela_model_io *io);
 
+/* Hands the last of n_tok hidden-state rows (backend memory) to the probe
+ * of a probed evaluation, as the state after `layer` (-1: the embedding). */
+void tela_model_probe(tela_model_io *io, int layer, const float *x, int n_tok, int n_embd);
+
 /* A SwiGLU feed-forward block, as Llama and Qwen3.5 have it:
  *     x = x + W_down (silu(W_gate h) * W_up h),   h = rmsnorm(x) * norm
  * over n_tok rows of n_embd; xb (n_tok rows of n_embd) and gate (n_tok rows
@@ -200,6 +216,11 @@ tela_status tela_model_json_int(const tela_model *m, const void *obj, const char
 tela_status tela_model_json_float(const tela_model *m, const void *obj, const char *key, bool optional,
                                   double *out);
 tela_status tela_model_json_bool(const tela_model *m, const void *obj, const char *key, bool optional, bool *out);
+/* The mask of layers to skip (params.skip_layers) for a model of n_layer
+ * layers, owned by the model; NULL when none are skipped. Errors name a
+ * layer that does not exist. */
+tela_status tela_model_skip_mask(tela_model *m, int n_layer, const bool **out);
+
 /* A member string of obj, or NULL. */
 const char *tela_model_json_str(const void *obj, const char *key);
 /* A member object of obj, or NULL. */

@@ -129,6 +129,7 @@ typedef struct qwen35_model {
     float *output_norm;
     const float *output_norm_b;
     qwen35_layer *layers;
+    const bool *skip;            /* [n_layer] layers bypassed, or NULL */
     int n_mtp;                   /* MTP blocks in the source */
     qwen35_mtp *mtp;             /* loaded ones (NULL unless load_mtp) */
 } qwen35_model;
@@ -352,6 +353,7 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
     TELA_TRY(tela_model_const(m, Q->output_norm, E, (const void **)&Q->output_norm_b));
     for (int l = 0; l < Q->n_layer; l++) {
         qwen35_layer *ly = &Q->layers[l];
+        if (ly->slot < 0) continue; /* skipped */
         TELA_TRY(tela_model_const(m, ly->attn_norm, E, (const void **)&ly->attn_norm_b));
         if (ly->is_attn) {
             const size_t hd = (size_t)Q->head_dim * sizeof(float);
@@ -385,7 +387,8 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     uses[n] = TELA_MAT_ROWS;
     list[n++] = &Q->tok_embd;
     list[n++] = &Q->output;
-    for (int l = 0; l < Q->n_layer; l++) n += layer_mats(&Q->layers[l], list + n);
+    for (int l = 0; l < Q->n_layer; l++)
+        if (Q->layers[l].slot >= 0) n += layer_mats(&Q->layers[l], list + n);
     for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
         n += layer_mats(&Q->mtp[i].layer, list + n);
         list[n++] = &Q->mtp[i].eh_proj;
@@ -466,9 +469,16 @@ static void set_layer_types_interval(qwen35_model *Q, int interval) {
     for (int l = 0; l < Q->n_layer; l++) Q->layers[l].is_attn = (l + 1) % interval == 0;
 }
 
-static void number_layers(qwen35_model *Q) {
+/* Each layer's index among the attention (or the GDN) layers; skipped
+ * layers (params.skip_layers) get none and no state. */
+static tela_status number_layers(tela_model *m, qwen35_model *Q) {
+    TELA_TRY(tela_model_skip_mask(m, Q->n_layer, &Q->skip));
     Q->n_attn = Q->n_gdn = 0;
-    for (int l = 0; l < Q->n_layer; l++) Q->layers[l].slot = Q->layers[l].is_attn ? Q->n_attn++ : Q->n_gdn++;
+    for (int l = 0; l < Q->n_layer; l++) {
+        qwen35_layer *ly = &Q->layers[l];
+        ly->slot = Q->skip && Q->skip[l] ? -1 : ly->is_attn ? Q->n_attn++ : Q->n_gdn++;
+    }
+    return TELA_OK;
 }
 
 static tela_status u32_to_int(const tela_model *m, const char *key, uint32_t v, int *out) {
@@ -548,7 +558,7 @@ static tela_status load_gguf(tela_model *m, qwen35_model *Q) {
                            m->arch_name, (double)base);
     TELA_TRY(alloc_layers(m, Q));
     set_layer_types_interval(Q, (int)interval);
-    number_layers(Q);
+    TELA_TRY(number_layers(m, Q));
     TELA_TRY(check_hparams(m, Q));
     Q->v_tiled = true;
     Q->inv_freq = tela_model_alloc(m, (size_t)(Q->n_rot / 2) * sizeof(double));
@@ -662,7 +672,7 @@ static tela_status load_hf(tela_model *m, qwen35_model *Q) {
             return tela_errorf(TELA_ERR_FORMAT, "%s: full_attention_interval = %d", m->path, interval);
         set_layer_types_interval(Q, interval);
     }
-    number_layers(Q);
+    TELA_TRY(number_layers(m, Q));
     TELA_TRY(check_hparams(m, Q));
     Q->v_tiled = false;
     Q->inv_freq = tela_model_alloc(m, (size_t)(Q->n_rot / 2) * sizeof(double));
@@ -759,7 +769,7 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
     tela_backend *be = tela_exec_backend(ex);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == TELA_OK; i++)
         st = tela_backend_alloc(be, bufs[i].floats * sizeof(float), bufs[i].what, (void **)bufs[i].buf);
-    if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, Q->n_vocab, s->n_batch);
+    if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, Q->n_vocab, Q->n_embd, s->n_batch);
     if (st != TELA_OK) {
         qwen35_state_free(s);
         return st;
@@ -871,13 +881,17 @@ static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batc
     const int E = Q->n_embd, nt = b->n_tok;
     tela_exec_rope_table(ex, s->cs, b, Q->inv_freq_b, Q->n_rot);
     tela_exec_get_rows(ex, &Q->tok_embd, b->tokens, nt, s->x, E);
+    tela_model_probe(&s->io, -1, s->x, nt, E);
     for (int l = 0; l < Q->n_layer; l++) {
         const qwen35_layer *ly = &Q->layers[l];
-        if (ly->is_attn)
-            attn_layer(Q, s, ly, b);
-        else
-            gdn_layer(Q, s, ly, nt);
-        tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, Q->eps);
+        if (ly->slot >= 0) { /* else skipped: the residual stream passes unchanged */
+            if (ly->is_attn)
+                attn_layer(Q, s, ly, b);
+            else
+                gdn_layer(Q, s, ly, nt);
+            tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, Q->eps);
+        }
+        tela_model_probe(&s->io, l, s->x, nt, E);
     }
 }
 
@@ -897,6 +911,11 @@ static tela_status qwen35_forward(const tela_model *m, void *state, const int32_
     return tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out);
 }
 
+static int qwen35_layer_kind(const tela_model *m, int layer) {
+    const qwen35_model *Q = m->impl;
+    return Q->layers[layer].is_attn ? TELA_LAYER_ATTENTION : TELA_LAYER_DELTANET;
+}
+
 const tela_arch tela_arch_qwen35 = {
     .name = "qwen35",
     .backends = 1u << TELA_BACKEND_CPU, /* the CUDA forward pass is issue 15 */
@@ -910,5 +929,6 @@ const tela_arch tela_arch_qwen35 = {
     .state_save = qwen35_state_save,
     .state_load = qwen35_state_load,
     .forward = qwen35_forward,
+    .layer_kind = qwen35_layer_kind,
     .forward_naive = NULL,
 };

@@ -148,6 +148,23 @@ static const cJSON *json_member(const void *obj, const char *key) {
     return v;
 }
 
+tela_status tela_model_skip_mask(tela_model *m, int n_layer, const bool **out) {
+    *out = NULL;
+    if (m->n_skip_req == 0) return TELA_OK;
+    bool *mask = tela_model_alloc(m, (size_t)n_layer);
+    if (!mask) return TELA_ERR_NOMEM;
+    for (size_t i = 0; i < m->n_skip_req; i++) {
+        const int32_t l = m->skip_req[i];
+        if (l < 0 || l >= n_layer)
+            return tela_errorf(TELA_ERR_ARG, "%s: cannot skip layer %d: the model has %d layers (0 to %d)", m->path, l,
+                               n_layer, n_layer - 1);
+        mask[l] = true;
+    }
+    m->skip = mask;
+    *out = mask;
+    return TELA_OK;
+}
+
 const char *tela_model_json_str(const void *obj, const char *key) {
     const cJSON *v = json_member(obj, key);
     return v && cJSON_IsString(v) ? v->valuestring : NULL;

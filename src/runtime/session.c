@@ -117,7 +117,7 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
         all_logits = 0;
     }
     s->has_logits = false;
-    const tela_forward_out out = {dst, all_logits, NULL};
+    const tela_forward_out out = {dst, all_logits, NULL, NULL, NULL};
     TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
     memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
@@ -133,7 +133,20 @@ tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int
     TELA_TRY(check_eval(s, tokens, n));
     if (n == 0) return tela_errorf(TELA_ERR_ARG, "tela_session_eval_greedy: no tokens");
     s->has_logits = false;
-    const tela_forward_out out = {NULL, 0, pick};
+    const tela_forward_out out = {NULL, 0, pick, NULL, NULL};
+    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
+    memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
+    s->n_past += n;
+    return TELA_OK;
+}
+
+tela_status tela_session_eval_probe(tela_session *s, const int32_t *tokens, int32_t n, tela_layer_probe probe,
+                                    void *user) {
+    TELA_TRY(check_eval(s, tokens, n));
+    if (n == 0) return TELA_OK;
+    if (!probe) return tela_errorf(TELA_ERR_ARG, "tela_session_eval_probe: probe is NULL");
+    s->has_logits = false;
+    const tela_forward_out out = {NULL, 0, NULL, probe, user};
     TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
     memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
