@@ -128,6 +128,9 @@ TELA_API const tela_model_info *tela_model_get_info(const tela_model *model);
  * -1 for a layer that does not exist. */
 typedef enum tela_layer_kind { TELA_LAYER_ATTENTION = 0, TELA_LAYER_DELTANET = 1 } tela_layer_kind;
 TELA_API int tela_model_layer_kind(const tela_model *model, int32_t layer);
+/* Free and total bytes of the memory of the model's device (MemAvailable and
+ * MemTotal on the CPU). */
+TELA_API tela_status tela_model_device_memory(const tela_model *model, uint64_t *free_bytes, uint64_t *total_bytes);
 TELA_API int tela_model_layer_skipped(const tela_model *model, int32_t layer);
 
 /* ------------------------------------------------------------- tokenizer */
@@ -171,11 +174,18 @@ typedef struct tela_session_params {
     int32_t n_ctx;       /* context length in tokens; 0 = min(train ctx, 4096) */
     int n_threads;       /* 0 = the model's */
     tela_kv_type kv_type;
+    uint64_t mem_budget; /* bytes the session's KV cache, state and work buffers may take; 0 = the memory
+                            available on its device (MemAvailable, or the GPU's free memory) */
 } tela_session_params;
 
 TELA_API tela_session_params tela_session_default_params(void);
+/* Fails with TELA_ERR_NOMEM, naming the numbers and what to change, when
+ * the session would take more memory than params.mem_budget allows. */
 TELA_API tela_status tela_session_create(tela_model *model, const tela_session_params *params,
                                          tela_session **out);
+/* The bytes a session of these parameters takes on the model's device (KV
+ * cache, recurrent state, work buffers): what tela_session_create checks. */
+TELA_API tela_status tela_session_memory(tela_model *model, const tela_session_params *params, uint64_t *bytes);
 TELA_API void tela_session_free(tela_session *session);
 TELA_API int32_t tela_session_n_ctx(const tela_session *session);
 /* Tokens processed so far (the position of the next token). */

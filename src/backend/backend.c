@@ -120,6 +120,7 @@ void tela_backend_free(tela_backend *be) {
 
 tela_backend_kind tela_backend_get_kind(const tela_backend *be) { return be->kind; }
 const char *tela_backend_description(const tela_backend *be) { return be->description; }
+int tela_backend_preferred_batch(const tela_backend *be) { return be->preferred_batch; }
 
 tela_status tela_backend_mem_info(tela_backend *be, size_t *free_bytes, size_t *total_bytes) {
     return be->ops->mem_info(be, free_bytes, total_bytes);

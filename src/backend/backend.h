@@ -125,6 +125,8 @@ bool tela_backend_cuda_built(void);
 int tela_backend_cuda_device_count(void);
 /* Free and total bytes of the device's memory (the host's for the CPU). */
 tela_status tela_backend_mem_info(tela_backend *be, size_t *free_bytes, size_t *total_bytes);
+/* Tokens per prefill step this backend processes best (the execs' too). */
+int tela_backend_preferred_batch(const tela_backend *be);
 /* Whether matmul and get_rows can use a weight of this type here. */
 bool tela_backend_type_supported(const tela_backend *be, tela_type type);
 

@@ -77,6 +77,7 @@ struct tela_backend {
     tela_backend_kind kind;
     bool host_visible;
     int n_threads;
+    int preferred_batch;         /* tokens per step of a long prefill */
     char description[192];
 };
 

@@ -55,6 +55,10 @@ const char *cli_default_model(void);
  * printing an error. */
 char *cli_read_text_file(const char *cmd, const char *path);
 
+/* --mem-budget's value, "8G", "512M", "1000000" bytes or "80%" of the
+ * model's device memory, into bytes: 0, or -1 after printing an error. */
+int cli_mem_budget(const char *cmd, const char *s, const tela_model *model, uint64_t *out);
+
 /* --skip-layers: at most this many layers. */
 #define CLI_MAX_SKIP 1024
 /* Parses a --skip-layers list into out[CLI_MAX_SKIP]: 0, or -1 after
@@ -73,6 +77,7 @@ typedef struct cli_gen_opts {
     int32_t skip_layers[CLI_MAX_SKIP];  /* --skip-layers */
     size_t n_skip_layers;
     tela_kv_type kv_type;       /* --kv-type */
+    const char *mem_budget;     /* --mem-budget, resolved when the session is made */
     tela_sampler_params sampler;
     uint64_t seed;              /* --seed, when have_seed */
     int have_seed;

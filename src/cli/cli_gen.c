@@ -192,7 +192,7 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
     }
     static const char *const with_value[] = {"-m", "--model", "--system", "--template-file", "-n", "--n-predict",
                                              "-t", "--threads", "-c", "--ctx-size", "--device", "--kv-type",
-                                             "--skip-layers", NULL};
+                                             "--skip-layers", "--mem-budget", NULL};
     int known = 0;
     for (const char *const *p = with_value; *p; p++) known |= !strcmp(a, *p);
     if (!known) return 0;
@@ -208,6 +208,8 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
         if (cli_parse_int(a, val, 1, 1024, &o->n_threads)) return -1;
     } else if (IS("--device")) {
         o->device = val;
+    } else if (IS("--mem-budget")) {
+        o->mem_budget = val;
     } else if (IS("--skip-layers")) {
         if (cli_parse_skip_layers(cmd, val, o->skip_layers, &o->n_skip_layers)) return -1;
     } else if (IS("--kv-type")) {
@@ -262,6 +264,7 @@ int cli_gen_start_session(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
     tela_session_params ssp = tela_session_default_params();
     ssp.n_ctx = (int32_t)o->n_ctx;
     ssp.kv_type = o->kv_type;
+    if (o->mem_budget && cli_mem_budget(cmd, o->mem_budget, g->model, &ssp.mem_budget)) return -1;
     if (tela_session_create(g->model, &ssp, &g->session) != TELA_OK) {
         fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
         return -1;

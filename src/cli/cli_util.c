@@ -134,3 +134,36 @@ int cli_parse_skip_layers(const char *cmd, const char *s, int32_t *out, size_t *
     free(ids);
     return 0;
 }
+
+int cli_mem_budget(const char *cmd, const char *s, const tela_model *model, uint64_t *out) {
+    char *end = NULL;
+    const double v = s ? strtod(s, &end) : -1.0;
+    if (!s || end == s || !(v > 0.0) || v > 1e18) goto bad;
+    double scale = 1.0;
+    if (*end == '%') {
+        uint64_t f = 0, total = 0;
+        if (tela_model_device_memory(model, &f, &total) != TELA_OK) {
+            fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
+            return -1;
+        }
+        if (v > 100.0) goto bad;
+        *out = (uint64_t)((double)total * v / 100.0);
+        end++;
+    } else {
+        switch (*end) {
+        case 'k': case 'K': scale = 1024.0, end++; break;
+        case 'm': case 'M': scale = 1024.0 * 1024.0, end++; break;
+        case 'g': case 'G': scale = 1024.0 * 1024.0 * 1024.0, end++; break;
+        case 't': case 'T': scale = 1024.0 * 1024.0 * 1024.0 * 1024.0, end++; break;
+        default: break;
+        }
+        if (*end == 'i' || *end == 'B') end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+        *out = (uint64_t)(v * scale);
+    }
+    if (*end != '\0' || *out == 0) goto bad;
+    return 0;
+bad:
+    fprintf(stderr, "tela %s: --mem-budget takes bytes (8G, 512M, 1000000) or a share of the device's memory (80%%), "
+                    "not '%s'\n", cmd, s ? s : "");
+    return -1;
+}

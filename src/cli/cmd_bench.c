@@ -33,6 +33,7 @@ static void usage(FILE *f) {
             "      --device DEV     cpu, cuda or cuda:N (default: the GPU when there is one)\n"
             "      --kv-type T      KV cache precision on a GPU: f16 (default) or f32\n"
             "      --skip-layers L  bypass these decoder layers (comma-separated)\n"
+            "      --mem-budget B   memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
             "      --json           one JSON object per test per line instead of the table\n"
             "  -h, --help           this help\n");
 }
@@ -127,7 +128,7 @@ fail:
 }
 
 int tela_cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL, *device = NULL;
+    const char *model_path = NULL, *device = NULL, *mem_budget = NULL;
     long long n_prompt[8] = {512}, n_gen[8] = {128}, depth[8] = {0}, n_threads = 0, reps = 5;
     int np_n = 1, ng_n = 1, nd_n = 1, json = 0;
     tela_kv_type kv = TELA_KV_DEFAULT;
@@ -146,13 +147,16 @@ int tela_cmd_bench(int argc, char **argv) {
             }
             if (cli_parse_skip_layers("bench", val, skip, &n_skip)) return 2;
             i++;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--device") || !strcmp(a, "--kv-type")) {
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--device") || !strcmp(a, "--kv-type") ||
+                   !strcmp(a, "--mem-budget")) {
             if (!val) {
                 fprintf(stderr, "tela bench: %s needs a value\n", a);
                 return 2;
             }
             if (!strcmp(a, "--device")) {
                 device = val;
+            } else if (!strcmp(a, "--mem-budget")) {
+                mem_budget = val;
             } else if (!strcmp(a, "--kv-type")) {
                 if (cli_parse_kv_type("bench", val, &kv)) return 2;
             } else {
@@ -210,6 +214,10 @@ int tela_cmd_bench(int argc, char **argv) {
     sp.n_ctx = (int32_t)(ctx < 16 ? 16 : ctx);
     sp.n_threads = (int)n_threads;
     sp.kv_type = kv;
+    if (mem_budget && cli_mem_budget("bench", mem_budget, m, &sp.mem_budget)) {
+        tela_model_free(m);
+        return 2;
+    }
     tela_session *s = NULL;
     if (tela_session_create(m, &sp, &s) != TELA_OK) {
         fprintf(stderr, "tela bench: %s\n", tela_last_error());

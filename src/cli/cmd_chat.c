@@ -48,6 +48,8 @@ static void usage(FILE *f) {
             "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
             "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
             "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
+            "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"
+            "                           (default: what is available; more fails with the numbers)\n"
             "      --show-prompt        print each turn's rendered conversation to stderr\n"
             "      --no-reuse           evaluate the whole conversation every turn (slow; for checking\n"
             "                           that reusing the state changes nothing)\n"

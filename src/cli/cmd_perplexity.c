@@ -48,6 +48,7 @@ static void usage(FILE *f) {
             "  -t, --threads N        computation threads (default: all cores)\n"
             "      --device DEV       cpu, cuda or cuda:N (default: the GPU when there is one)\n"
             "      --skip-layers LIST bypass these decoder layers (comma-separated; see tela prune-plan)\n"
+            "      --mem-budget B     memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
             "  -h, --help             this help\n",
             PPL_DEFAULT_CTX);
 }
@@ -174,7 +175,7 @@ static void progress_bar(int done, int total, double elapsed) {
 
 int tela_cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL, *tokens_path = NULL;
-    const char *device = NULL;
+    const char *device = NULL, *mem_budget = NULL;
     static int32_t skip[CLI_MAX_SKIP];
     size_t n_skip = 0;
     long long n_ctx = PPL_DEFAULT_CTX, max_chunks = -1, n_threads = 0;
@@ -187,7 +188,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
             return 0;
         }
         if (!(IS("-m") || IS("--model") || IS("-f") || IS("--file") || IS("--tokens-file") || IS("-c") ||
-              IS("--ctx-size") || IS("--chunks") || IS("-t") || IS("--threads") || IS("--device") || IS("--skip-layers"))) {
+              IS("--ctx-size") || IS("--chunks") || IS("-t") || IS("--threads") || IS("--device") || IS("--skip-layers") || IS("--mem-budget"))) {
             fprintf(stderr, "tela perplexity: unknown option '%s' (see tela perplexity --help)\n", a);
             return 2;
         }
@@ -200,6 +201,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
         else if (IS("-f") || IS("--file")) text_path = val;
         else if (IS("--tokens-file")) tokens_path = val;
         else if (IS("--device")) device = val;
+        else if (IS("--mem-budget")) mem_budget = val;
         else if (IS("--skip-layers")) {
             if (cli_parse_skip_layers("perplexity", val, skip, &n_skip)) return 2;
         }
@@ -310,6 +312,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
     tela_session_params sp = tela_session_default_params();
     sp.n_ctx = ctx;
     sp.n_threads = (int)n_threads;
+    if (mem_budget && cli_mem_budget("perplexity", mem_budget, model, &sp.mem_budget)) goto done;
     if (tela_session_create(model, &sp, &session) != TELA_OK) {
         fprintf(stderr, "tela perplexity: %s\n", tela_last_error());
         goto done;

@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
             "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
             "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
+            "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"
+            "                           (default: what is available; more fails with the numbers)\n"
             "  -h, --help               this help\n\n"
             "Sampling stages, in order: logit bias, penalties, top-k, top-p, min-p, temperature, draw.\n\n"
             "Default model: with no -m, $TELA_MODEL is used when set (set but empty: none);\n"

@@ -432,6 +432,16 @@ static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const 
     return TELA_OK;
 }
 
+static uint64_t llama_state_bytes(const tela_model *m, const tela_state_params *p, int n_batch) {
+    const llama_model *L = m->impl;
+    const uint64_t nb = (uint64_t)(p->n_ctx < n_batch ? p->n_ctx : n_batch);
+    const uint64_t kv = (uint64_t)L->n_kv_layers * (uint64_t)p->n_ctx * (uint64_t)L->n_kv_head *
+                        (uint64_t)(L->head_dim + L->v_dim) * tela_kv_dtype_bytes(p->kv_dtype);
+    const uint64_t row = 2ull * L->n_embd + (uint64_t)L->n_head * (L->head_dim + L->v_dim) +
+                         (uint64_t)L->n_kv_head * (L->head_dim + L->v_dim) + 2ull * L->n_ff + (uint64_t)L->n_rot;
+    return kv + nb * row * sizeof(float) + (uint64_t)L->n_vocab * sizeof(float);
+}
+
 static void llama_state_reset(const tela_model *m, void *state) {
     (void)m;
     llama_state *s = state;
@@ -639,6 +649,7 @@ const tela_arch tela_arch_llama = {
     .free = llama_free,
     .state_create = llama_state_create,
     .state_free = llama_state_free,
+    .state_bytes = llama_state_bytes,
     .state_reset = llama_state_reset,
     .state_size = llama_state_size,
     .state_save = llama_state_save,

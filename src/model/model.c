@@ -271,6 +271,15 @@ void tela_model_free(tela_model *model) {
 
 const tela_model_info *tela_model_get_info(const tela_model *model) { return model ? &model->info : NULL; }
 
+tela_status tela_model_device_memory(const tela_model *model, uint64_t *free_bytes, uint64_t *total_bytes) {
+    if (!model || !free_bytes || !total_bytes) return tela_errorf(TELA_ERR_ARG, "tela_model_device_memory: NULL argument");
+    size_t f = 0, t = 0;
+    TELA_TRY(tela_backend_mem_info(model->be, &f, &t));
+    *free_bytes = f;
+    *total_bytes = t;
+    return TELA_OK;
+}
+
 int tela_model_layer_kind(const tela_model *model, int32_t layer) {
     if (!model || layer < 0 || layer >= model->info.n_layer) return -1;
     return model->arch->layer_kind(model, layer);

@@ -62,6 +62,9 @@ typedef struct tela_state_params {
     tela_kv_dtype kv_dtype;
 } tela_state_params;
 
+/* Bytes per KV element of a precision. */
+static inline uint64_t tela_kv_dtype_bytes(tela_kv_dtype t) { return t == TELA_KV_DTYPE_F16 ? 2 : 4; }
+
 /* What a forward pass returns (host memory). */
 typedef struct tela_forward_out {
     float *logits;       /* NULL, the last position's n_vocab logits, or every position's when all_logits */
@@ -87,6 +90,9 @@ struct tela_arch {
     void (*free)(tela_model *m);
 
     tela_status (*state_create)(const tela_model *m, tela_exec *ex, const tela_state_params *p, void **out);
+    /* The bytes state_create will take with n_batch-token steps (KV cache,
+     * recurrent state, activations), for the memory check. */
+    uint64_t (*state_bytes)(const tela_model *m, const tela_state_params *p, int n_batch);
     void (*state_free)(void *state);
     /* Forget everything (the next token is at position 0). */
     void (*state_reset)(const tela_model *m, void *state);

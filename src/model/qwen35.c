@@ -778,6 +778,20 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
     return TELA_OK;
 }
 
+static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params *p, int n_batch) {
+    const qwen35_model *Q = m->impl;
+    const uint64_t nb = (uint64_t)(p->n_ctx < n_batch ? p->n_ctx : n_batch);
+    const uint64_t kv = (uint64_t)Q->n_attn * (uint64_t)p->n_ctx * (uint64_t)kv_dim(Q) * 2 *
+                        tela_kv_dtype_bytes(p->kv_dtype);
+    uint64_t rec = 0, row = 2ull * Q->n_embd + 4ull * Q->n_head * Q->head_dim + 2ull * kv_dim(Q) + 2ull * Q->n_ff +
+                            (uint64_t)Q->n_rot;
+    if (Q->n_gdn > 0) {
+        rec = (uint64_t)Q->n_gdn * ((uint64_t)(Q->conv_k - 1) * conv_dim(Q) + (uint64_t)Q->nv * Q->dk * Q->dv) * 4;
+        row += 2ull * conv_dim(Q) + 2ull * value_dim(Q) + 2ull * Q->nv;
+    }
+    return kv + rec + nb * row * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
+}
+
 /* The KV rows past n_past are never read before they are written, but the
  * conv and recurrent states are read at once: they start at zero. */
 static void qwen35_state_reset(const tela_model *m, void *state) {
@@ -924,6 +938,7 @@ const tela_arch tela_arch_qwen35 = {
     .free = qwen35_free,
     .state_create = qwen35_state_create,
     .state_free = qwen35_state_free,
+    .state_bytes = qwen35_state_bytes,
     .state_reset = qwen35_state_reset,
     .state_size = qwen35_state_size,
     .state_save = qwen35_state_save,

@@ -33,19 +33,63 @@ static tela_status kv_dtype(const tela_model *model, tela_kv_type type, tela_kv_
     return tela_errorf(TELA_ERR_ARG, "session: unknown KV cache type %d", (int)type);
 }
 
+/* The context length a session of these parameters gets. */
+static int32_t session_ctx(const tela_model *model, int32_t n_ctx) {
+    if (n_ctx == 0) {
+        n_ctx = model->info.n_ctx_train;
+        if (n_ctx <= 0 || n_ctx > TELA_DEFAULT_CTX) n_ctx = TELA_DEFAULT_CTX;
+    }
+    return n_ctx;
+}
+
+static tela_status state_memory(const tela_model *model, const tela_session_params *p, tela_state_params *sp,
+                                uint64_t *bytes) {
+    if (p->n_ctx < 0 || p->n_ctx > TELA_MAX_CTX)
+        return tela_errorf(TELA_ERR_ARG, "session: context length %d is out of range (1..%d, or 0 for the default)",
+                           p->n_ctx, TELA_MAX_CTX);
+    sp->n_ctx = session_ctx(model, p->n_ctx);
+    TELA_TRY(kv_dtype(model, p->kv_type, &sp->kv_dtype));
+    *bytes = model->arch->state_bytes(model, sp, tela_backend_preferred_batch(model->be));
+    return TELA_OK;
+}
+
+tela_status tela_session_memory(tela_model *model, const tela_session_params *params, uint64_t *bytes) {
+    if (!model || !bytes) return tela_errorf(TELA_ERR_ARG, "tela_session_memory: NULL argument");
+    tela_session_params p = params ? *params : tela_session_default_params();
+    tela_state_params sp;
+    return state_memory(model, &p, &sp, bytes);
+}
+
+/* The memory check before a session is made: its state against the budget
+ * (the caller's, or what the device has free), with the numbers. */
+static tela_status check_budget(const tela_model *model, const tela_session_params *p, const tela_state_params *sp,
+                                uint64_t need) {
+    size_t free_b = 0, total_b = 0;
+    TELA_TRY(tela_backend_mem_info(model->be, &free_b, &total_b));
+    const bool cpu = tela_backend_get_kind(model->be) == TELA_BACKEND_CPU;
+    const uint64_t budget = p->mem_budget ? p->mem_budget : (uint64_t)free_b;
+    if (need <= budget) return TELA_OK;
+    const double mib = 1024.0 * 1024.0;
+    return tela_errorf(TELA_ERR_NOMEM,
+                       "session: a context of %d tokens needs %.1f MiB for its KV cache, state and work buffers, but "
+                       "%s %.1f MiB%s: lower the context (-c)%s%s",
+                       sp->n_ctx, (double)need / mib, p->mem_budget ? "the memory budget is" : "only",
+                       (double)budget / mib,
+                       p->mem_budget ? "" : (cpu ? " are available (MemAvailable)" : " are free on the GPU"),
+                       !cpu && sp->kv_dtype == TELA_KV_DTYPE_F32 ? ", use an f16 KV cache (--kv-type f16)" : "",
+                       p->mem_budget ? " or raise --mem-budget" : "");
+}
+
 tela_status tela_session_create(tela_model *model, const tela_session_params *params, tela_session **out) {
     if (!out) return tela_errorf(TELA_ERR_ARG, "tela_session_create: out is NULL");
     *out = NULL;
     if (!model) return tela_errorf(TELA_ERR_ARG, "tela_session_create: model is NULL");
     tela_session_params p = params ? *params : tela_session_default_params();
-    int32_t n_ctx = p.n_ctx;
-    if (n_ctx < 0 || n_ctx > TELA_MAX_CTX)
-        return tela_errorf(TELA_ERR_ARG, "session: context length %d is out of range (1..%d, or 0 for the default)",
-                           n_ctx, TELA_MAX_CTX);
-    if (n_ctx == 0) {
-        n_ctx = model->info.n_ctx_train;
-        if (n_ctx <= 0 || n_ctx > TELA_DEFAULT_CTX) n_ctx = TELA_DEFAULT_CTX;
-    }
+    tela_state_params sp;
+    uint64_t need = 0;
+    TELA_TRY(state_memory(model, &p, &sp, &need));
+    TELA_TRY(check_budget(model, &p, &sp, need));
+    const int32_t n_ctx = sp.n_ctx;
     int n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads;
     tela_session *s = calloc(1, sizeof *s);
     if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
@@ -57,9 +101,7 @@ tela_status tela_session_create(tela_model *model, const tela_session_params *pa
         tela_session_free(s);
         return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     }
-    tela_state_params sp = {n_ctx, TELA_KV_DTYPE_F32};
-    tela_status st = kv_dtype(model, p.kv_type, &sp.kv_dtype);
-    if (st == TELA_OK) st = tela_exec_create(model->be, n_threads, &s->ex);
+    tela_status st = tela_exec_create(model->be, n_threads, &s->ex);
     if (st == TELA_OK) st = model->arch->state_create(model, s->ex, &sp, &s->state);
     if (st != TELA_OK) {
         tela_session_free(s);

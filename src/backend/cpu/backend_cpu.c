@@ -60,11 +60,24 @@ static void cpu_destroy(tela_backend *be) {
     free(b);
 }
 
+/* The host's memory: the kernel's MemAvailable (free plus what the page
+ * cache can give back) as the free bytes, else the free pages. */
 static tela_status cpu_mem_info(tela_backend *be, size_t *free_bytes, size_t *total_bytes) {
     (void)be;
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     *total_bytes = pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize : 0;
     *free_bytes = avail > 0 && psize > 0 ? (size_t)avail * (size_t)psize : 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb = 0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                *free_bytes = (size_t)kb * 1024;
+                break;
+            }
+        fclose(f);
+    }
     return TELA_OK;
 }
 
@@ -578,6 +591,7 @@ tela_status tela_backend_cpu_create(int n_threads, tela_backend **out) {
     b->head.ops = &cpu_ops;
     b->head.kind = TELA_BACKEND_CPU;
     b->head.host_visible = true;
+    b->head.preferred_batch = CPU_PREFERRED_BATCH;
     b->head.n_threads = n_threads > 0 ? n_threads : tela_cpu_count();
     snprintf(b->head.description, sizeof b->head.description, "cpu (%s, %d thread%s)", tela_isa_name(tela_qdot_best_isa()),
              b->head.n_threads, b->head.n_threads == 1 ? "" : "s");

@@ -736,6 +736,7 @@ tela_status tela_backend_cuda_create(int device, int n_threads, tela_backend **o
     b->head.ops = &cuda_ops_table;
     b->head.kind = TELA_BACKEND_CUDA;
     b->head.host_visible = false;
+    b->head.preferred_batch = 4096;
     b->head.n_threads = n_threads;
     b->device = device;
     b->sm_count = prop.multiProcessorCount;
