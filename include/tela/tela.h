@@ -216,6 +216,18 @@ typedef void (*tela_layer_probe)(void *user, int32_t layer, const float *hidden,
 TELA_API tela_status tela_session_eval_probe(tela_session *session, const int32_t *tokens, int32_t n,
                                              tela_layer_probe probe, void *user);
 
+/* Profiling (--profile): from start on, every operation of the session is
+ * timed on its device (host clocks on the CPU; CUDA events on a GPU, whose
+ * decode steps then run without graphs) and summed per kind and weight
+ * type, with sampling and detokenization timed on the host. The report
+ * (malloc'd; a table for a person or, with json, one JSON object) gives
+ * each phase's calls, time, share of the wall time since start, and for
+ * products GB/s and GFLOP/s, and what the phases leave out. Off by default,
+ * costing one pointer test an operation. */
+TELA_API void tela_session_profile_start(tela_session *session);
+TELA_API char *tela_session_profile_report(tela_session *session, int json);
+TELA_API void tela_session_profile_stop(tela_session *session);
+
 /* Snapshots of a session's whole state (KV cache, recurrent and conv state,
  * position) at a token boundary. Restoring into the session it was taken from
  * (or another session of the same model and n_ctx) makes it continue exactly

@@ -81,6 +81,18 @@ static int cuda_index(const char *device) {
     return (int)v;
 }
 
+/* An operation, timed when the exec is profiled (one pointer test when not). */
+#define PROF_OP(ex, call, op, mm, wt, by, fl)                            \
+    do {                                                                 \
+        const int pm_ = (ex)->prof ? tela_prof_begin(ex) : -1;          \
+        call;                                                            \
+        if (pm_ >= 0) tela_prof_end(ex, pm_, op, mm, wt, by, fl);        \
+    } while (0)
+
+/* Weight bytes and FLOPs of products with n_tok rows. */
+static double mat_bytes(const tela_mat *w) { return (double)w->n_rows * (double)w->row_bytes; }
+static double mat_flops(const tela_mat *w, int n_tok) { return 2.0 * (double)w->n_rows * (double)w->n_cols * n_tok; }
+
 tela_status tela_backend_create(const char *device, int n_threads, tela_backend **out) {
     *out = NULL;
     if (!device || !device[0] || !strcmp(device, "auto")) {
@@ -156,20 +168,28 @@ tela_status tela_exec_create(tela_backend *be, int n_threads, tela_exec **out) {
 }
 
 void tela_exec_free(tela_exec *ex) {
-    if (ex) ex->ops->exec_free(ex);
+    if (!ex) return;
+    tela_exec_profile_stop(ex);
+    ex->ops->exec_free(ex);
 }
 
 tela_backend *tela_exec_backend(const tela_exec *ex) { return ex->be; }
 bool tela_exec_host_visible(const tela_exec *ex) { return ex->be->host_visible; }
 int tela_exec_preferred_batch(const tela_exec *ex) { return ex->ops->preferred_batch(ex); }
-tela_status tela_exec_sync(tela_exec *ex) { return ex->ops->sync(ex); }
+tela_status tela_exec_sync(tela_exec *ex) {
+    tela_status s = ex->ops->sync(ex);
+    if (ex->prof) tela_prof_resolve(ex);
+    return s;
+}
 
 tela_status tela_exec_upload(tela_exec *ex, void *dst, const void *host_src, size_t bytes) {
     return bytes ? ex->ops->upload(ex, dst, host_src, bytes) : TELA_OK;
 }
 
 tela_status tela_exec_download(tela_exec *ex, void *host_dst, const void *src, size_t bytes) {
-    return ex->ops->download(ex, host_dst, src, bytes);
+    tela_status s = ex->ops->download(ex, host_dst, src, bytes);
+    if (ex->prof) tela_prof_resolve(ex);
+    return s;
 }
 
 bool tela_exec_graph_begin(tela_exec *ex, uint64_t key) { return ex->ops->graph_begin(ex, key); }
@@ -195,53 +215,75 @@ tela_status tela_exec_set_batch(tela_exec *ex, tela_batch *batch, int32_t *tok_m
 }
 
 void tela_exec_get_rows(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
-    ex->ops->get_rows(ex, w, ids, n, out, out_stride);
+    PROF_OP(ex, ex->ops->get_rows(ex, w, ids, n, out, out_stride), "embedding", false, -1, 0, 0);
 }
 
 void tela_exec_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride,
                        const float *w, int64_t n, int n_rows, float eps) {
-    ex->ops->rmsnorm(ex, out, out_stride, x, x_stride, w, n, n_rows, eps);
+    PROF_OP(ex, ex->ops->rmsnorm(ex, out, out_stride, x, x_stride, w, n, n_rows, eps), "norm", false, -1, 0, 0);
 }
 
 void tela_exec_matmul(tela_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
                       int n_tok, bool accumulate) {
     const tela_matmul_target t = {w, y, y_stride};
-    ex->ops->matmul_many(ex, NULL, &t, 1, x, x_stride, n_tok, accumulate);
+    PROF_OP(ex, ex->ops->matmul_many(ex, NULL, &t, 1, x, x_stride, n_tok, accumulate), "projections", true, w->type,
+            mat_bytes(w), mat_flops(w, n_tok));
+}
+
+/* The bytes and FLOPs of several products of one input. */
+static void many_cost(const tela_matmul_target *t, int n, int n_tok, double *bytes, double *flops) {
+    *bytes = *flops = 0;
+    for (int i = 0; i < n; i++) {
+        *bytes += mat_bytes(t[i].w);
+        *flops += mat_flops(t[i].w, n_tok);
+    }
 }
 
 void tela_exec_matmul_many(tela_exec *ex, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
                            int n_tok) {
-    ex->ops->matmul_many(ex, NULL, t, n, x, x_stride, n_tok, false);
+    double by = 0, fl = 0;
+    if (ex->prof) many_cost(t, n, n_tok, &by, &fl);
+    PROF_OP(ex, ex->ops->matmul_many(ex, NULL, t, n, x, x_stride, n_tok, false), "projections", true, t[0].w->type, by,
+            fl);
 }
 
 void tela_exec_matmul_swiglu(tela_exec *ex, const tela_mat *w_gate, const tela_mat *w_up, const float *x,
                              int64_t x_stride, float *out, int64_t out_stride, int n_tok) {
-    ex->ops->matmul_swiglu(ex, NULL, w_gate, w_up, x, x_stride, out, out_stride, n_tok);
+    PROF_OP(ex, ex->ops->matmul_swiglu(ex, NULL, w_gate, w_up, x, x_stride, out, out_stride, n_tok), "projections",
+            true, w_gate->type, mat_bytes(w_gate) + mat_bytes(w_up), mat_flops(w_gate, n_tok) + mat_flops(w_up, n_tok));
 }
 
 void tela_exec_norm_matmul_many(tela_exec *ex, const tela_norm_in *norm, const tela_matmul_target *t, int n,
                                 const float *x, int64_t x_stride, int n_tok) {
-    ex->ops->matmul_many(ex, norm, t, n, x, x_stride, n_tok, false);
+    double by = 0, fl = 0;
+    if (ex->prof) many_cost(t, n, n_tok, &by, &fl);
+    PROF_OP(ex, ex->ops->matmul_many(ex, norm, t, n, x, x_stride, n_tok, false), "projections", true, t[0].w->type, by,
+            fl);
 }
 
 void tela_exec_norm_matmul_swiglu(tela_exec *ex, const tela_norm_in *norm, const tela_mat *w_gate,
                                   const tela_mat *w_up, const float *x, int64_t x_stride, float *out,
                                   int64_t out_stride, int n_tok) {
-    ex->ops->matmul_swiglu(ex, norm, w_gate, w_up, x, x_stride, out, out_stride, n_tok);
+    PROF_OP(ex, ex->ops->matmul_swiglu(ex, norm, w_gate, w_up, x, x_stride, out, out_stride, n_tok), "projections",
+            true, w_gate->type, mat_bytes(w_gate) + mat_bytes(w_up), mat_flops(w_gate, n_tok) + mat_flops(w_up, n_tok));
 }
 
-void tela_exec_add(tela_exec *ex, float *y, const float *x, int64_t n) { ex->ops->add(ex, y, x, n); }
+void tela_exec_add(tela_exec *ex, float *y, const float *x, int64_t n) {
+    PROF_OP(ex, ex->ops->add(ex, y, x, n), "add", false, -1, 0, 0);
+}
 
 void tela_exec_rope_table(tela_exec *ex, float *cs, const tela_batch *b, const double *inv_freq, int n_rot) {
-    ex->ops->rope_table(ex, cs, b, inv_freq, n_rot);
+    PROF_OP(ex, ex->ops->rope_table(ex, cs, b, inv_freq, n_rot), "RoPE", false, -1, 0, 0);
 }
 
 void tela_exec_rope(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
                     const float *cs, tela_rope_mode mode) {
-    ex->ops->rope(ex, x, x_stride, n_tok, n_heads, head_dim, n_rot, cs, mode);
+    PROF_OP(ex, ex->ops->rope(ex, x, x_stride, n_tok, n_heads, head_dim, n_rot, cs, mode), "RoPE", false, -1, 0, 0);
 }
 
-void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out) { ex->ops->argmax(ex, x, n, out); }
+void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out) {
+    PROF_OP(ex, ex->ops->argmax(ex, x, n, out), "sampling (greedy, on the device)", false, -1, 0, 0);
+}
 
 tela_status tela_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out) {
     return ex->ops->kv_create(ex, shape, out);
@@ -265,37 +307,45 @@ tela_status tela_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const
 
 void tela_exec_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
                         int64_t v_stride, const tela_batch *b) {
-    kv->ops->kv_store(ex, kv, layer, k, k_stride, v, v_stride, b);
+    PROF_OP(ex, kv->ops->kv_store(ex, kv, layer, k, k_stride, v, v_stride, b), "KV store", false, -1, 0, 0);
 }
 
 void tela_exec_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head, float *k,
                           int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b, const float *cs,
                           int n_rot, tela_rope_mode mode) {
-    kv->ops->rope_store(ex, kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b, cs, n_rot, mode);
+    PROF_OP(ex, kv->ops->rope_store(ex, kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b, cs, n_rot, mode),
+            "RoPE + KV store", false, -1, 0, 0);
 }
 
 void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                          float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
-    kv->ops->attention(ex, kv, layer, q, q_stride, out, out_stride, b, n_head, scale);
+    PROF_OP(ex, kv->ops->attention(ex, kv, layer, q, q_stride, out, out_stride, b, n_head, scale),
+            b->n_tok > 1 ? "attention (prefill)" : "attention (decode)", false, -1, 0, 0);
 }
 
 void tela_exec_zero(tela_exec *ex, void *p, size_t bytes) {
-    if (bytes) ex->ops->zero(ex, p, bytes);
+    if (bytes) PROF_OP(ex, ex->ops->zero(ex, p, bytes), "state clear", false, -1, 0, 0);
 }
 
 void tela_exec_sigmoid_gate(tela_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,
                             int n_rows, int n) {
-    ex->ops->sigmoid_gate(ex, out, out_stride, gate, gate_stride, n_rows, n);
+    PROF_OP(ex, ex->ops->sigmoid_gate(ex, out, out_stride, gate, gate_stride, n_rows, n), "attention output gate", false,
+            -1, 0, 0);
 }
 
 void tela_exec_conv1d_silu(tela_exec *ex, const float *x, int64_t x_stride, int n_tok, int channels, int kernel,
                            const float *w, float *state, float *out, int64_t out_stride) {
-    ex->ops->conv1d_silu(ex, x, x_stride, n_tok, channels, kernel, w, state, out, out_stride);
+    PROF_OP(ex, ex->ops->conv1d_silu(ex, x, x_stride, n_tok, channels, kernel, w, state, out, out_stride),
+            "DeltaNet conv1d", false, -1, 0, 0);
 }
 
 void tela_exec_gdn_gates(tela_exec *ex, float *qkv, int64_t qkv_stride, int n_qk_heads, int dk, float *beta, float *g,
                          int nv, int n_tok, const float *a, const float *dt_bias, float eps) {
-    ex->ops->gdn_gates(ex, qkv, qkv_stride, n_qk_heads, dk, beta, g, nv, n_tok, a, dt_bias, eps);
+    PROF_OP(ex, ex->ops->gdn_gates(ex, qkv, qkv_stride, n_qk_heads, dk, beta, g, nv, n_tok, a, dt_bias, eps),
+            "DeltaNet gates", false, -1, 0, 0);
 }
 
-void tela_exec_gdn_delta(tela_exec *ex, const tela_gdn_args *a) { ex->ops->gdn_delta(ex, a); }
+void tela_exec_gdn_delta(tela_exec *ex, const tela_gdn_args *a) {
+    PROF_OP(ex, ex->ops->gdn_delta(ex, a), a->n_tok > 1 ? "DeltaNet chunked prefill" : "DeltaNet recurrence", false, -1,
+            0, 0);
+}

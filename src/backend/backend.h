@@ -287,6 +287,23 @@ void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, cons
  * equals): the greedy pick, made where the logits are. out: backend memory. */
 void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out);
 
+/* ------------------------------------------------------- profiling */
+
+/* Profiling an exec (--profile; backend/profile.c): from start on, each
+ * operation is timed on its device (host clocks on the CPU, CUDA events on
+ * a GPU, where decode steps then run without graphs) and added to a row of
+ * its kind and weight type; the model may name the phase of the products
+ * that follow ("FFN", "output head"; NULL: none). profile_host adds host
+ * work (sampling, detokenization). The report (malloc'd, a table or one
+ * JSON object) has the wall time since start and what the rows leave out.
+ * Off (the default), the operations only test a pointer. */
+void tela_exec_profile_start(tela_exec *ex);
+void tela_exec_profile_stop(tela_exec *ex);
+bool tela_exec_profiling(const tela_exec *ex);
+void tela_exec_profile_phase(tela_exec *ex, const char *phase);
+void tela_exec_profile_host(tela_exec *ex, const char *name, double seconds);
+char *tela_exec_profile_report(tela_exec *ex, bool json);
+
 /* ---------------------------------------- Gated DeltaNet (Qwen3.5) */
 
 /* Clears `bytes` of backend memory (recurrent and conv states). */

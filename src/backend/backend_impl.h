@@ -70,7 +70,18 @@ struct tela_backend_ops {
     void (*gdn_gates)(tela_exec *ex, float *qkv, int64_t qkv_stride, int n_qk_heads, int dk, float *beta, float *g,
                       int nv, int n_tok, const float *a, const float *dt_bias, float eps);
     void (*gdn_delta)(tela_exec *ex, const tela_gdn_args *a);
+
+    /* profiling marks (backend/profile.c): a mark now in the exec's order
+     * of work (its index, or -1), the seconds between two marks once the
+     * exec has synchronized, forgetting the marks, and the mode (a GPU runs
+     * steps eagerly while profiling) */
+    int (*prof_mark)(tela_exec *ex);
+    double (*prof_seconds)(tela_exec *ex, int a, int b);
+    void (*prof_clear)(tela_exec *ex);
+    void (*prof_mode)(tela_exec *ex, bool on);
 };
+
+typedef struct tela_prof tela_prof;
 
 struct tela_backend {
     const tela_backend_ops *ops;
@@ -84,7 +95,16 @@ struct tela_backend {
 struct tela_exec {
     const tela_backend_ops *ops;
     tela_backend *be;
+    tela_prof *prof;             /* NULL unless profiling */
 };
+
+/* The profiler's side of the operations (backend/profile.c): a mark before
+ * an operation (-1 when not profiling), the row after it (op: its name;
+ * matmuls take the phase's name; wtype: a tela_type or -1; bytes and flops
+ * of a matmul, else 0), and the marks turned into seconds after a sync. */
+int tela_prof_begin(tela_exec *ex);
+void tela_prof_end(tela_exec *ex, int mark, const char *op, bool is_matmul, int wtype, double bytes, double flops);
+void tela_prof_resolve(tela_exec *ex);
 
 struct tela_kv_cache {
     const tela_backend_ops *ops;

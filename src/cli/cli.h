@@ -27,6 +27,11 @@ int cli_parse_token_list(const char *s, int32_t **out, size_t *n);
 /* Parses an integer / float option value; prints an error naming opt on failure. */
 int cli_parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out);
 int cli_parse_float(const char *opt, const char *s, double *out);
+/* --profile or --profile=json: 1 or 2 into *out (and 1 returned), 0 when
+ * opt is neither, -1 after printing an error (another --profile=...). */
+int cli_parse_profile(const char *cmd, const char *opt, int *out);
+/* The profile report of a session on stderr. */
+void cli_print_profile(tela_session *s, int mode);
 /* --kv-type's value: "f16" or "f32". 0, or -1 after printing an error. */
 int cli_parse_kv_type(const char *cmd, const char *s, tela_kv_type *out);
 
@@ -78,6 +83,7 @@ typedef struct cli_gen_opts {
     size_t n_skip_layers;
     tela_kv_type kv_type;       /* --kv-type */
     const char *mem_budget;     /* --mem-budget, resolved when the session is made */
+    int profile;                /* --profile: 1 a table, 2 JSON (--profile=json); on stderr at the end */
     tela_sampler_params sampler;
     uint64_t seed;              /* --seed, when have_seed */
     int have_seed;
@@ -97,6 +103,7 @@ typedef struct cli_gen {
     tela_model *model;
     const tela_model_info *info;
     tela_session *session;         /* after cli_gen_start_session */
+    int profile;                   /* the session is profiled: the report is printed by cli_gen_free */
 } cli_gen;
 /* Reads --template-file and loads the model with o's threads: 0, or -1
  * after printing an error. */

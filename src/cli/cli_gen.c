@@ -185,6 +185,8 @@ void cli_gen_opts_init(cli_gen_opts *o, long long n_predict) {
 
 int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen_opts *o) {
     const char *a = argv[*i];
+    const int pr = cli_parse_profile(cmd, a, &o->profile);
+    if (pr) return pr;
     int r = cli_parse_sampling(cmd, a, *i + 1 < argc ? argv[*i + 1] : NULL, &o->sampler, &o->seed, &o->have_seed);
     if (r) {
         if (r > 0) ++*i;
@@ -269,10 +271,13 @@ int cli_gen_start_session(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
         fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
         return -1;
     }
+    if (o->profile) tela_session_profile_start(g->session);
+    g->profile = o->profile;
     return 0;
 }
 
 void cli_gen_free(cli_gen *g) {
+    if (g->session && g->profile) cli_print_profile(g->session, g->profile);
     tela_session_free(g->session);
     tela_model_free(g->model);
     free(g->template_src);

@@ -167,3 +167,24 @@ bad:
                     "not '%s'\n", cmd, s ? s : "");
     return -1;
 }
+
+int cli_parse_profile(const char *cmd, const char *opt, int *out) {
+    if (!strcmp(opt, "--profile")) {
+        *out = 1;
+        return 1;
+    }
+    if (strncmp(opt, "--profile=", 10) != 0) return 0;
+    if (!strcmp(opt + 10, "json")) *out = 2;
+    else if (!strcmp(opt + 10, "table")) *out = 1;
+    else {
+        fprintf(stderr, "tela %s: --profile takes =json or =table, not '%s'\n", cmd, opt + 10);
+        return -1;
+    }
+    return 1;
+}
+
+void cli_print_profile(tela_session *s, int mode) {
+    char *r = mode ? tela_session_profile_report(s, mode == 2) : NULL;
+    if (r) fputs(r, stderr);
+    free(r);
+}

@@ -34,6 +34,7 @@ static void usage(FILE *f) {
             "      --kv-type T      KV cache precision on a GPU: f16 (default) or f32\n"
             "      --skip-layers L  bypass these decoder layers (comma-separated)\n"
             "      --mem-budget B   memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
+            "      --profile[=json] time every phase over all the tests; a table (or JSON) on stderr\n"
             "      --json           one JSON object per test per line instead of the table\n"
             "  -h, --help           this help\n");
 }
@@ -130,13 +131,16 @@ fail:
 int tela_cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *device = NULL, *mem_budget = NULL;
     long long n_prompt[8] = {512}, n_gen[8] = {128}, depth[8] = {0}, n_threads = 0, reps = 5;
-    int np_n = 1, ng_n = 1, nd_n = 1, json = 0;
+    int np_n = 1, ng_n = 1, nd_n = 1, json = 0, profile = 0;
     tela_kv_type kv = TELA_KV_DEFAULT;
     static int32_t skip[CLI_MAX_SKIP];
     size_t n_skip = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        const int pr = cli_parse_profile("bench", a, &profile);
+        if (pr < 0) return 2;
+        if (pr) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -236,6 +240,7 @@ int tela_cmd_bench(int argc, char **argv) {
         return 1;
     }
     fill_tokens(ids, (int)ctx, info->n_vocab);
+    if (profile) tela_session_profile_start(s);
 
     char cpu[256], model_type[128];
     cpu_model(cpu, sizeof cpu);
@@ -296,6 +301,7 @@ int tela_cmd_bench(int argc, char **argv) {
             }
             fflush(stdout);
         }
+    if (profile) cli_print_profile(s, profile);
     free(ids);
     free(logits);
     tela_session_free(s);

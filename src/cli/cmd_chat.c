@@ -50,6 +50,8 @@ static void usage(FILE *f) {
             "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
             "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"
             "                           (default: what is available; more fails with the numbers)\n"
+            "      --profile[=json]     time every phase (operations per kind and weight type, sampling,\n"
+            "                           detokenization) and print a table (or JSON) on stderr at the end\n"
             "      --show-prompt        print each turn's rendered conversation to stderr\n"
             "      --no-reuse           evaluate the whole conversation every turn (slow; for checking\n"
             "                           that reusing the state changes nothing)\n"

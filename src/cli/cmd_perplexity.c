@@ -49,6 +49,7 @@ static void usage(FILE *f) {
             "      --device DEV       cpu, cuda or cuda:N (default: the GPU when there is one)\n"
             "      --skip-layers LIST bypass these decoder layers (comma-separated; see tela prune-plan)\n"
             "      --mem-budget B     memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
+            "      --profile[=json]   time every phase and print a table (or JSON) on stderr at the end\n"
             "  -h, --help             this help\n",
             PPL_DEFAULT_CTX);
 }
@@ -176,6 +177,7 @@ static void progress_bar(int done, int total, double elapsed) {
 int tela_cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL, *tokens_path = NULL;
     const char *device = NULL, *mem_budget = NULL;
+    int profile = 0;
     static int32_t skip[CLI_MAX_SKIP];
     size_t n_skip = 0;
     long long n_ctx = PPL_DEFAULT_CTX, max_chunks = -1, n_threads = 0;
@@ -187,6 +189,9 @@ int tela_cmd_perplexity(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
+        const int pr = cli_parse_profile("perplexity", a, &profile);
+        if (pr < 0) return 2;
+        if (pr) continue;
         if (!(IS("-m") || IS("--model") || IS("-f") || IS("--file") || IS("--tokens-file") || IS("-c") ||
               IS("--ctx-size") || IS("--chunks") || IS("-t") || IS("--threads") || IS("--device") || IS("--skip-layers") || IS("--mem-budget"))) {
             fprintf(stderr, "tela perplexity: unknown option '%s' (see tela perplexity --help)\n", a);
@@ -317,6 +322,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "tela perplexity: %s\n", tela_last_error());
         goto done;
     }
+    if (profile) tela_session_profile_start(session);
     chunk = malloc((size_t)ctx * sizeof *chunk);
     logits = malloc((size_t)ctx * (size_t)n_vocab * sizeof *logits);
     if (!chunk || !logits) {
@@ -368,6 +374,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
             count, secs, secs > 0 ? (double)n_chunk * ctx / secs : 0.0);
     rc = 0;
 done:
+    if (session && profile && rc == 0) cli_print_profile(session, profile);
     free(text);
     free(tokens);
     free(chunk);

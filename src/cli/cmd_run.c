@@ -46,6 +46,8 @@ static void usage(FILE *f) {
             "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
             "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"
             "                           (default: what is available; more fails with the numbers)\n"
+            "      --profile[=json]     time every phase (operations per kind and weight type, sampling,\n"
+            "                           detokenization) and print a table (or JSON) on stderr at the end\n"
             "  -h, --help               this help\n\n"
             "Sampling stages, in order: logit bias, penalties, top-k, top-p, min-p, temperature, draw.\n\n"
             "Default model: with no -m, $TELA_MODEL is used when set (set but empty: none);\n"

@@ -109,7 +109,9 @@ void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *
     const float *first = x + (size_t)(step->n_tok - step->rows) * n_embd;
     const tela_norm_in nrm = {norm, eps, xb};
     const tela_matmul_target t = {output, step->logits, io->n_vocab};
+    tela_exec_profile_phase(ex, "output head");
     tela_exec_norm_matmul_many(ex, &nrm, &t, 1, first, n_embd, step->rows);
+    tela_exec_profile_phase(ex, NULL);
     if (step->pick)
         tela_exec_argmax(ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
 }
@@ -118,7 +120,9 @@ void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, float *x, flo
                            int n_tok, float eps) {
     const int64_t n_ff = f->w_gate.n_rows;
     const tela_norm_in norm = {f->norm, eps, xb};
+    tela_exec_profile_phase(ex, "FFN");
     tela_exec_norm_matmul_swiglu(ex, &norm, &f->w_gate, &f->w_up, x, n_embd, gate, n_ff, n_tok);
     tela_exec_matmul(ex, &f->w_down, gate, n_ff, x, n_embd, n_tok, true);
+    tela_exec_profile_phase(ex, NULL);
 }
 

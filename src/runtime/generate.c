@@ -109,6 +109,7 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
                                sp->repeat_penalty == 1.0f && sp->frequency_penalty == 0.0f &&
                                sp->presence_penalty == 0.0f && sp->n_logit_bias == 0 && !params->logits_hook;
     bool have_next = false;
+    const bool profiling = tela_exec_profiling(s->ex);
     int32_t next = 0;
     double t0 = now_seconds();
     if (n_prompt > 0 && device_greedy) {
@@ -140,7 +141,9 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
         if (!have_next) {
             if (params->logits_hook) params->logits_hook(params->hook_user, s->logits, n_vocab, step);
             s->has_logits = false;  /* the sampler edits them in place */
+            const double ts = profiling ? now_seconds() : 0.0;
             st = tela_sample(&params->sampler, s->logits, n_vocab, s->tokens, (size_t)s->n_past, step, &tok);
+            if (profiling) tela_exec_profile_host(s->ex, "sampling (host)", now_seconds() - ts);
             if (st != TELA_OK) break;
         }
         have_next = false;
@@ -160,6 +163,7 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
             const char *p;
             size_t n;
             bool ok = true;
+            const double td = profiling ? now_seconds() : 0.0;
             if (!is_eog) {
                 tela_detok_stream_push(detok, tok, &p, &n);
                 ok = text_append(&pending, p, n);
@@ -169,6 +173,7 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
                 tela_detok_stream_flush(detok, &p, &n);
                 ok = text_append(&pending, p, n);
             }
+            if (profiling) tela_exec_profile_host(s->ex, "detokenization", now_seconds() - td);
             if (!ok) {
                 st = tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
                 break;

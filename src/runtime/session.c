@@ -200,6 +200,18 @@ tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int3
     return tela_session_eval_internal(session, tokens, n, logits, all_logits, false);
 }
 
+void tela_session_profile_start(tela_session *session) {
+    if (session) tela_exec_profile_start(session->ex);
+}
+
+char *tela_session_profile_report(tela_session *session, int json) {
+    return session ? tela_exec_profile_report(session->ex, json != 0) : NULL;
+}
+
+void tela_session_profile_stop(tela_session *session) {
+    if (session) tela_exec_profile_stop(session->ex);
+}
+
 tela_status tela_session_snapshot(const tela_session *session, tela_snapshot **out) {
     if (!out) return tela_errorf(TELA_ERR_ARG, "tela_session_snapshot: out is NULL");
     *out = NULL;

@@ -38,6 +38,8 @@ typedef struct cpu_exec {
     float *tmp;
     size_t tmp_floats;
     tela_status failed;      /* first failure of a void operation, reported by sync */
+    double *marks;           /* profiling marks: host clock readings */
+    int n_marks, cap_marks;
 } cpu_exec;
 
 typedef struct cpu_kv {
@@ -165,6 +167,7 @@ static void cpu_exec_free(tela_exec *ex) {
     cpu_exec *c = as_cpu(ex);
     tela_threadpool_free(c->pool);
     free(c->tmp);
+    free(c->marks);
     free(c);
 }
 
@@ -494,6 +497,35 @@ static void cpu_gdn_delta(tela_exec *ex, const tela_gdn_args *a) {
     tela_threadpool_run(c->pool, gdn_heads_task, &job);
 }
 
+/* ------------------------------------------------------------ profiling */
+
+static int cpu_prof_mark(tela_exec *ex) {
+    cpu_exec *c = as_cpu(ex);
+    if (c->n_marks == c->cap_marks) {
+        int cap = c->cap_marks ? 2 * c->cap_marks : 1024;
+        double *m = realloc(c->marks, (size_t)cap * sizeof *m);
+        if (!m) return -1;
+        c->marks = m;
+        c->cap_marks = cap;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    c->marks[c->n_marks] = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return c->n_marks++;
+}
+
+static double cpu_prof_seconds(tela_exec *ex, int a, int b) {
+    const cpu_exec *c = as_cpu(ex);
+    return a >= 0 && b >= 0 && a < c->n_marks && b < c->n_marks ? c->marks[b] - c->marks[a] : 0.0;
+}
+
+static void cpu_prof_clear(tela_exec *ex) { as_cpu(ex)->n_marks = 0; }
+
+static void cpu_prof_mode(tela_exec *ex, bool on) {
+    (void)ex;
+    (void)on;
+}
+
 static const tela_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .mem_info = cpu_mem_info,
@@ -534,6 +566,10 @@ static const tela_backend_ops cpu_ops = {
     .conv1d_silu = cpu_conv1d_silu,
     .gdn_gates = cpu_gdn_gates,
     .gdn_delta = cpu_gdn_delta,
+    .prof_mark = cpu_prof_mark,
+    .prof_seconds = cpu_prof_seconds,
+    .prof_clear = cpu_prof_clear,
+    .prof_mode = cpu_prof_mode,
 };
 
 static tela_status cpu_exec_create(tela_backend *be, int n_threads, tela_exec **out) {

@@ -232,6 +232,8 @@ static void cuda_exec_free(tela_exec *e) {
     cudaFree(ex->aux);
     cudaFreeHost(ex->pinned);
     cudaFreeHost(ex->ring);
+    for (int i = 0; i < ex->cap_ev; i++) cudaEventDestroy(ex->ev[i]);
+    free(ex->ev);
     if (ex->stream) cudaStreamDestroy(ex->stream);
     free(ex);
 }
@@ -677,6 +679,57 @@ static void cuda_gdn_delta(tela_exec *e, const tela_gdn_args *a) {
     gdn_not_yet(e, "the Gated DeltaNet delta rule has no CUDA kernel yet");
 }
 
+/* ------------------------------------------------------------ profiling */
+
+/* Marks are CUDA events recorded on the exec's stream, so each operation is
+ * timed on the device, not by host clocks around asynchronous launches. */
+static int cuda_prof_mark(tela_exec *e) {
+    cuda_exec *ex = as_ex(e);
+    if (ex->n_ev == ex->cap_ev) {
+        int cap = ex->cap_ev ? 2 * ex->cap_ev : 1024;
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(ex->ev, (size_t)cap * sizeof *ev);
+        if (!ev) return -1;
+        ex->ev = ev;
+        for (int i = ex->cap_ev; i < cap; i++)
+            if (cudaEventCreate(&ex->ev[i]) != cudaSuccess) {
+                cudaGetLastError();
+                ex->cap_ev = i;
+                return -1;
+            }
+        ex->cap_ev = cap;
+    }
+    if (cudaEventRecord(ex->ev[ex->n_ev], ex->stream) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return ex->n_ev++;
+}
+
+static double cuda_prof_seconds(tela_exec *e, int a, int b) {
+    cuda_exec *ex = as_ex(e);
+    float ms = 0.0f;
+    if (a < 0 || b < 0 || a >= ex->n_ev || b >= ex->n_ev) return 0.0;
+    if (cudaEventElapsedTime(&ms, ex->ev[a], ex->ev[b]) != cudaSuccess) {
+        cudaGetLastError();
+        return 0.0;
+    }
+    return ms * 1e-3;
+}
+
+static void cuda_prof_clear(tela_exec *e) { as_ex(e)->n_ev = 0; }
+
+/* While profiling, decode steps are launched eagerly (each operation
+ * bracketed by its events) instead of replayed as graphs. */
+static void cuda_prof_mode(tela_exec *e, bool on) {
+    cuda_exec *ex = as_ex(e);
+    if (on) {
+        ex->graphs_before = ex->graphs;
+        ex->graphs = false;
+    } else {
+        ex->graphs = ex->graphs_before;
+    }
+}
+
 const tela_backend_ops tela_cuda_ops_table = {
     cuda_destroy,
     cuda_mem_info,
@@ -717,6 +770,10 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_conv1d_silu,
     cuda_gdn_gates,
     cuda_gdn_delta,
+    cuda_prof_mark,
+    cuda_prof_seconds,
+    cuda_prof_clear,
+    cuda_prof_mode,
 };
 
 tela_status tela_backend_cuda_create(int device, int n_threads, tela_backend **out) {

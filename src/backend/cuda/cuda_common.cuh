@@ -73,6 +73,9 @@ typedef struct cuda_exec {
     void *ring;                  /* pinned staging for small uploads */
     size_t ring_used;
     bool debug;                  /* TELA_CUDA_DEBUG=1: say what is captured */
+    cudaEvent_t *ev;             /* profiling marks */
+    int n_ev, cap_ev;
+    bool graphs_before;          /* graphs setting while profiling (off) */
     tela_status failed;          /* first failure of a void operation */
     bool graphs;                 /* capture decode steps (TELA_CUDA_GRAPHS=0 turns it off) */
     cuda_graph_slot slots[TELA_CUDA_MAX_GRAPHS];
