@@ -227,6 +227,9 @@ TELA_API tela_status tela_session_eval_probe(tela_session *session, const int32_
 TELA_API void tela_session_profile_start(tela_session *session);
 TELA_API char *tela_session_profile_report(tela_session *session, int json);
 TELA_API void tela_session_profile_stop(tela_session *session);
+/* Adds host work of the caller's own (scoring, say) to a profiled session's
+ * report as a phase of that name. */
+TELA_API void tela_session_profile_add(tela_session *session, const char *phase, double seconds);
 
 /* Snapshots of a session's whole state (KV cache, recurrent and conv state,
  * position) at a token boundary. Restoring into the session it was taken from

@@ -342,11 +342,13 @@ int tela_cmd_perplexity(int argc, char **argv) {
             fprintf(stderr, "tela perplexity: chunk %d: %s\n", c + 1, tela_last_error());
             goto done;
         }
+        const double ts = profile ? now_seconds() : 0.0;
         for (int32_t j = first; j < ctx - 1; j++) {
             double v = token_nll(logits + (size_t)j * (size_t)n_vocab, n_vocab, chunk[j + 1]);
             nll += v;
             nll2 += v * v;
         }
+        if (profile) tela_session_profile_add(session, "scoring (host)", now_seconds() - ts);
         count += ctx - first - 1;
         double elapsed = now_seconds() - t0;
         if (c == 0) {

@@ -208,6 +208,10 @@ char *tela_session_profile_report(tela_session *session, int json) {
     return session ? tela_exec_profile_report(session->ex, json != 0) : NULL;
 }
 
+void tela_session_profile_add(tela_session *session, const char *phase, double seconds) {
+    if (session && phase) tela_exec_profile_host(session->ex, phase, seconds);
+}
+
 void tela_session_profile_stop(tela_session *session) {
     if (session) tela_exec_profile_stop(session->ex);
 }
