@@ -4,7 +4,8 @@
 # tela-mkmodel (Llama-3.2-1B, and with BENCH_8B=1 Llama-3.1-8B), quantized
 # by tela quantize, measured by 'tela bench -p 512,4096 -n 128' (plus a
 # tg128 at a 32k-token depth on the 8B F16 file). Needs build-cuda/ (made
-# by scripts/test-gpu.sh). Files go to $TELA_MODELS (default
+# by scripts/test-gpu.sh). BENCH_GEMV2=1 adds tg128 of the quantized 1B
+# files with the decode products' second variant (TELA_CUDA_GEMV=2). Files go to $TELA_MODELS (default
 # /tmp/tela-models); JSON lines to $OUT/bench.jsonl when OUT is set. A table
 # is printed last.
 set -uo pipefail
@@ -28,6 +29,11 @@ mk llama-3.2-1b l1b-f16.gguf
 qz l1b-f16.gguf Q8_0 l1b-q8_0.gguf
 qz l1b-f16.gguf Q4_K_M l1b-q4_k_m.gguf
 for f in l1b-f16.gguf l1b-q8_0.gguf l1b-q4_k_m.gguf; do bench "$f" -p 512,4096 -n 128; done
+if [ "${BENCH_GEMV2:-0}" = 1 ]; then # the decode products' second variant, quantized files
+    for f in l1b-q8_0.gguf l1b-q4_k_m.gguf; do
+        TELA_CUDA_GEMV=2 "$B/tela" bench -m "$D/$f" -r "$R" --json -p 0 -n 128 | sed "s|^{|{\"file\": \"$f gemv2\", |" | tee -a "$J"
+    done
+fi
 if [ "${BENCH_8B:-0}" = 1 ]; then
     mk llama-3.1-8b l8b-f16.gguf
     qz l8b-f16.gguf Q4_K_M l8b-q4_k_m.gguf

@@ -230,6 +230,15 @@ static void check_types(const char *tmp) {
                 printf("type %-7s %s: GPU vs CPU %.2e of the range\n", t, exact ? "exact" : "fast ", e);
                 CHECK_MSG(e <= tol, "type %s (%s): GPU logits off the CPU's by %g of the range (bound %g)", t,
                           exact ? "exact" : "fast", e, tol);
+                if (!exact) { /* the decode products' second variant (TELA_CUDA_GEMV=2) */
+                    setenv("TELA_CUDA_GEMV", "2", 1);
+                    float *l2 = last_logits(g, ids, 50);
+                    unsetenv("TELA_CUDA_GEMV");
+                    double e2 = row_err(l2, lc, V);
+                    printf("type %-7s fast, gemv variant 2: GPU vs CPU %.2e of the range\n", t, e2);
+                    CHECK_MSG(e2 <= tol, "type %s (fast, gemv variant 2): off the CPU's by %g of the range", t, e2);
+                    free(l2);
+                }
                 free(lg);
                 free(lc);
             }

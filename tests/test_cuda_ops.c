@@ -6,7 +6,7 @@
  *   - matmul of every GPU weight type: the decode kernels (1..8 tokens,
  *     activations quantized to 8 bits), the prefill path (dequantized
  *     panels through cuBLAS), the exact mode, accumulation, and the fused
- *     SwiGLU pair;
+ *     SwiGLU pair, for both variants of the decode kernels (TELA_CUDA_GEMV=2);
  *   - embedding rows, RMSNorm, RoPE (both pair conventions), add, argmax
  *     (ties go to the lower index);
  *   - attention over f16 and f32 caches: decode steps at short and long
@@ -522,6 +522,18 @@ int main(void) {
     CHECK_OK(tela_exec_create(cpu, 2, &cx));
     printf("device: %s\n", tela_backend_description(gpu));
     test_matmul();
+    /* the decode products' second variant (TELA_CUDA_GEMV=2, an experiment)
+     * against the same references */
+    setenv("TELA_CUDA_GEMV", "2", 1);
+    tela_exec *v1 = gx;
+    CHECK_OK(tela_exec_create(gpu, 0, &gx));
+    unsetenv("TELA_CUDA_GEMV");
+    if (gx) {
+        printf("the decode products' second variant:\n");
+        test_matmul();
+        tela_exec_free(gx);
+    }
+    gx = v1;
     test_small_ops();
     test_rope_store();
     test_attention();

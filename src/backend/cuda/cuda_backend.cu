@@ -230,6 +230,7 @@ static void cuda_exec_free(tela_exec *e) {
     cudaFree(ex->cublas_ws);
     cudaFree(ex->scratch);
     cudaFree(ex->aux);
+    cudaFree(ex->act);
     cudaFreeHost(ex->pinned);
     cudaFreeHost(ex->ring);
     for (int i = 0; i < ex->cap_ev; i++) cudaEventDestroy(ex->ev[i]);
@@ -253,6 +254,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->cur = -1;
     const char *g = getenv("TELA_CUDA_GRAPHS");
     ex->graphs = !(g && !strcmp(g, "0"));
+    const char *gv = getenv("TELA_CUDA_GEMV");
+    ex->gemv_v2 = gv && !strcmp(gv, "2");
     const char *dbg = getenv("TELA_CUDA_DEBUG");
     ex->debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
     cudaError_t e = cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking);

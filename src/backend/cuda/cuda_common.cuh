@@ -68,6 +68,9 @@ typedef struct cuda_exec {
     size_t scratch_bytes;
     void *aux;
     size_t aux_bytes;
+    void *act;                   /* quantized activations (TELA_CUDA_GEMV=2) */
+    size_t act_bytes;
+    bool gemv_v2;                /* TELA_CUDA_GEMV=2: the decode products' second variant (cuda_matvec.cu) */
     void *pinned;                /* host staging for downloads */
     size_t pinned_bytes;
     void *ring;                  /* pinned staging for small uploads */
@@ -102,6 +105,7 @@ bool tela_cuda_launched(cuda_exec *ex, const char *what);
  * using the scratch. (cuda_util.cu) */
 void *tela_cuda_scratch(cuda_exec *ex, size_t bytes);
 void *tela_cuda_aux(cuda_exec *ex, size_t bytes);
+void *tela_cuda_act(cuda_exec *ex, size_t bytes);
 /* Destroys the captured graphs (they are captured again on next use). */
 void tela_cuda_drop_graphs(cuda_exec *ex);
 

@@ -23,9 +23,11 @@ void tela_cuda_drop_graphs(cuda_exec *ex) {
     ex->n_slots = 0;
 }
 
-void *tela_cuda_scratch(cuda_exec *ex, size_t bytes) {
+/* Grows one of the exec's buffers to at least `bytes` (256-byte aligned),
+ * never while a graph is captured. */
+static void *grow(cuda_exec *ex, void **buf, size_t *have, size_t bytes) {
     bytes = tela_cuda_align(bytes ? bytes : 1);
-    if (bytes <= ex->scratch_bytes) return ex->scratch;
+    if (bytes <= *have) return *buf;
     if (ex->cur >= 0 && ex->mode == 1) {
         /* capturing: memory cannot be allocated now; this step stays eager */
         tela_cuda_check(ex, cudaErrorStreamCaptureUnsupported, "scratch grown during graph capture");
@@ -33,34 +35,21 @@ void *tela_cuda_scratch(cuda_exec *ex, size_t bytes) {
     }
     if (!tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize")) return NULL;
     tela_cuda_drop_graphs(ex);
-    cudaFree(ex->scratch);
-    ex->scratch = NULL;
-    ex->scratch_bytes = 0;
+    cudaFree(*buf);
+    *buf = NULL;
+    *have = 0;
     void *p = NULL;
     if (!tela_cuda_check(ex, cudaMalloc(&p, bytes), "scratch memory")) return NULL;
-    ex->scratch = p;
-    ex->scratch_bytes = bytes;
+    *buf = p;
+    *have = bytes;
     return p;
 }
 
-/* A second scratch buffer, for results that must outlive the operations
- * using tela_cuda_scratch; the same growth rules. */
-void *tela_cuda_aux(cuda_exec *ex, size_t bytes) {
-    bytes = tela_cuda_align(bytes ? bytes : 1);
-    if (bytes <= ex->aux_bytes) return ex->aux;
-    if (ex->cur >= 0 && ex->mode == 1) {
-        tela_cuda_check(ex, cudaErrorStreamCaptureUnsupported, "scratch grown during graph capture");
-        return NULL;
-    }
-    if (!tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize")) return NULL;
-    tela_cuda_drop_graphs(ex);
-    cudaFree(ex->aux);
-    ex->aux = NULL;
-    ex->aux_bytes = 0;
-    void *p = NULL;
-    if (!tela_cuda_check(ex, cudaMalloc(&p, bytes), "scratch memory")) return NULL;
-    ex->aux = p;
-    ex->aux_bytes = bytes;
-    return p;
-}
+void *tela_cuda_scratch(cuda_exec *ex, size_t bytes) { return grow(ex, &ex->scratch, &ex->scratch_bytes, bytes); }
 
+/* A second buffer, for results that must outlive the operations using the
+ * scratch, and a third, for the quantized activations of the decode
+ * products' second variant: the same growth rules. */
+void *tela_cuda_aux(cuda_exec *ex, size_t bytes) { return grow(ex, &ex->aux, &ex->aux_bytes, bytes); }
+
+void *tela_cuda_act(cuda_exec *ex, size_t bytes) { return grow(ex, &ex->act, &ex->act_bytes, bytes); }
