@@ -91,6 +91,9 @@ typedef struct cli_gen_opts {
 
 /* The defaults, with the command's default reply length. */
 void cli_gen_opts_init(cli_gen_opts *o, long long n_predict);
+/* The help lines of the options cli_gen_parse_option takes beyond the
+ * model, the reply length and sampling (threads, context, device, ...). */
+void cli_gen_print_help(FILE *f);
 /* Parses argv[*i] when it is one of those options (advancing *i past its
  * value): 1 when it was, 0 when not, -1 after printing an error. */
 int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen_opts *o);

@@ -183,6 +183,19 @@ void cli_gen_opts_init(cli_gen_opts *o, long long n_predict) {
     o->sampler = tela_sampler_default_params();
 }
 
+void cli_gen_print_help(FILE *f) {
+    fprintf(f,
+            "  -t, --threads N          computation threads (default: all cores)\n"
+            "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
+            "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
+            "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
+            "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
+            "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"
+            "                           (default: what is available; more fails with the numbers)\n"
+            "      --profile[=json]     time every phase (operations per kind and weight type, sampling,\n"
+            "                           detokenization) and print a table (or JSON) on stderr at the end\n");
+}
+
 int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen_opts *o) {
     const char *a = argv[*i];
     const int pr = cli_parse_profile(cmd, a, &o->profile);

@@ -42,16 +42,8 @@ static void usage(FILE *f) {
             "                           generation or a full context)\n",
             CHAT_DEFAULT_N);
     cli_print_sampling_help(f);
+    cli_gen_print_help(f);
     fprintf(f,
-            "  -t, --threads N          computation threads (default: all cores)\n"
-            "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
-            "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
-            "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
-            "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
-            "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"
-            "                           (default: what is available; more fails with the numbers)\n"
-            "      --profile[=json]     time every phase (operations per kind and weight type, sampling,\n"
-            "                           detokenization) and print a table (or JSON) on stderr at the end\n"
             "      --show-prompt        print each turn's rendered conversation to stderr\n"
             "      --no-reuse           evaluate the whole conversation every turn (slow; for checking\n"
             "                           that reusing the state changes nothing)\n"

@@ -38,23 +38,17 @@ static void usage(FILE *f) {
     fprintf(f,
             "      --stop TEXT          stop when TEXT is generated (not printed; may repeat, up to %d)\n"
             "      --ignore-eos         keep generating after end-of-generation tokens\n"
-            "      --print-ids          print the generated token ids as one JSON array line instead of text\n"
-            "  -t, --threads N          computation threads (default: all cores)\n"
-            "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
-            "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
-            "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
-            "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
-            "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"
-            "                           (default: what is available; more fails with the numbers)\n"
-            "      --profile[=json]     time every phase (operations per kind and weight type, sampling,\n"
-            "                           detokenization) and print a table (or JSON) on stderr at the end\n"
+            "      --print-ids          print the generated token ids as one JSON array line instead of text\n",
+            RUN_MAX_STOPS);
+    cli_gen_print_help(f);
+    fprintf(f,
             "  -h, --help               this help\n\n"
             "Sampling stages, in order: logit bias, penalties, top-k, top-p, min-p, temperature, draw.\n\n"
             "Default model: with no -m, $TELA_MODEL is used when set (set but empty: none);\n"
             "else the models/ directory of the source tree this binary was built in\n"
             "(<binary dir>/../../models), else ./models: %s there, else its\n"
             "first *q8_0.gguf, else its first *.gguf.\n",
-            RUN_MAX_STOPS, CLI_DEFAULT_MODEL_NAME);
+            CLI_DEFAULT_MODEL_NAME);
 }
 
 const char *cli_stop_name(tela_stop_reason r) {

@@ -732,6 +732,29 @@ bool tela_cuda_gemv_ok(cuda_exec *ex, const tela_mat *w, int n_tok) {
     return gemv_pick(w->type, nt_tile, false) && gemv_smem(w->type, nt_tile, w->n_cols) <= ex->be->smem_optin;
 }
 
+/* The parameters of a gemv launch over n_w matrices, rows_per_block rows a
+ * block; the blocks of the grid. */
+static unsigned gemv_fill(gemv_params *p, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
+                          const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
+                          int rows_per_block) {
+    memset(p, 0, sizeof *p);
+    unsigned blocks = 0;
+    for (int i = 0; i < n_w; i++) {
+        p->t[i].w = {(const uint8_t *)w[i]->dev, w[i]->n_rows, w[i]->n_cols};
+        p->t[i].y = y[i];
+        p->t[i].y_stride = y_stride[i];
+        p->block0[i] = blocks;
+        blocks += (unsigned)((w[i]->n_rows + rows_per_block - 1) / rows_per_block);
+    }
+    p->n_targets = n_w;
+    p->w_up = {w_up ? (const uint8_t *)w_up->dev : NULL, w[0]->n_rows, w[0]->n_cols};
+    p->x = x;
+    p->x_stride = x_stride;
+    p->n_tok = n_tok;
+    p->accumulate = accumulate;
+    return blocks;
+}
+
 static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
                   const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                   const float *norm_w, float eps);
@@ -754,23 +777,10 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
         if (!tela_cuda_check(ex, e, "gemv: shared memory")) return;
     }
     gemv_params p;
-    memset(&p, 0, sizeof p);
-    unsigned blocks = 0;
     const bool quant = smem > 0;
-    const int rows_per_block = quant ? GEMV_Q_ROWS : GEMV_F_WARPS, threads = 32 * (quant ? GEMV_Q_WARPS : GEMV_F_WARPS);
-    for (int i = 0; i < n_w; i++) {
-        p.t[i].w = {(const uint8_t *)w[i]->dev, w[i]->n_rows, w[i]->n_cols};
-        p.t[i].y = y[i];
-        p.t[i].y_stride = y_stride[i];
-        p.block0[i] = blocks;
-        blocks += (unsigned)((w[i]->n_rows + rows_per_block - 1) / rows_per_block);
-    }
-    p.n_targets = n_w;
-    p.w_up = {w_up ? (const uint8_t *)w_up->dev : NULL, w[0]->n_rows, w[0]->n_cols};
-    p.x = x;
-    p.x_stride = x_stride;
-    p.n_tok = n_tok;
-    p.accumulate = accumulate;
+    const int threads = 32 * (quant ? GEMV_Q_WARPS : GEMV_F_WARPS);
+    const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate,
+                                      quant ? GEMV_Q_ROWS : GEMV_F_WARPS);
     p.norm_w = norm_w;
     p.eps = eps;
     fn<<<blocks, threads, smem, ex->stream>>>(p);
@@ -870,21 +880,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     quantize_act_kernel<<<(unsigned)n_tok, 512, 0, ex->stream>>>(x, x_stride, (int)K, norm_w, eps, xq, xd, xs, ns);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
     gemv_params p;
-    memset(&p, 0, sizeof p);
-    unsigned blocks = 0;
-    for (int i = 0; i < n_w; i++) {
-        p.t[i].w = {(const uint8_t *)w[i]->dev, w[i]->n_rows, w[i]->n_cols};
-        p.t[i].y = y[i];
-        p.t[i].y_stride = y_stride[i];
-        p.block0[i] = blocks;
-        blocks += (unsigned)((w[i]->n_rows + 3) / 4);
-    }
-    p.n_targets = n_w;
-    p.w_up = {w_up ? (const uint8_t *)w_up->dev : NULL, w[0]->n_rows, w[0]->n_cols};
-    p.x = x;
-    p.x_stride = x_stride;
-    p.n_tok = n_tok;
-    p.accumulate = accumulate;
+    const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4);
     fn<<<blocks, 128, 0, ex->stream>>>(p, xq, xd, xs, norm_w ? ns : NULL);
     tela_cuda_launched(ex, "gemv (variant 2)");
     return true;
