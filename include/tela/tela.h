@@ -35,7 +35,8 @@ typedef enum tela_status {
     TELA_ERR_NOMEM = 5,        /* allocation failed */
     TELA_ERR_CONTEXT = 6,      /* tokens would not fit in the session's context */
     TELA_ERR_NOT_FOUND = 7,    /* a key, tensor or file that must exist does not */
-    TELA_ERR_INTERNAL = 8      /* a bug in tela */
+    TELA_ERR_INTERNAL = 8,     /* a bug in tela */
+    TELA_ERR_BUSY = 9          /* too much work queued: try again later */
 } tela_status;
 
 TELA_API const char *tela_last_error(void);
@@ -322,7 +323,9 @@ typedef enum tela_stop_reason {
     TELA_STOP_EOS = 1,
     TELA_STOP_STRING = 2,
     TELA_STOP_CALLBACK = 3,
-    TELA_STOP_CONTEXT = 4
+    TELA_STOP_CONTEXT = 4,
+    TELA_STOP_CANCELLED = 5,  /* tela_engine_cancel, a callback's request, or the engine freed */
+    TELA_STOP_ERROR = 6       /* the computation failed (the event says why) */
 } tela_stop_reason;
 
 typedef struct tela_generate_result {
@@ -358,6 +361,136 @@ TELA_API tela_generate_params tela_generate_default_params(void);
 TELA_API tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t n_prompt,
                                    const tela_generate_params *params, int32_t *out_tokens,
                                    size_t cap, tela_generate_result *result);
+
+
+/* ---------------------------------------------------------------- engine */
+
+/* A batching engine (runtime/engine.c): requests are submitted from any
+ * thread; one scheduler thread runs steps that compute every running
+ * sequence together (the next token of each decoding sequence plus chunks
+ * of prompts, under a per-step token budget, so a long prompt never stalls
+ * the others), in a shared paged KV cache, with a prefix cache that lets a
+ * request reuse what an earlier one computed (KV blocks; for hybrid models
+ * also checkpoints of the recurrent state). Results reach the caller
+ * through a callback, called on the scheduler thread.
+ *
+ * Determinism: on the CPU a request's tokens are bit-identical whether it
+ * runs alone or batched with others, for a given thread count, as long as
+ * the prefix cache holds the same entries (a prefix resumed from a cache
+ * entry is computed in other pieces, which for hybrid models can differ in
+ * the last bits). */
+typedef struct tela_engine tela_engine;
+
+typedef struct tela_engine_params {
+    int32_t n_ctx;               /* the most tokens one request holds (prompt + generated); 0 = min(train ctx,
+                                    4096) */
+    int32_t n_parallel;          /* the most sequences computed together; 0 = 8 */
+    int32_t kv_tokens;           /* positions in the shared KV cache (in blocks of 16); 0 = n_parallel * n_ctx */
+    int32_t step_tokens;         /* tokens per step (decodes plus prompt chunks); 0 = 256 */
+    int32_t max_waiting;         /* requests queued before submit says TELA_ERR_BUSY; 0 = 64 */
+    int prefix_cache;            /* reuse computed prefixes across requests (default 1) */
+    int32_t checkpoint_interval; /* hybrid models: a recurrent-state checkpoint every N prompt tokens; 0 = 256 */
+    uint64_t checkpoint_bytes;   /* host memory for those checkpoints; 0 = 1 GiB */
+    int n_threads;               /* 0 = the model's */
+    tela_kv_type kv_type;
+    uint64_t mem_budget;         /* as tela_session_params.mem_budget */
+} tela_engine_params;
+
+TELA_API tela_engine_params tela_engine_default_params(void);
+
+typedef struct tela_top_logprob {
+    int32_t token;
+    float logprob;
+} tela_top_logprob;
+
+typedef enum tela_engine_event_kind {
+    TELA_EVENT_TOKEN = 0,  /* a sampled token */
+    TELA_EVENT_DONE = 1    /* the request ended; the last event it gets */
+} tela_engine_event_kind;
+
+typedef struct tela_request_usage {
+    int32_t prompt_tokens;
+    int32_t cached_tokens;      /* prompt tokens taken from the prefix cache, not computed */
+    int32_t generated_tokens;
+    double queue_seconds;       /* submit to the first step that computed it */
+    double first_token_seconds; /* submit to the first sampled token */
+    double total_seconds;       /* submit to the end */
+} tela_request_usage;
+
+typedef struct tela_engine_event {
+    tela_engine_event_kind kind;
+    uint64_t id;
+    /* TOKEN */
+    int32_t token;
+    const char *text;           /* the text now final, as tela_generate's callback gets it (may be empty) */
+    size_t text_len;
+    float logprob;              /* the token's log-probability under the model (top_logprobs >= 0) */
+    const tela_top_logprob *top;  /* the n_top likeliest tokens, likeliest first */
+    int32_t n_top;
+    /* DONE */
+    tela_stop_reason stop_reason;
+    tela_status status;         /* TELA_OK, or why it failed (stop_reason TELA_STOP_ERROR) */
+    const char *error;          /* the message when status != TELA_OK */
+    tela_request_usage usage;   /* also filled for TOKEN events, so far */
+} tela_engine_event;
+
+/* Called on the scheduler thread, with data valid during the call; it must
+ * be quick (hand the data to another thread) and may call submit and
+ * cancel, but not tela_engine_free. Returning non-zero from a TOKEN event
+ * cancels the request (its DONE follows). */
+typedef int (*tela_engine_callback)(void *user, const tela_engine_event *event);
+
+typedef struct tela_request_params {
+    tela_sampler_params sampler;     /* the seed makes a request reproducible */
+    int32_t max_tokens;              /* <= 0: until the end of generation or of the context */
+    const char *const *stop_strings; /* NULL-terminated, or NULL; copied */
+    int ignore_eos;
+    int32_t top_logprobs;            /* -1: no log-probabilities; 0: the token's; k <= 20: also the k likeliest */
+    tela_engine_callback callback;
+    void *user;
+} tela_request_params;
+
+TELA_API tela_request_params tela_request_default_params(void);
+
+/* Starts the scheduler thread. Fails like tela_session_create when the KV
+ * cache and work buffers do not fit. */
+TELA_API tela_status tela_engine_create(tela_model *model, const tela_engine_params *params, tela_engine **out);
+/* Cancels what is left (each request gets its DONE event), stops the
+ * thread, frees everything. */
+TELA_API void tela_engine_free(tela_engine *engine);
+/* Queues a request for the prompt tokens (copied, as are the parameters'
+ * arrays). Fails, with no event, with TELA_ERR_CONTEXT when the prompt does
+ * not leave room for a token in n_ctx (the message has both numbers),
+ * TELA_ERR_BUSY when max_waiting requests are already waiting, TELA_ERR_ARG
+ * for bad ids or parameters. *id (may be NULL) identifies it in events. */
+TELA_API tela_status tela_engine_submit(tela_engine *engine, const int32_t *prompt, int32_t n_prompt,
+                                        const tela_request_params *params, uint64_t *id);
+/* Ends a request early (its DONE event says TELA_STOP_CANCELLED, within one
+ * step). Unknown or finished ids are ignored. */
+TELA_API void tela_engine_cancel(tela_engine *engine, uint64_t id);
+TELA_API int32_t tela_engine_n_ctx(const tela_engine *engine);
+
+typedef struct tela_engine_stats {
+    int32_t running;             /* sequences being computed */
+    int32_t waiting;             /* requests queued */
+    int32_t block_size;          /* positions per KV block */
+    int32_t kv_blocks_total;
+    int32_t kv_blocks_used;      /* held by running sequences */
+    int32_t kv_blocks_cached;    /* held only by the prefix cache (reusable, evicted when needed) */
+    uint64_t requests_finished;  /* ended, whatever the reason */
+    uint64_t requests_cancelled;
+    uint64_t requests_failed;
+    uint64_t prompt_tokens;
+    uint64_t cached_tokens;      /* prompt tokens taken from the prefix cache */
+    uint64_t generated_tokens;
+    uint64_t prefix_hits;        /* requests that reused a prefix */
+    uint64_t preemptions;        /* sequences set back to waiting to free KV blocks */
+    uint64_t steps;
+    uint64_t checkpoints;        /* recurrent-state checkpoints held (hybrid models) */
+    uint64_t checkpoint_bytes;
+} tela_engine_stats;
+
+TELA_API void tela_engine_get_stats(tela_engine *engine, tela_engine_stats *out);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,8 @@ const char *cli_stop_name(tela_stop_reason r) {
     case TELA_STOP_STRING: return "stop string";
     case TELA_STOP_CALLBACK: return "callback";
     case TELA_STOP_CONTEXT: return "context full";
+    case TELA_STOP_CANCELLED: return "cancelled";
+    case TELA_STOP_ERROR: return "error";
     }
     return "?";
 }

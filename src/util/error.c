@@ -50,6 +50,7 @@ const char *tela_status_name(tela_status status) {
     case TELA_ERR_CONTEXT: return "context full";
     case TELA_ERR_NOT_FOUND: return "not found";
     case TELA_ERR_INTERNAL: return "internal error";
+    case TELA_ERR_BUSY: return "busy";
     }
     return "unknown status";
 }
