@@ -20,6 +20,7 @@ int tela_cmd_perplexity(int argc, char **argv);
 int tela_cmd_chat(int argc, char **argv);
 int tela_cmd_bench(int argc, char **argv);
 int tela_cmd_prune_plan(int argc, char **argv);
+int tela_cmd_serve(int argc, char **argv);
 
 /* Parses "1,2,3" (spaces allowed) into a malloc'd array. Returns 0 on
  * success, prints an error and returns -1 otherwise. */

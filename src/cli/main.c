@@ -24,6 +24,7 @@ static const command commands[] = {
     {"bench", tela_cmd_bench, "measure prompt and generation speed (llama-bench's tests)"},
     {"inspect", tela_cmd_inspect, "print the metadata and tensors of a GGUF file or HF checkpoint"},
     {"prune-plan", tela_cmd_prune_plan, "rank the layers by how little they change the hidden state; plan removals"},
+    {"serve", tela_cmd_serve, "serve a model over HTTP: an OpenAI-compatible API and a chat page"},
 };
 
 static void usage(FILE *f) {
