@@ -56,7 +56,7 @@ static tela_status state_memory(const tela_model *model, const tela_session_para
 tela_status tela_session_memory(tela_model *model, const tela_session_params *params, uint64_t *bytes) {
     if (!model || !bytes) return tela_errorf(TELA_ERR_ARG, "tela_session_memory: NULL argument");
     tela_session_params p = params ? *params : tela_session_default_params();
-    tela_state_params sp;
+    tela_state_params sp = {0};
     return state_memory(model, &p, &sp, bytes);
 }
 
@@ -85,7 +85,7 @@ tela_status tela_session_create(tela_model *model, const tela_session_params *pa
     *out = NULL;
     if (!model) return tela_errorf(TELA_ERR_ARG, "tela_session_create: model is NULL");
     tela_session_params p = params ? *params : tela_session_default_params();
-    tela_state_params sp;
+    tela_state_params sp = {0};
     uint64_t need = 0;
     TELA_TRY(state_memory(model, &p, &sp, &need));
     TELA_TRY(check_budget(model, &p, &sp, need));
