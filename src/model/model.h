@@ -70,6 +70,13 @@ typedef struct tela_state_params {
     int32_t n_batch;
 } tela_state_params;
 
+/* Batched steps cut a sequence's tokens (past where it started computing)
+ * at multiples of this, except at the end of its prompt: chunked
+ * computations (Qwen3.5's Gated DeltaNet works in chunks of 64 tokens)
+ * then see the same chunks whatever else shares the step, so a sequence's
+ * results do not depend on its neighbours. */
+#define TELA_MODEL_STEP_ALIGN 64
+
 /* One sequence's share of a batched forward pass (tela_arch.forward_batch):
  * n tokens at positions n_past.., its recurrent state in `slot`, its KV
  * blocks covering positions [0, n_past + n); with `logits`, its last

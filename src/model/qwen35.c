@@ -134,6 +134,8 @@ typedef struct qwen35_model {
     qwen35_mtp *mtp;             /* loaded ones (NULL unless load_mtp) */
 } qwen35_model;
 
+_Static_assert(TELA_MODEL_STEP_ALIGN % TELA_GDN_CHUNK == 0, "batched steps must cut prompts at GDN chunk borders");
+
 static const char *const qwen35_hf_types[] = {"qwen3_5_text", "qwen3_5", NULL};
 
 static int64_t conv_dim(const qwen35_model *Q) { return 2 * (int64_t)Q->nk * Q->dk + (int64_t)Q->nv * Q->dv; }
