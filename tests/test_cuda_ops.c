@@ -345,7 +345,7 @@ static void test_small_ops(void) {
  * pos0..pos0+n_tok-1 after pos0 cached positions. */
 static void check_attention(int n_head, int n_kv_head, int hd, int32_t pos0, int nt, tela_kv_dtype dtype) {
     const int32_t n_ctx = pos0 + nt + 3;
-    const tela_kv_shape shape = {2, n_ctx, n_kv_head, hd, hd, dtype};
+    const tela_kv_shape shape = {2, n_ctx, n_kv_head, hd, hd, dtype, 0, n_ctx};
     tela_kv_cache *gk = NULL, *ck = NULL;
     CHECK_OK(tela_kv_create(gx, &shape, &gk));
     CHECK_OK(tela_kv_create(cx, &shape, &ck));
@@ -451,7 +451,7 @@ static void test_rope_store(void) {
     const double *dinv = NULL;
     CHECK_OK(tela_backend_const(gpu, inv, sizeof inv, (const void **)&dinv));
     for (int mode = 0; mode < 2; mode++) {
-        const tela_kv_shape shape = {1, 16, KH, hd, hd, TELA_KV_DTYPE_F32};
+        const tela_kv_shape shape = {1, 16, KH, hd, hd, TELA_KV_DTYPE_F32, 0, 16};
         tela_kv_cache *gk = NULL, *ck = NULL;
         CHECK_OK(tela_kv_create(gx, &shape, &gk));
         CHECK_OK(tela_kv_create(cx, &shape, &ck));

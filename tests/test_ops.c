@@ -408,13 +408,14 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         CHECK_OK(tela_threadpool_reserve(pool, tela_op_attention_scratch(n_ctx, KD)));
         out[nt - 1] = calloc(on, sizeof(float));
         if (nt < 4) {
-            tela_attn_args a = {q, NH * KD, k, ks, v, vs, out[nt - 1], NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f};
-            tela_op_attention(pool, &a);
+            tela_attn_args a = {q, NH * KD, k, ks, v, vs, out[nt - 1], NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f,
+                                NULL, 0};
+            tela_op_attention(pool, &a, 1);
         } else {
             for (int t = 0; t < NT; t++) { /* token by token */
                 tela_attn_args a = {q + t * NH * KD, NH * KD, k, ks, v, vs, out[3] + t * NH * VD, NH * VD,
-                                    1,  POS0 + t,    NH, NKV, KD, VD, 0.3f};
-                tela_op_attention(pool, &a);
+                                    1,  POS0 + t,    NH, NKV, KD, VD, 0.3f, NULL, 0};
+                tela_op_attention(pool, &a, 1);
             }
         }
         tela_threadpool_free(pool);
@@ -450,6 +451,43 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
     CHECK(!memcmp(out[0], out[2], sizeof(float) * on));
     CHECK_MSG(!memcmp(out[0], out[3], sizeof(float) * on), "attention %d/%d heads, pos0 %d: batch != token by token",
               NH, NKV, POS0);
+    /* A paged cache: the same keys and values in blocks of 5 rows, in
+     * reverse order after two blocks of garbage, read through a block table;
+     * and, in the same dispatch, a second sequence (the last token alone,
+     * contiguous): both bit-identical to the contiguous run. */
+    {
+        const int bs = 5, nblk = (n_ctx + bs - 1) / bs, rows = (nblk + 2) * bs;
+        float *pk = malloc(sizeof(float) * (size_t)rows * ks), *pv = malloc(sizeof(float) * (size_t)rows * vs);
+        int32_t *table = malloc(sizeof(int32_t) * (size_t)nblk);
+        fill(pk, (size_t)rows * ks, 50.0);
+        fill(pv, (size_t)rows * vs, 50.0);
+        for (int b = 0; b < nblk; b++) table[b] = 2 + (nblk - 1 - b);
+        for (int p = 0; p < n_ctx; p++) {
+            const size_t r = (size_t)table[p / bs] * bs + (size_t)(p % bs);
+            memcpy(pk + r * ks, k + (size_t)p * ks, sizeof(float) * (size_t)ks);
+            memcpy(pv + r * vs, v + (size_t)p * vs, sizeof(float) * (size_t)vs);
+        }
+        float *po = calloc(on, sizeof(float)), *last = calloc((size_t)NH * VD, sizeof(float));
+        tela_threadpool *pool;
+        CHECK_OK(tela_threadpool_create(2, &pool));
+        CHECK_OK(tela_threadpool_reserve(pool, tela_op_attention_scratch(n_ctx, KD)));
+        const tela_attn_args two[2] = {
+            {q, NH * KD, pk, ks, pv, vs, po, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs},
+            {q + (NT - 1) * NH * KD, NH * KD, k, ks, v, vs, last, NH * VD, 1, POS0 + NT - 1, NH, NKV, KD, VD, 0.3f,
+             NULL, 0},
+        };
+        tela_op_attention(pool, two, 2);
+        tela_threadpool_free(pool);
+        CHECK_MSG(!memcmp(out[0], po, sizeof(float) * on), "attention %d/%d heads, pos0 %d: paged != contiguous", NH,
+                  NKV, POS0);
+        CHECK_MSG(!memcmp(out[0] + (size_t)(NT - 1) * NH * VD, last, sizeof(float) * (size_t)NH * VD),
+                  "attention %d/%d heads, pos0 %d: second sequence of a dispatch differs", NH, NKV, POS0);
+        free(pk);
+        free(pv);
+        free(table);
+        free(po);
+        free(last);
+    }
     for (int i = 0; i < 4; i++) free(out[i]);
     free(q);
     free(k);

@@ -211,6 +211,36 @@ tela_status tela_exec_set_batch(tela_exec *ex, tela_batch *batch, int32_t *tok_m
     batch->pos0 = pos0;
     batch->tokens = tok_mem;
     batch->pos = pos_mem;
+    batch->n_seq = 1;
+    batch->seqs = NULL;
+    return TELA_OK;
+}
+
+tela_status tela_exec_set_batch_seqs(tela_exec *ex, tela_batch *batch, int32_t *tok_mem, int32_t *pos_mem,
+                                     const int32_t *tokens, const tela_batch_seq *seqs, int n_seq) {
+    int32_t buf[256];
+    int n = 0, k = 0;
+    for (int i = 0; i < n_seq; i++) {
+        if (seqs[i].tok0 != n)
+            return tela_errorf(TELA_ERR_INTERNAL, "batched step: sequence %d starts at token %d, not %d", i,
+                               seqs[i].tok0, n);
+        for (int t = 0; t < seqs[i].n_tok; t++) {
+            buf[k++] = seqs[i].pos0 + t;
+            if (k == 256) {
+                TELA_TRY(tela_exec_upload(ex, pos_mem + n + t + 1 - k, buf, sizeof buf));
+                k = 0;
+            }
+        }
+        n += seqs[i].n_tok;
+    }
+    if (k) TELA_TRY(tela_exec_upload(ex, pos_mem + n - k, buf, (size_t)k * sizeof(int32_t)));
+    TELA_TRY(tela_exec_upload(ex, tok_mem, tokens, (size_t)n * sizeof(int32_t)));
+    batch->n_tok = n;
+    batch->pos0 = n_seq > 0 ? seqs[0].pos0 : 0;
+    batch->tokens = tok_mem;
+    batch->pos = pos_mem;
+    batch->n_seq = n_seq;
+    batch->seqs = seqs;
     return TELA_OK;
 }
 
@@ -281,12 +311,38 @@ void tela_exec_rope(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n_
     PROF_OP(ex, ex->ops->rope(ex, x, x_stride, n_tok, n_heads, head_dim, n_rot, cs, mode), "RoPE", false, -1, 0, 0);
 }
 
+void tela_exec_copy_rows(tela_exec *ex, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                         const int32_t *rows, int n, int64_t width) {
+    if (n > 0) PROF_OP(ex, ex->ops->copy_rows(ex, dst, dst_stride, src, src_stride, rows, n, width), "row gather",
+                       false, -1, 0, 0);
+}
+
 void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out) {
     PROF_OP(ex, ex->ops->argmax(ex, x, n, out), "sampling (greedy, on the device)", false, -1, 0, 0);
 }
 
 tela_status tela_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out) {
+    *out = NULL;
+    if (shape->block_size > 0) {
+        if (!ex->ops->kv_copy_rows)
+            return tela_errorf(TELA_ERR_UNSUPPORTED,
+                               "%s: this backend has no paged KV cache yet (batched serving runs on the CPU)",
+                               ex->be->description);
+        if (shape->n_ctx % shape->block_size != 0 || shape->max_seq_len <= 0)
+            return tela_errorf(TELA_ERR_INTERNAL, "paged KV cache: %d rows are not blocks of %d", shape->n_ctx,
+                               shape->block_size);
+    }
     return ex->ops->kv_create(ex, shape, out);
+}
+
+tela_status tela_kv_copy_rows(tela_exec *ex, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n) {
+    if (!kv->ops->kv_copy_rows || kv->shape.block_size <= 0)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "KV row copies need a paged cache");
+    if (n <= 0) return TELA_OK;
+    if (dst < 0 || src < 0 || dst > kv->shape.n_ctx - n || src > kv->shape.n_ctx - n)
+        return tela_errorf(TELA_ERR_INTERNAL, "KV row copy [%d, +%d) -> %d outside %d rows", src, n, dst,
+                           kv->shape.n_ctx);
+    return kv->ops->kv_copy_rows(ex, kv, dst, src, n);
 }
 
 void tela_kv_free(tela_kv_cache *kv) {

@@ -81,18 +81,40 @@ typedef struct tela_exec tela_exec;
 typedef struct tela_kv_cache tela_kv_cache;
 typedef struct tela_backend_ops tela_backend_ops;
 
-/* One step of tokens: n_tok tokens at consecutive positions pos0.. . pos0
- * is for the host's bookkeeping; the operations read the positions from
- * `pos` (backend memory), so a captured GPU graph serves every position. */
+/* One sequence's share of a step of several (the batching engine): the
+ * batch's tokens [tok0, tok0 + n_tok), at positions pos0.. of the sequence,
+ * whose recurrent state is in slot `slot` and whose KV rows are paged:
+ * positions [i * block_size, (i + 1) * block_size) are in block blocks[i]
+ * of the cache (host memory). */
+typedef struct tela_batch_seq {
+    int tok0, n_tok;
+    int32_t pos0;
+    int slot;
+    const int32_t *blocks;
+} tela_batch_seq;
+
+/* One step of tokens. A session's step is one sequence (seqs NULL): n_tok
+ * tokens at consecutive positions pos0.., slot 0, KV rows at their
+ * positions. A batched step has n_seq sequences (seqs, host memory), each
+ * with its own positions, slot and KV blocks, their tokens one after the
+ * other. pos0 is for the host's bookkeeping; the operations read the
+ * positions from `pos` (backend memory), so a captured GPU graph serves
+ * every position. */
 typedef struct tela_batch {
     int n_tok;
     int32_t pos0;
     const int32_t *tokens;   /* backend memory [n_tok] */
-    const int32_t *pos;      /* backend memory [n_tok]: pos0 + t */
+    const int32_t *pos;      /* backend memory [n_tok]: each token's position in its sequence */
+    int n_seq;               /* 1 when seqs is NULL */
+    const tela_batch_seq *seqs;
 } tela_batch;
 
-/* Shapes of a KV cache: n_layer layers of n_ctx positions, each position
- * holding n_kv_head heads of k_dim keys and v_dim values. */
+/* Shapes of a KV cache: n_layer layers of n_ctx rows, each row holding
+ * n_kv_head heads of k_dim keys and v_dim values. block_size 0: the rows
+ * are one sequence's positions (a session). Otherwise the rows are blocks
+ * of block_size positions that batched steps address through their
+ * sequences' block tables (a paged cache; n_ctx a multiple of block_size),
+ * for sequences of at most max_seq_len positions. */
 typedef struct tela_kv_shape {
     int n_layer;
     int32_t n_ctx;
@@ -100,6 +122,8 @@ typedef struct tela_kv_shape {
     int k_dim;
     int v_dim;
     tela_kv_dtype dtype;
+    int32_t block_size;
+    int32_t max_seq_len;     /* paged caches: the longest sequence (bounds attention scratch) */
 } tela_kv_shape;
 
 /* y_i = W_i x for several matrices of the same input (tela_exec_matmul_many). */
@@ -199,6 +223,12 @@ uint32_t tela_exec_length_bucket(const tela_exec *ex, int32_t n_kv);
 tela_status tela_exec_set_batch(tela_exec *ex, tela_batch *batch, int32_t *tok_mem, int32_t *pos_mem,
                                 const int32_t *tokens, int n, int32_t pos0);
 
+/* Fills batch with the tokens of several sequences (seqs: host memory that
+ * must outlive the step; their tokens one after the other in `tokens`,
+ * host), uploading the ids and each token's position in its sequence. */
+tela_status tela_exec_set_batch_seqs(tela_exec *ex, tela_batch *batch, int32_t *tok_mem, int32_t *pos_mem,
+                                     const int32_t *tokens, const tela_batch_seq *seqs, int n_seq);
+
 /* --------------------------------------------------------- operations */
 
 /* out[t] = row ids[t] of W as f32 (the token embedding lookup); ids in
@@ -263,6 +293,10 @@ void tela_kv_clear(tela_exec *ex, tela_kv_cache *kv);
 size_t tela_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past);
 tela_status tela_kv_save(tela_exec *ex, const tela_kv_cache *kv, int32_t n_past, void *host_dst);
 tela_status tela_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const void *host_src);
+/* Copies rows [src, src + n) of every layer to rows [dst, dst + n) (a paged
+ * cache: part of a shared block into a sequence's own). Fails with
+ * TELA_ERR_UNSUPPORTED on a backend without paged caches. */
+tela_status tela_kv_copy_rows(tela_exec *ex, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n);
 /* Stores the keys k[t] and values v[t] of the batch's tokens (n_kv_head *
  * k_dim / v_dim floats per row) at their positions in layer `layer`. */
 void tela_exec_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
@@ -282,6 +316,11 @@ void tela_exec_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q,
  * h / (n_head / n_kv_head). Scores are scaled by `scale`. */
 void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                          float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale);
+
+/* dst row i = src row rows[i] (rows: host memory), n rows of `width`
+ * floats: the rows of a batched step that need logits, gathered. */
+void tela_exec_copy_rows(tela_exec *ex, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                         const int32_t *rows, int n, int64_t width);
 
 /* out[0] = the index of the largest of x[0..n) (the lowest index among
  * equals): the greedy pick, made where the logits are. out: backend memory. */

@@ -46,6 +46,8 @@ struct tela_backend_ops {
     void (*rope)(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
                  const float *cs, tela_rope_mode mode);
     void (*argmax)(tela_exec *ex, const float *x, int64_t n, int32_t *out);
+    void (*copy_rows)(tela_exec *ex, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                      const int32_t *rows, int n, int64_t width);
 
     tela_status (*kv_create)(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out);
     void (*kv_free)(tela_kv_cache *kv);
@@ -53,6 +55,8 @@ struct tela_backend_ops {
     size_t (*kv_image_bytes)(const tela_kv_cache *kv, int32_t n_past);
     tela_status (*kv_save)(tela_exec *ex, const tela_kv_cache *kv, int32_t n_past, void *dst);
     tela_status (*kv_load)(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const void *src);
+    /* paged caches (block_size > 0); NULL: the backend has none */
+    tela_status (*kv_copy_rows)(tela_exec *ex, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n);
     void (*kv_store)(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
                      int64_t v_stride, const tela_batch *b);
     void (*rope_store)(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head, float *k,

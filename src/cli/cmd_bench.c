@@ -11,13 +11,13 @@
 #include "backend/backend.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/threadpool.h"
-#include "cli/cli.h"
+#include "cli/cli_bench.h"
 #include "tela/tela.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tela bench -m MODEL [-p 512[,4096...]] [-n 128[,...]] [-d 0[,32768...]] [-t THREADS] [-r REPS]\n"
-            "                  [--device cpu|cuda|cuda:N] [--kv-type f16|f32] [--json]\n\n"
+            "                  [-np 1,8] [--device cpu|cuda|cuda:N] [--kv-type f16|f32] [--json]\n\n"
             "Measures speed like llama-bench: ppP = one prefill of P tokens, tgN = N tokens\n"
             "decoded one at a time (each step computes the logits and returns them to the\n"
             "host), both after D tokens already in the context (-d; 0 = an empty context;\n"
@@ -35,6 +35,8 @@ static void usage(FILE *f) {
             "      --skip-layers L  bypass these decoder layers (comma-separated)\n"
             "      --mem-budget B   memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
             "      --profile[=json] time every phase over all the tests; a table (or JSON) on stderr\n"
+            "  -np, --parallel P,.. also decode with P sequences at once through the batching engine:\n"
+            "                       tgN x P = aggregate tokens/s of P sequences decoding N tokens each\n"
             "      --json           one JSON object per test per line instead of the table\n"
             "  -h, --help           this help\n");
 }
@@ -101,7 +103,7 @@ static const char *compiler(void) {
 
 /* Token ids for the runs: a fixed pseudo-random sequence within the vocab
  * (the speed does not depend on which tokens they are). */
-static void fill_tokens(int32_t *ids, int n, int32_t n_vocab) {
+void cli_bench_fill_tokens(int32_t *ids, int n, int32_t n_vocab) {
     uint32_t s = 12345;
     for (int i = 0; i < n; i++) {
         s = s * 1664525u + 1013904223u;
@@ -128,10 +130,42 @@ fail:
     return -1;
 }
 
+void cli_bench_row(const cli_bench_table *t, const char *name, int n_prompt, int n_gen, int depth, int parallel,
+                   double sum, double sum2, long long reps) {
+    const tela_model_info *info = t->info;
+    const double avg = sum / (double)reps;
+    const double var = reps > 1 ? (sum2 - sum * avg) / (double)(reps - 1) : 0.0;
+    const double sd = var > 0 ? sqrt(var) : 0.0;
+    if (t->json) {
+        printf("{\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, \"n_parallel\": %d, "
+               "\"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"threads\": %d, \"model_type\": \"%s\", \"model_size\": %llu, "
+               "\"model_n_params\": %lld, \"cpu_info\": \"%s\", \"isa\": \"%s\", \"device\": \"%s\", "
+               "\"build\": \"tela %s\", \"repetitions\": %lld}\n",
+               name, n_prompt, n_gen, depth, parallel, avg, sd, t->threads, t->model_type,
+               (unsigned long long)info->n_bytes, (long long)info->n_params, t->cpu, t->isa, info->device,
+               tela_version(), reps);
+    } else {
+        char size[32], params[32], ts[48];
+        double mib = (double)info->n_bytes / (1024.0 * 1024.0);
+        if (mib >= 1024) snprintf(size, sizeof size, "%.2f GiB", mib / 1024);
+        else snprintf(size, sizeof size, "%.2f MiB", mib);
+        double pn = (double)info->n_params;
+        if (pn >= 1e9) snprintf(params, sizeof params, "%.2f B", pn / 1e9);
+        else if (pn >= 1e6) snprintf(params, sizeof params, "%.2f M", pn / 1e6);
+        else snprintf(params, sizeof params, "%.2f K", pn / 1e3);
+        snprintf(ts, sizeof ts, "%.2f ± %.2f", avg, sd);
+        /* width 21: "±" is two bytes but one column */
+        printf("| %-16s | %10s | %8s | %14s | %21s |\n", t->model_type, size, params, name, ts);
+    }
+    fflush(stdout);
+}
+
 int tela_cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *device = NULL, *mem_budget = NULL;
     long long n_prompt[8] = {512}, n_gen[8] = {128}, depth[8] = {0}, n_threads = 0, reps = 5;
     int np_n = 1, ng_n = 1, nd_n = 1, json = 0, profile = 0;
+    cli_bench_opts bo;
+    memset(&bo, 0, sizeof bo);
     tela_kv_type kv = TELA_KV_DEFAULT;
     static int32_t skip[CLI_MAX_SKIP];
     size_t n_skip = 0;
@@ -181,6 +215,9 @@ int tela_cmd_bench(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             if (cli_parse_int(a, val, 1, 1000, &reps)) return 2;
+            i++;
+        } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
+            if (parse_list(a, val, 1, 1024, bo.parallel, 8, &bo.n_parallel)) return 2;
             i++;
         } else if (!strcmp(a, "--json")) {
             json = 1;
@@ -239,13 +276,20 @@ int tela_cmd_bench(int argc, char **argv) {
         tela_model_free(m);
         return 1;
     }
-    fill_tokens(ids, (int)ctx, info->n_vocab);
+    cli_bench_fill_tokens(ids, (int)ctx, info->n_vocab);
     if (profile) tela_session_profile_start(s);
 
     char cpu[256], model_type[128];
     cpu_model(cpu, sizeof cpu);
     snprintf(model_type, sizeof model_type, "%s %s", info->arch, info->file_type ? info->file_type : "?");
     const char *isa = tela_isa_name(tela_qdot_best_isa());
+    const cli_bench_table table = {json, threads, cpu, isa, model_type, info};
+    memcpy(bo.n_gen, n_gen, sizeof bo.n_gen);
+    bo.n_gen_n = ng_n;
+    bo.reps = reps;
+    bo.n_threads = (int)n_threads;
+    bo.kv_type = kv;
+    bo.mem_budget = sp.mem_budget;
     if (!json) {
         printf("cpu: %s, isa: %s, threads: %d\n", cpu, isa, threads);
         printf("device: %s\n", info->device);
@@ -273,38 +317,21 @@ int tela_cmd_bench(int argc, char **argv) {
                 sum2 += ts * ts;
             }
             if (rc) break;
-            double avg = sum / (double)reps;
-            double var = reps > 1 ? (sum2 - sum * avg) / (double)(reps - 1) : 0.0;
-            double sd = var > 0 ? sqrt(var) : 0.0;
             char name[48];
             if (d) snprintf(name, sizeof name, "%s%d @ d%d", np ? "pp" : "tg", n_tok, d);
             else snprintf(name, sizeof name, "%s%d", np ? "pp" : "tg", n_tok);
-            if (json) {
-                printf("{\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, \"avg_ts\": %.6f, "
-                       "\"stddev_ts\": %.6f, \"threads\": %d, \"model_type\": \"%s\", \"model_size\": %llu, "
-                       "\"model_n_params\": %lld, \"cpu_info\": \"%s\", \"isa\": \"%s\", \"device\": \"%s\", "
-                       "\"build\": \"tela %s\", \"repetitions\": %lld}\n",
-                       name, np, ng, d, avg, sd, threads, model_type, (unsigned long long)info->n_bytes,
-                       (long long)info->n_params, cpu, isa, info->device, tela_version(), reps);
-            } else {
-                char size[32], params[32], ts[48];
-                double mib = (double)info->n_bytes / (1024.0 * 1024.0);
-                if (mib >= 1024) snprintf(size, sizeof size, "%.2f GiB", mib / 1024);
-                else snprintf(size, sizeof size, "%.2f MiB", mib);
-                double pn = (double)info->n_params;
-                if (pn >= 1e9) snprintf(params, sizeof params, "%.2f B", pn / 1e9);
-                else if (pn >= 1e6) snprintf(params, sizeof params, "%.2f M", pn / 1e6);
-                else snprintf(params, sizeof params, "%.2f K", pn / 1e3);
-                snprintf(ts, sizeof ts, "%.2f ± %.2f", avg, sd);
-                /* width 21: "±" is two bytes but one column */
-                printf("| %-16s | %10s | %8s | %14s | %21s |\n", model_type, size, params, name, ts);
-            }
-            fflush(stdout);
+            cli_bench_row(&table, name, np, ng, d, 1, sum, sum2, reps);
         }
-    if (profile) cli_print_profile(s, profile);
+    if (rc == 0 && bo.n_parallel) {
+        /* the batched tests run on engines of their own */
+        tela_session_free(s);
+        s = NULL;
+        rc = cli_bench_parallel(m, &bo, &table);
+    }
+    if (profile && s) cli_print_profile(s, profile);
     free(ids);
     free(logits);
-    tela_session_free(s);
+    if (s) tela_session_free(s);
     tela_model_free(m);
     return rc;
 }

@@ -25,6 +25,12 @@ tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, in
 void tela_model_io_free(tela_model_io *io) {
     free(io->probe_buf);
     io->probe_buf = NULL;
+    free(io->run_tok);
+    free(io->run_seqs);
+    free(io->run_rows);
+    io->run_tok = NULL;
+    io->run_seqs = NULL;
+    io->run_rows = NULL;
     if (!io->ex) return;
     tela_backend *be = tela_exec_backend(io->ex);
     tela_backend_free_mem(be, io->tok);
@@ -65,7 +71,7 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
     for (int32_t done = 0; done < n;) {
         const int nt = n - done < io->n_batch ? n - done : io->n_batch;
         const bool last = done + nt == n;
-        tela_model_step step = {nt, 0, NULL, last && out->greedy != NULL};
+        tela_model_step step = {nt, 0, NULL, last && out->greedy != NULL, NULL};
         if (out->logits && out->all_logits) step.rows = nt;
         else if (last && (out->logits || out->greedy)) step.rows = 1;
         float *host_dst = out->logits ? out->logits + (out->all_logits ? (size_t)done * io->n_vocab : 0) : NULL;
@@ -96,6 +102,44 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
     return tela_exec_sync(ex);
 }
 
+tela_status tela_model_run_batch(const tela_model *m, void *state, tela_model_step_fn fn, tela_model_io *io,
+                                 const tela_seq_run *runs, int n_runs, float *logits) {
+    tela_exec *ex = io->ex;
+    int total = 0, rows = 0;
+    for (int i = 0; i < n_runs; i++) {
+        if (runs[i].n <= 0 || runs[i].n > io->n_batch - total)
+            return tela_errorf(TELA_ERR_INTERNAL, "batched step: %d tokens in run %d exceed the step's %d", runs[i].n, i,
+                               io->n_batch);
+        total += runs[i].n;
+        rows += runs[i].logits;
+    }
+    if (total == 0) return TELA_OK;
+    if (!io->run_tok) { /* host buffers for steps of up to n_batch tokens (and as many runs) */
+        io->run_tok = malloc((size_t)io->n_batch * sizeof *io->run_tok);
+        io->run_seqs = malloc((size_t)io->n_batch * sizeof *io->run_seqs);
+        io->run_rows = malloc((size_t)io->n_batch * sizeof *io->run_rows);
+        if (!io->run_tok || !io->run_seqs || !io->run_rows) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+        io->run_cap = io->n_batch;
+    }
+    int t = 0, r = 0;
+    for (int i = 0; i < n_runs; i++) {
+        memcpy(io->run_tok + t, runs[i].tokens, (size_t)runs[i].n * sizeof(int32_t));
+        io->run_seqs[i] = (tela_batch_seq){t, runs[i].n, runs[i].n_past, runs[i].slot, runs[i].blocks};
+        t += runs[i].n;
+        if (runs[i].logits) io->run_rows[r++] = t - 1;
+    }
+    TELA_TRY(tela_exec_set_batch_seqs(ex, &io->batch, io->tok, io->pos, io->run_tok, io->run_seqs, n_runs));
+    tela_model_step step = {total, rows, NULL, false, rows ? io->run_rows : NULL};
+    const bool host = tela_exec_host_visible(ex);
+    if (rows && host && logits) step.logits = logits;
+    else if (rows) TELA_TRY(io_logits(io, rows, &step.logits));
+    io->probe = NULL;
+    fn(m, state, &step);
+    if (rows && logits && step.logits != logits)
+        TELA_TRY(tela_exec_download(ex, logits, step.logits, (size_t)rows * (size_t)io->n_vocab * sizeof(float)));
+    return tela_exec_sync(ex);
+}
+
 void tela_model_probe(tela_model_io *io, int layer, const float *x, int n_tok, int n_embd) {
     if (!io->probe || io->probe_status != TELA_OK) return;
     io->probe_status = tela_exec_download(io->ex, io->probe_buf, x + (size_t)(n_tok - 1) * n_embd,
@@ -107,6 +151,10 @@ void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *
                             float *xb, int n_embd, const tela_model_step *step, tela_model_io *io) {
     if (step->rows == 0) return;
     const float *first = x + (size_t)(step->n_tok - step->rows) * n_embd;
+    if (step->row_idx) { /* a batched step: the rows that want logits, gathered */
+        tela_exec_copy_rows(ex, xb, n_embd, x, n_embd, step->row_idx, step->rows, n_embd);
+        first = xb;
+    }
     const tela_norm_in nrm = {norm, eps, xb};
     const tela_matmul_target t = {output, step->logits, io->n_vocab};
     tela_exec_profile_phase(ex, "output head");

@@ -403,9 +403,11 @@ static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const 
     if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     s->ex = ex;
     s->n_ctx = p->n_ctx;
-    int pref = tela_exec_preferred_batch(ex);
-    s->n_batch = p->n_ctx < pref ? p->n_ctx : pref;
-    const tela_kv_shape shape = {L->n_kv_layers, p->n_ctx, L->n_kv_head, L->head_dim, L->v_dim, p->kv_dtype};
+    const int pref = p->n_batch > 0 ? p->n_batch : tela_exec_preferred_batch(ex);
+    s->n_batch = p->kv_block_size > 0 || p->n_ctx > pref ? pref : p->n_ctx;
+    const bool paged = p->kv_block_size > 0;
+    const tela_kv_shape shape = {L->n_kv_layers, paged ? p->kv_rows : p->n_ctx, L->n_kv_head, L->head_dim,
+                                 L->v_dim, p->kv_dtype, paged ? p->kv_block_size : 0, p->n_ctx};
     tela_status st = tela_kv_create(ex, &shape, &s->kv);
     const size_t nb = (size_t)s->n_batch;
     const size_t q_dim = (size_t)L->n_head * L->head_dim, k_dim = (size_t)L->n_kv_head * L->head_dim;
@@ -434,8 +436,11 @@ static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const 
 
 static uint64_t llama_state_bytes(const tela_model *m, const tela_state_params *p, int n_batch) {
     const llama_model *L = m->impl;
-    const uint64_t nb = (uint64_t)(p->n_ctx < n_batch ? p->n_ctx : n_batch);
-    const uint64_t kv = (uint64_t)L->n_kv_layers * (uint64_t)p->n_ctx * (uint64_t)L->n_kv_head *
+    const bool paged = p->kv_block_size > 0;
+    if (p->n_batch > 0) n_batch = p->n_batch;
+    const uint64_t nb = (uint64_t)(!paged && p->n_ctx < n_batch ? p->n_ctx : n_batch);
+    const uint64_t rows = (uint64_t)(paged ? p->kv_rows : p->n_ctx);
+    const uint64_t kv = (uint64_t)L->n_kv_layers * rows * (uint64_t)L->n_kv_head *
                         (uint64_t)(L->head_dim + L->v_dim) * tela_kv_dtype_bytes(p->kv_dtype);
     const uint64_t row = 2ull * L->n_embd + (uint64_t)L->n_head * (L->head_dim + L->v_dim) +
                          (uint64_t)L->n_kv_head * (L->head_dim + L->v_dim) + 2ull * L->n_ff + (uint64_t)L->n_rot;
@@ -506,6 +511,46 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
     llama_state *s = state;
     forward_step(L, s, &s->io.batch);
     tela_model_output_head(s->ex, &L->output, L->output_norm_b, L->eps, s->x, s->xb, L->n_embd, step, &s->io);
+}
+
+static tela_status llama_forward_batch(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
+                                       float *logits) {
+    llama_state *s = state;
+    return tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits);
+}
+
+/* No recurrent state: a slot is only a KV block table, which the engine keeps. */
+static size_t llama_slot_bytes(const tela_model *m) {
+    (void)m;
+    return 0;
+}
+
+static void llama_slot_reset(const tela_model *m, void *state, int slot) {
+    (void)m;
+    (void)state;
+    (void)slot;
+}
+
+static tela_status llama_slot_save(const tela_model *m, void *state, int slot, void *dst) {
+    (void)m;
+    (void)state;
+    (void)slot;
+    (void)dst;
+    return TELA_OK;
+}
+
+static tela_status llama_slot_load(const tela_model *m, void *state, int slot, const void *src) {
+    (void)m;
+    (void)state;
+    (void)slot;
+    (void)src;
+    return TELA_OK;
+}
+
+static tela_status llama_kv_copy_rows(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n) {
+    (void)m;
+    llama_state *s = state;
+    return tela_kv_copy_rows(s->ex, s->kv, dst, src, n);
 }
 
 static tela_status llama_forward(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
@@ -655,6 +700,12 @@ const tela_arch tela_arch_llama = {
     .state_save = llama_state_save,
     .state_load = llama_state_load,
     .forward = llama_forward,
+    .forward_batch = llama_forward_batch,
+    .slot_bytes = llama_slot_bytes,
+    .slot_reset = llama_slot_reset,
+    .slot_save = llama_slot_save,
+    .slot_load = llama_slot_load,
+    .kv_copy_rows = llama_kv_copy_rows,
     .layer_kind = llama_layer_kind,
     .forward_naive = llama_forward_naive,
 };

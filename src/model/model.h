@@ -56,11 +56,39 @@ struct tela_model {
     char name_buf[256];
 };
 
-/* What a session asks of its state. */
+/* What a session, or the batching engine, asks of its state. A session:
+ * one sequence of up to n_ctx tokens (n_seq 1, kv_block_size 0). The
+ * engine: n_seq state slots (recurrent state) for sequences of up to n_ctx
+ * tokens whose KV rows are kv_rows rows in blocks of kv_block_size, and
+ * steps of up to n_batch tokens (0: the backend's preference). */
 typedef struct tela_state_params {
     int32_t n_ctx;
     tela_kv_dtype kv_dtype;
+    int32_t n_seq;
+    int32_t kv_block_size;
+    int32_t kv_rows;
+    int32_t n_batch;
 } tela_state_params;
+
+/* Batched steps cut a sequence's tokens (past where it started computing)
+ * at multiples of this, except at the end of its prompt: chunked
+ * computations (Qwen3.5's Gated DeltaNet works in chunks of 64 tokens)
+ * then see the same chunks whatever else shares the step, so a sequence's
+ * results do not depend on its neighbours. */
+#define TELA_MODEL_STEP_ALIGN 64
+
+/* One sequence's share of a batched forward pass (tela_arch.forward_batch):
+ * n tokens at positions n_past.., its recurrent state in `slot`, its KV
+ * blocks covering positions [0, n_past + n); with `logits`, its last
+ * token's logits are wanted. Host memory. */
+typedef struct tela_seq_run {
+    int32_t slot;
+    const int32_t *tokens;
+    int32_t n;
+    int32_t n_past;
+    const int32_t *blocks;
+    bool logits;
+} tela_seq_run;
 
 /* Bytes per KV element of a precision. */
 static inline uint64_t tela_kv_dtype_bytes(tela_kv_dtype t) { return t == TELA_KV_DTYPE_F16 ? 2 : 4; }
@@ -107,6 +135,23 @@ struct tela_arch {
      * inputs and thread count must give bit-identical results. */
     tela_status (*forward)(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
                            const tela_forward_out *out);
+
+    /* Batched steps (the engine; the state made with n_seq slots and a paged
+     * KV cache): runs[0..n_runs) over at most n_batch tokens in all; logits
+     * (host) gets one row of n_vocab per run that wants them, in order.
+     * Results for each sequence are bit-identical to running it alone
+     * (given the same cuts of its tokens into steps). */
+    tela_status (*forward_batch)(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
+                                 float *logits);
+    /* A slot's recurrent state (0 bytes for attention-only models): its
+     * size, zeroing it (a new sequence), and copies to and from host memory
+     * (prefix-cache checkpoints). */
+    size_t (*slot_bytes)(const tela_model *m);
+    void (*slot_reset)(const tela_model *m, void *state, int slot);
+    tela_status (*slot_save)(const tela_model *m, void *state, int slot, void *dst);
+    tela_status (*slot_load)(const tela_model *m, void *state, int slot, const void *src);
+    /* Copies KV rows of the paged cache (tela_kv_copy_rows). */
+    tela_status (*kv_copy_rows)(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n);
 
     /* The kind of decoder layer l (tela_layer_kind). */
     int (*layer_kind)(const tela_model *m, int layer);
@@ -159,6 +204,11 @@ typedef struct tela_model_io {
     void *probe_user;
     float *probe_buf;            /* host: the downloaded hidden state */
     tela_status probe_status;
+    /* batched steps (host): the tokens, the sequences, the rows with logits */
+    int32_t *run_tok;
+    tela_batch_seq *run_seqs;
+    int32_t *run_rows;
+    int run_cap;
 } tela_model_io;
 
 tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, int n_embd, int n_batch);
@@ -172,6 +222,7 @@ typedef struct tela_model_step {
     int rows;
     float *logits;
     bool pick;
+    const int32_t *row_idx;  /* NULL, or which rows (host, `rows` of them): a batched step's */
 } tela_model_step;
 
 /* Runs one step: the layers over io->batch, then the output head as step
@@ -184,6 +235,12 @@ typedef void (*tela_model_step_fn)(const tela_model *m, void *state, const tela_
  * graph capture), and returns the logits and pick that out asks for. */
 tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_step_fn fn, tela_model_io *io,
                                  const int32_t *tokens, int32_t n, int32_t n_past, const tela_forward_out *out);
+
+/* The loop of a batched forward pass (tela_arch.forward_batch): uploads
+ * the runs' tokens and positions as one step (io->batch, with a sequence
+ * per run), runs it, and returns the logits of the runs that want them. */
+tela_status tela_model_run_batch(const tela_model *m, void *state, tela_model_step_fn fn, tela_model_io *io,
+                                 const tela_seq_run *runs, int n_runs, float *logits);
 
 /* The output head of a step of step->n_tok hidden states x (rows of
  * n_embd): logits = W_output rmsnorm(x) * norm for the rows step asks for,

@@ -134,6 +134,8 @@ typedef struct qwen35_model {
     qwen35_mtp *mtp;             /* loaded ones (NULL unless load_mtp) */
 } qwen35_model;
 
+_Static_assert(TELA_MODEL_STEP_ALIGN % TELA_GDN_CHUNK == 0, "batched steps must cut prompts at GDN chunk borders");
+
 static const char *const qwen35_hf_types[] = {"qwen3_5_text", "qwen3_5", NULL};
 
 static int64_t conv_dim(const qwen35_model *Q) { return 2 * (int64_t)Q->nk * Q->dk + (int64_t)Q->nv * Q->dv; }
@@ -709,10 +711,11 @@ typedef struct qwen35_state {
     tela_exec *ex;
     int32_t n_ctx;
     int n_batch;
+    int n_seq;                   /* state slots: 1 for a session */
     tela_kv_cache *kv;           /* n_attn layers */
     size_t conv_floats;          /* per GDN layer: (conv_k - 1) * conv_dim */
     size_t rec_floats;           /* per GDN layer: nv * dk * dv */
-    float *conv, *rec;           /* [n_gdn][...] */
+    float *conv, *rec;           /* [n_seq][n_gdn][...] */
     float *x, *xb, *q, *qg, *k, *v, *att, *gate, *cs;
     float *qkv_in, *qkv, *z, *beta, *g, *core;
     tela_model_io io;
@@ -738,15 +741,18 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
     if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     s->ex = ex;
     s->n_ctx = n_ctx;
-    const int pref = tela_exec_preferred_batch(ex) / TELA_GDN_CHUNK * TELA_GDN_CHUNK;
-    s->n_batch = n_ctx < pref ? n_ctx : pref;
+    s->n_seq = p->n_seq > 0 ? p->n_seq : 1;
+    const bool paged = p->kv_block_size > 0;
+    const int pref = p->n_batch > 0 ? p->n_batch : tela_exec_preferred_batch(ex) / TELA_GDN_CHUNK * TELA_GDN_CHUNK;
+    s->n_batch = paged || n_ctx > pref ? pref : n_ctx;
     if (Q->n_gdn > 0) { /* the GDN shapes are only checked when there are GDN layers */
         s->conv_floats = (size_t)(Q->conv_k - 1) * (size_t)conv_dim(Q);
         s->rec_floats = (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv;
     }
     tela_status st = TELA_OK;
     if (Q->n_attn > 0) {
-        const tela_kv_shape shape = {Q->n_attn, n_ctx, Q->n_kv_head, Q->head_dim, Q->head_dim, p->kv_dtype};
+        const tela_kv_shape shape = {Q->n_attn,         paged ? p->kv_rows : n_ctx, Q->n_kv_head, Q->head_dim,
+                                     Q->head_dim,       p->kv_dtype, paged ? p->kv_block_size : 0, n_ctx};
         st = tela_kv_create(ex, &shape, &s->kv);
     }
     const size_t nb = (size_t)s->n_batch, qd = (size_t)Q->n_head * Q->head_dim, kd = (size_t)kv_dim(Q);
@@ -757,8 +763,8 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
         size_t floats;
         const char *what;
     } bufs[] = {
-        {&s->conv, (size_t)Q->n_gdn * s->conv_floats, "the conv states"},
-        {&s->rec, (size_t)Q->n_gdn * s->rec_floats, "the recurrent states"},
+        {&s->conv, (size_t)s->n_seq * Q->n_gdn * s->conv_floats, "the conv states"},
+        {&s->rec, (size_t)s->n_seq * Q->n_gdn * s->rec_floats, "the recurrent states"},
         {&s->x, nb * Q->n_embd, "activations"}, {&s->xb, nb * Q->n_embd, "activations"},
         {&s->q, nb * qd, "queries"}, {&s->qg, nb * qd * 2, "queries and gates"},
         {&s->k, nb * kd, "keys"}, {&s->v, nb * kd, "values"}, {&s->att, nb * qd, "attention outputs"},
@@ -780,13 +786,17 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
 
 static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params *p, int n_batch) {
     const qwen35_model *Q = m->impl;
-    const uint64_t nb = (uint64_t)(p->n_ctx < n_batch ? p->n_ctx : n_batch);
-    const uint64_t kv = (uint64_t)Q->n_attn * (uint64_t)p->n_ctx * (uint64_t)kv_dim(Q) * 2 *
+    const bool paged = p->kv_block_size > 0;
+    if (p->n_batch > 0) n_batch = p->n_batch;
+    const uint64_t nb = (uint64_t)(!paged && p->n_ctx < n_batch ? p->n_ctx : n_batch);
+    const uint64_t n_seq = (uint64_t)(p->n_seq > 0 ? p->n_seq : 1);
+    const uint64_t kv = (uint64_t)Q->n_attn * (uint64_t)(paged ? p->kv_rows : p->n_ctx) * (uint64_t)kv_dim(Q) * 2 *
                         tela_kv_dtype_bytes(p->kv_dtype);
     uint64_t rec = 0, row = 2ull * Q->n_embd + 4ull * Q->n_head * Q->head_dim + 2ull * kv_dim(Q) + 2ull * Q->n_ff +
                             (uint64_t)Q->n_rot;
     if (Q->n_gdn > 0) {
-        rec = (uint64_t)Q->n_gdn * ((uint64_t)(Q->conv_k - 1) * conv_dim(Q) + (uint64_t)Q->nv * Q->dk * Q->dv) * 4;
+        rec = n_seq * (uint64_t)Q->n_gdn *
+              ((uint64_t)(Q->conv_k - 1) * conv_dim(Q) + (uint64_t)Q->nv * Q->dk * Q->dv) * 4;
         row += 2ull * conv_dim(Q) + 2ull * value_dim(Q) + 2ull * Q->nv;
     }
     return kv + rec + nb * row * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
@@ -798,8 +808,57 @@ static void qwen35_state_reset(const tela_model *m, void *state) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     if (s->kv) tela_kv_clear(s->ex, s->kv);
-    tela_exec_zero(s->ex, s->conv, (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
-    tela_exec_zero(s->ex, s->rec, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+    tela_exec_zero(s->ex, s->conv, (size_t)s->n_seq * Q->n_gdn * s->conv_floats * sizeof(float));
+    tela_exec_zero(s->ex, s->rec, (size_t)s->n_seq * Q->n_gdn * s->rec_floats * sizeof(float));
+}
+
+/* A slot's conv and recurrent states (the state of one sequence). */
+static float *slot_conv(const qwen35_model *Q, const qwen35_state *s, int slot) {
+    return s->conv + (size_t)slot * Q->n_gdn * s->conv_floats;
+}
+static float *slot_rec(const qwen35_model *Q, const qwen35_state *s, int slot) {
+    return s->rec + (size_t)slot * Q->n_gdn * s->rec_floats;
+}
+
+static size_t qwen35_slot_bytes(const tela_model *m) {
+    const qwen35_model *Q = m->impl;
+    if (Q->n_gdn == 0) return 0;
+    return (size_t)Q->n_gdn *
+           ((size_t)(Q->conv_k - 1) * (size_t)conv_dim(Q) + (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv) *
+           sizeof(float);
+}
+
+static void qwen35_slot_reset(const tela_model *m, void *state, int slot) {
+    const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    tela_exec_zero(s->ex, slot_conv(Q, s, slot), (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
+    tela_exec_zero(s->ex, slot_rec(Q, s, slot), (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+}
+
+/* The image: the slot's conv states, then its recurrent states. */
+static tela_status qwen35_slot_save(const tela_model *m, void *state, int slot, void *dst) {
+    const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    TELA_TRY(tela_exec_download(s->ex, dst, slot_conv(Q, s, slot), cb));
+    return tela_exec_download(s->ex, (unsigned char *)dst + cb, slot_rec(Q, s, slot),
+                              (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+}
+
+static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, const void *src) {
+    const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    TELA_TRY(tela_exec_upload(s->ex, slot_conv(Q, s, slot), src, cb));
+    TELA_TRY(tela_exec_upload(s->ex, slot_rec(Q, s, slot), (const unsigned char *)src + cb,
+                              (size_t)Q->n_gdn * s->rec_floats * sizeof(float)));
+    return tela_exec_sync(s->ex);
+}
+
+static tela_status qwen35_kv_copy_rows(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n) {
+    (void)m;
+    qwen35_state *s = state;
+    return s->kv ? tela_kv_copy_rows(s->ex, s->kv, dst, src, n) : TELA_OK;
 }
 
 static size_t recurrent_bytes(const qwen35_model *Q, const qwen35_state *s) {
@@ -864,27 +923,40 @@ static void attn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_laye
     tela_exec_matmul(ex, &A->wo, s->att, q_dim, s->x, E, nt, true);
 }
 
-/* Gated DeltaNet over the batch: x += W_out gdn(rmsnorm(x) * attn_norm). */
-static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, int nt) {
+/* Gated DeltaNet over the batch: x += W_out gdn(rmsnorm(x) * attn_norm).
+ * The products take every token of the step; the conv and the delta rule
+ * run per sequence, on its slot's state. */
+static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, const tela_batch *b) {
     tela_exec *ex = s->ex;
     const qwen35_gdn *G = &ly->gdn;
-    const int E = Q->n_embd, nv = Q->nv;
+    const int E = Q->n_embd, nv = Q->nv, nt = b->n_tok;
     const int64_t cd = conv_dim(Q), vd = value_dim(Q);
-    float *conv_state = s->conv + (size_t)ly->slot * s->conv_floats;
-    float *rec = s->rec + (size_t)ly->slot * s->rec_floats;
     const tela_norm_in norm = {ly->attn_norm_b, Q->eps, s->xb};
     const tela_matmul_target in[4] = {
         {&G->w_qkv, s->qkv_in, cd}, {&G->w_z, s->z, vd}, {&G->w_beta, s->beta, nv}, {&G->w_alpha, s->g, nv}};
     tela_exec_norm_matmul_many(ex, &norm, in, 4, s->x, E, nt);
-    tela_exec_conv1d_silu(ex, s->qkv_in, cd, nt, (int)cd, Q->conv_k, G->conv_w_b, conv_state, s->qkv, cd);
+    const tela_batch_seq one = {0, nt, b->pos0, 0, NULL};
+    const tela_batch_seq *seqs = b->seqs ? b->seqs : &one;
+    for (int i = 0; i < b->n_seq; i++) {
+        const tela_batch_seq *q = &seqs[i];
+        float *conv_state = slot_conv(Q, s, q->slot) + (size_t)ly->slot * s->conv_floats;
+        tela_exec_conv1d_silu(ex, s->qkv_in + (size_t)q->tok0 * cd, cd, q->n_tok, (int)cd, Q->conv_k, G->conv_w_b,
+                              conv_state, s->qkv + (size_t)q->tok0 * cd, cd);
+    }
     tela_exec_gdn_gates(ex, s->qkv, cd, 2 * Q->nk, Q->dk, s->beta, s->g, nv, nt, G->ssm_a_b, G->dt_bias_b,
                         QWEN35_L2_EPS);
-    const tela_gdn_args a = {
-        .qkv = s->qkv, .qkv_stride = cd, .nk = Q->nk, .nv = nv, .dk = Q->dk, .dv = Q->dv, .v_tiled = Q->v_tiled,
-        .q_scale = (float)(1.0 / sqrt((double)Q->dk)), .beta = s->beta, .g = s->g, .z = s->z, .norm_w = G->norm_b,
-        .eps = Q->eps, .state = rec, .out = s->core, .n_tok = nt,
-    };
-    tela_exec_gdn_delta(ex, &a);
+    for (int i = 0; i < b->n_seq; i++) {
+        const tela_batch_seq *q = &seqs[i];
+        const size_t t0 = (size_t)q->tok0;
+        const tela_gdn_args a = {
+            .qkv = s->qkv + t0 * cd, .qkv_stride = cd, .nk = Q->nk, .nv = nv, .dk = Q->dk, .dv = Q->dv,
+            .v_tiled = Q->v_tiled, .q_scale = (float)(1.0 / sqrt((double)Q->dk)), .beta = s->beta + t0 * nv,
+            .g = s->g + t0 * nv, .z = s->z + t0 * vd, .norm_w = G->norm_b, .eps = Q->eps,
+            .state = slot_rec(Q, s, q->slot) + (size_t)ly->slot * s->rec_floats, .out = s->core + t0 * vd,
+            .n_tok = q->n_tok,
+        };
+        tela_exec_gdn_delta(ex, &a);
+    }
     tela_exec_matmul(ex, &G->w_out, s->core, vd, s->x, E, nt, true);
 }
 
@@ -902,7 +974,7 @@ static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batc
             if (ly->is_attn)
                 attn_layer(Q, s, ly, b);
             else
-                gdn_layer(Q, s, ly, nt);
+                gdn_layer(Q, s, ly, b);
             tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, Q->eps);
         }
         tela_model_probe(&s->io, l, s->x, nt, E);
@@ -925,6 +997,12 @@ static tela_status qwen35_forward(const tela_model *m, void *state, const int32_
     return tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out);
 }
 
+static tela_status qwen35_forward_batch(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
+                                        float *logits) {
+    qwen35_state *s = state;
+    return tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits);
+}
+
 static int qwen35_layer_kind(const tela_model *m, int layer) {
     const qwen35_model *Q = m->impl;
     return Q->layers[layer].is_attn ? TELA_LAYER_ATTENTION : TELA_LAYER_DELTANET;
@@ -944,6 +1022,12 @@ const tela_arch tela_arch_qwen35 = {
     .state_save = qwen35_state_save,
     .state_load = qwen35_state_load,
     .forward = qwen35_forward,
+    .forward_batch = qwen35_forward_batch,
+    .slot_bytes = qwen35_slot_bytes,
+    .slot_reset = qwen35_slot_reset,
+    .slot_save = qwen35_slot_save,
+    .slot_load = qwen35_slot_load,
+    .kv_copy_rows = qwen35_kv_copy_rows,
     .layer_kind = qwen35_layer_kind,
     .forward_naive = NULL,
 };

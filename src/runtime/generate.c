@@ -13,6 +13,7 @@
  *    own text is not emitted, and text held back before it is flushed with
  *    it. */
 #include "runtime/session.h"
+#include "runtime/text_stream.h"
 #include "util/error.h"
 
 #include <stdlib.h>
@@ -31,59 +32,6 @@ static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Text produced but not yet passed to the callback. */
-typedef struct {
-    char *buf;
-    size_t len, cap;
-} text_buf;
-
-static bool text_append(text_buf *t, const char *s, size_t n) {
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        while (cap < t->len + n + 1) cap *= 2;
-        char *nb = realloc(t->buf, cap);
-        if (!nb) return false;
-        t->buf = nb;
-        t->cap = cap;
-    }
-    memcpy(t->buf + t->len, s, n);
-    t->len += n;
-    t->buf[t->len] = '\0';
-    return true;
-}
-
-static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m) {
-    if (m == 0 || m > n) return NULL;
-    for (size_t i = 0; i + m <= n; i++)
-        if (hay[i] == needle[0] && !memcmp(hay + i, needle, m)) return hay + i;
-    return NULL;
-}
-
-/* Earliest occurrence of any stop string in t, or NULL. */
-static const char *find_stop(const text_buf *t, const char *const *stops) {
-    const char *best = NULL;
-    for (const char *const *s = stops; s && *s; s++) {
-        const char *f = find_bytes(t->buf, t->len, *s, strlen(*s));
-        if (f && (!best || f < best)) best = f;
-    }
-    return best;
-}
-
-/* Length of the longest suffix of t that is a proper prefix of a stop
- * string: those bytes must wait for the next token. */
-static size_t held_suffix(const text_buf *t, const char *const *stops) {
-    size_t hold = 0;
-    for (const char *const *s = stops; s && *s; s++) {
-        size_t m = strlen(*s);
-        for (size_t k = m > 0 ? m - 1 : 0; k > hold; k--)
-            if (k <= t->len && !memcmp(t->buf + t->len - k, *s, k)) {
-                hold = k;
-                break;
-            }
-    }
-    return hold;
 }
 
 tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t n_prompt,
@@ -125,13 +73,8 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
     double t1 = now_seconds();
     res.prompt_seconds = t1 - t0;
 
-    tela_detok_stream *detok = NULL;
-    if (m->vocab) {
-        detok = tela_detok_stream_create(m->vocab, true);
-        if (!detok) return tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
-    }
-    text_buf pending = {0};
-    bool pushed = false; /* any token given to the detokenizer (else nothing to flush) */
+    tela_text_stream *text = tela_text_stream_create(m->vocab, have_stops ? params->stop_strings : NULL);
+    if (!text) return tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
     tela_status st = TELA_OK;
     res.stop_reason = TELA_STOP_MAX_TOKENS;
     for (;;) {
@@ -157,60 +100,23 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
         else if (s->n_past >= s->n_ctx) res.stop_reason = TELA_STOP_CONTEXT;
         else final = false;
 
-        const char *piece = "";
-        size_t piece_len = 0;
-        if (detok) {
-            const char *p;
-            size_t n;
-            bool ok = true;
-            const double td = profiling ? now_seconds() : 0.0;
-            if (!is_eog) {
-                tela_detok_stream_push(detok, tok, &p, &n);
-                ok = text_append(&pending, p, n);
-                pushed = true;
-            }
-            if (ok && final && pushed) {
-                tela_detok_stream_flush(detok, &p, &n);
-                ok = text_append(&pending, p, n);
-            }
-            if (profiling) tela_exec_profile_host(s->ex, "detokenization", now_seconds() - td);
-            if (!ok) {
-                st = tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
-                break;
-            }
-            size_t emit = pending.len;
-            const char *stop = have_stops ? find_stop(&pending, params->stop_strings) : NULL;
-            if (stop) {
-                emit = (size_t)(stop - pending.buf);
-                final = true;
-                res.stop_reason = TELA_STOP_STRING;
-            } else if (!final && have_stops) {
-                emit = pending.len - held_suffix(&pending, params->stop_strings);
-            }
-            /* Hand out `emit` bytes; keep the rest (moved to the front after
-             * the callback, so the piece stays valid during it). */
-            piece = pending.buf ? pending.buf : "";
-            piece_len = emit;
-            if (params->on_token) {
-                char saved = pending.buf ? pending.buf[emit] : '\0';
-                if (pending.buf) pending.buf[emit] = '\0';
-                int stop_cb = params->on_token(params->user, tok, piece, piece_len);
-                if (pending.buf) pending.buf[emit] = saved;
-                if (stop_cb && !final) {
-                    final = true;
-                    res.stop_reason = TELA_STOP_CALLBACK;
-                }
-            }
-            if (pending.buf) {
-                memmove(pending.buf, pending.buf + emit, pending.len - emit);
-                pending.len -= emit;
-                pending.buf[pending.len] = '\0';
-            }
-        } else if (params->on_token) {
-            if (params->on_token(params->user, tok, piece, piece_len) && !final) {
-                final = true;
-                res.stop_reason = TELA_STOP_CALLBACK;
-            }
+        const char *piece;
+        size_t piece_len;
+        bool stopped;
+        const double td = profiling ? now_seconds() : 0.0;
+        const bool ok = tela_text_stream_push(text, tok, is_eog, final, &piece, &piece_len, &stopped);
+        if (profiling && m->vocab) tela_exec_profile_host(s->ex, "detokenization", now_seconds() - td);
+        if (!ok) {
+            st = tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
+            break;
+        }
+        if (stopped) {
+            final = true;
+            res.stop_reason = TELA_STOP_STRING;
+        }
+        if (params->on_token && params->on_token(params->user, tok, piece, piece_len) && !final) {
+            final = true;
+            res.stop_reason = TELA_STOP_CALLBACK;
         }
         if (final) break;
         if (device_greedy) {
@@ -222,8 +128,7 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
         if (st != TELA_OK) break;
     }
     res.generate_seconds = now_seconds() - t1;
-    free(pending.buf);
-    if (detok) tela_detok_stream_free(detok);
+    tela_text_stream_free(text);
     if (result) *result = res;
     return st;
 }

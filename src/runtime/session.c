@@ -18,7 +18,7 @@ tela_session_params tela_session_default_params(void) {
 
 /* The KV precision: f16 on a GPU unless the exact mode or the caller asks
  * for f32; the CPU computes attention in f32 only. */
-static tela_status kv_dtype(const tela_model *model, tela_kv_type type, tela_kv_dtype *out) {
+tela_status tela_runtime_kv_dtype(const tela_model *model, tela_kv_type type, tela_kv_dtype *out) {
     bool cpu = tela_backend_get_kind(model->be) == TELA_BACKEND_CPU;
     switch (type) {
     case TELA_KV_DEFAULT: *out = cpu || tela_ops_exact_matmul() ? TELA_KV_DTYPE_F32 : TELA_KV_DTYPE_F16; return TELA_OK;
@@ -33,8 +33,7 @@ static tela_status kv_dtype(const tela_model *model, tela_kv_type type, tela_kv_
     return tela_errorf(TELA_ERR_ARG, "session: unknown KV cache type %d", (int)type);
 }
 
-/* The context length a session of these parameters gets. */
-static int32_t session_ctx(const tela_model *model, int32_t n_ctx) {
+int32_t tela_runtime_ctx(const tela_model *model, int32_t n_ctx) {
     if (n_ctx == 0) {
         n_ctx = model->info.n_ctx_train;
         if (n_ctx <= 0 || n_ctx > TELA_DEFAULT_CTX) n_ctx = TELA_DEFAULT_CTX;
@@ -47,8 +46,8 @@ static tela_status state_memory(const tela_model *model, const tela_session_para
     if (p->n_ctx < 0 || p->n_ctx > TELA_MAX_CTX)
         return tela_errorf(TELA_ERR_ARG, "session: context length %d is out of range (1..%d, or 0 for the default)",
                            p->n_ctx, TELA_MAX_CTX);
-    sp->n_ctx = session_ctx(model, p->n_ctx);
-    TELA_TRY(kv_dtype(model, p->kv_type, &sp->kv_dtype));
+    sp->n_ctx = tela_runtime_ctx(model, p->n_ctx);
+    TELA_TRY(tela_runtime_kv_dtype(model, p->kv_type, &sp->kv_dtype));
     *bytes = model->arch->state_bytes(model, sp, tela_backend_preferred_batch(model->be));
     return TELA_OK;
 }
@@ -56,28 +55,26 @@ static tela_status state_memory(const tela_model *model, const tela_session_para
 tela_status tela_session_memory(tela_model *model, const tela_session_params *params, uint64_t *bytes) {
     if (!model || !bytes) return tela_errorf(TELA_ERR_ARG, "tela_session_memory: NULL argument");
     tela_session_params p = params ? *params : tela_session_default_params();
-    tela_state_params sp;
+    tela_state_params sp = {0};
     return state_memory(model, &p, &sp, bytes);
 }
 
-/* The memory check before a session is made: its state against the budget
- * (the caller's, or what the device has free), with the numbers. */
-static tela_status check_budget(const tela_model *model, const tela_session_params *p, const tela_state_params *sp,
-                                uint64_t need) {
+tela_status tela_runtime_check_memory(const tela_model *model, uint64_t mem_budget, uint64_t need, const char *who,
+                                      int32_t n_ctx, tela_kv_dtype kv) {
     size_t free_b = 0, total_b = 0;
     TELA_TRY(tela_backend_mem_info(model->be, &free_b, &total_b));
     const bool cpu = tela_backend_get_kind(model->be) == TELA_BACKEND_CPU;
-    const uint64_t budget = p->mem_budget ? p->mem_budget : (uint64_t)free_b;
+    const uint64_t budget = mem_budget ? mem_budget : (uint64_t)free_b;
     if (need <= budget) return TELA_OK;
     const double mib = 1024.0 * 1024.0;
     return tela_errorf(TELA_ERR_NOMEM,
-                       "session: a context of %d tokens needs %.1f MiB for its KV cache, state and work buffers, but "
+                       "%s: a context of %d tokens needs %.1f MiB for its KV cache, state and work buffers, but "
                        "%s %.1f MiB%s: lower the context (-c)%s%s",
-                       sp->n_ctx, (double)need / mib, p->mem_budget ? "the memory budget is" : "only",
+                       who, n_ctx, (double)need / mib, mem_budget ? "the memory budget is" : "only",
                        (double)budget / mib,
-                       p->mem_budget ? "" : (cpu ? " are available (MemAvailable)" : " are free on the GPU"),
-                       !cpu && sp->kv_dtype == TELA_KV_DTYPE_F32 ? ", use an f16 KV cache (--kv-type f16)" : "",
-                       p->mem_budget ? " or raise --mem-budget" : "");
+                       mem_budget ? "" : (cpu ? " are available (MemAvailable)" : " are free on the GPU"),
+                       !cpu && kv == TELA_KV_DTYPE_F32 ? ", use an f16 KV cache (--kv-type f16)" : "",
+                       mem_budget ? " or raise --mem-budget" : "");
 }
 
 tela_status tela_session_create(tela_model *model, const tela_session_params *params, tela_session **out) {
@@ -85,10 +82,10 @@ tela_status tela_session_create(tela_model *model, const tela_session_params *pa
     *out = NULL;
     if (!model) return tela_errorf(TELA_ERR_ARG, "tela_session_create: model is NULL");
     tela_session_params p = params ? *params : tela_session_default_params();
-    tela_state_params sp;
+    tela_state_params sp = {0};
     uint64_t need = 0;
     TELA_TRY(state_memory(model, &p, &sp, &need));
-    TELA_TRY(check_budget(model, &p, &sp, need));
+    TELA_TRY(tela_runtime_check_memory(model, p.mem_budget, need, "session", sp.n_ctx, sp.kv_dtype));
     const int32_t n_ctx = sp.n_ctx;
     int n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads;
     tela_session *s = calloc(1, sizeof *s);

@@ -38,4 +38,13 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
  * only the token comes back); the session then holds no host logits. */
 tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int32_t n, int32_t *pick);
 
+/* Shared with the engine: the KV precision a kv_type means on the model's
+ * device (f16 only on a GPU); the context length n_ctx (0: the default)
+ * means; and the memory check (need bytes against the budget, or what the
+ * device has free), failing with the numbers and what to change. */
+tela_status tela_runtime_kv_dtype(const tela_model *model, tela_kv_type type, tela_kv_dtype *out);
+int32_t tela_runtime_ctx(const tela_model *model, int32_t n_ctx);
+tela_status tela_runtime_check_memory(const tela_model *model, uint64_t mem_budget, uint64_t need, const char *who,
+                                      int32_t n_ctx, tela_kv_dtype kv);
+
 #endif

@@ -371,16 +371,46 @@ static tela_status cpu_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past,
     return TELA_OK;
 }
 
+/* The cache row of position p of a sequence with block table `blocks`
+ * (NULL: a session's cache, row p). */
+static inline size_t kv_row(const int32_t *blocks, int32_t block_size, int32_t p) {
+    return blocks ? (size_t)blocks[p / block_size] * (size_t)block_size + (size_t)(p % block_size) : (size_t)p;
+}
+
 static void cpu_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride,
                          const float *v, int64_t v_stride, const tela_batch *b) {
     (void)ex;
     cpu_kv *c = (cpu_kv *)kv;
     const size_t n_ctx = (size_t)kv->shape.n_ctx;
+    const int32_t bs = kv->shape.block_size;
     float *kl = c->k + (size_t)layer * n_ctx * c->k_row, *vl = c->v + (size_t)layer * n_ctx * c->v_row;
-    for (int t = 0; t < b->n_tok; t++) {
-        memcpy(kl + (size_t)b->pos[t] * c->k_row, k + (size_t)t * k_stride, c->k_row * sizeof(float));
-        memcpy(vl + (size_t)b->pos[t] * c->v_row, v + (size_t)t * v_stride, c->v_row * sizeof(float));
+    if (!b->seqs) {
+        for (int t = 0; t < b->n_tok; t++) {
+            memcpy(kl + (size_t)b->pos[t] * c->k_row, k + (size_t)t * k_stride, c->k_row * sizeof(float));
+            memcpy(vl + (size_t)b->pos[t] * c->v_row, v + (size_t)t * v_stride, c->v_row * sizeof(float));
+        }
+        return;
     }
+    for (int i = 0; i < b->n_seq; i++) {
+        const tela_batch_seq *q = &b->seqs[i];
+        for (int t = q->tok0; t < q->tok0 + q->n_tok; t++) {
+            const size_t r = kv_row(q->blocks, bs, b->pos[t]);
+            memcpy(kl + r * c->k_row, k + (size_t)t * k_stride, c->k_row * sizeof(float));
+            memcpy(vl + r * c->v_row, v + (size_t)t * v_stride, c->v_row * sizeof(float));
+        }
+    }
+}
+
+static tela_status cpu_kv_copy_rows(tela_exec *ex, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n) {
+    (void)ex;
+    cpu_kv *c = (cpu_kv *)kv;
+    const size_t n_ctx = (size_t)kv->shape.n_ctx;
+    for (int l = 0; l < kv->shape.n_layer; l++) {
+        float *kl = c->k + (size_t)l * n_ctx * c->k_row, *vl = c->v + (size_t)l * n_ctx * c->v_row;
+        memmove(kl + (size_t)dst * c->k_row, kl + (size_t)src * c->k_row, (size_t)n * c->k_row * sizeof(float));
+        memmove(vl + (size_t)dst * c->v_row, vl + (size_t)src * c->v_row, (size_t)n * c->v_row * sizeof(float));
+    }
+    return TELA_OK;
 }
 
 static void cpu_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
@@ -392,18 +422,50 @@ static void cpu_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q
     cpu_kv_store(ex, kv, layer, k, k_stride, v, v_stride, b);
 }
 
+/* One tela_op_attention call for all the batch's sequences (each with its
+ * queries' rows, positions and block table), so a step of many decoding
+ * sequences is one dispatch to the pool. */
 static void cpu_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                           float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
+    cpu_exec *ce = as_cpu(ex);
     const cpu_kv *c = (const cpu_kv *)kv;
     const size_t n_ctx = (size_t)kv->shape.n_ctx;
-    tela_attn_args a = {
+    const tela_attn_args base = {
         .q = q, .q_stride = q_stride,
         .k = c->k + (size_t)layer * n_ctx * c->k_row, .k_stride = (int64_t)c->k_row,
         .v = c->v + (size_t)layer * n_ctx * c->v_row, .v_stride = (int64_t)c->v_row,
         .out = out, .out_stride = out_stride, .n_tok = b->n_tok, .pos0 = b->pos0, .n_head = n_head,
         .n_kv_head = kv->shape.n_kv_head, .k_dim = kv->shape.k_dim, .v_dim = kv->shape.v_dim, .scale = scale,
+        .blocks = NULL, .block_size = kv->shape.block_size,
     };
-    tela_op_attention(as_cpu(ex)->pool, &a);
+    if (!b->seqs) {
+        tela_op_attention(ce->pool, &base, 1);
+        return;
+    }
+    tela_attn_args stack[16] = {{0}};
+    tela_attn_args *args = b->n_seq <= 16 ? stack : malloc((size_t)b->n_seq * sizeof *args);
+    if (!args) {
+        if (ce->failed == TELA_OK) ce->failed = tela_errorf(TELA_ERR_NOMEM, "attention: out of memory");
+        return;
+    }
+    for (int i = 0; i < b->n_seq; i++) {
+        const tela_batch_seq *sq = &b->seqs[i];
+        args[i] = base;
+        args[i].q = q + (size_t)sq->tok0 * q_stride;
+        args[i].out = out + (size_t)sq->tok0 * out_stride;
+        args[i].n_tok = sq->n_tok;
+        args[i].pos0 = sq->pos0;
+        args[i].blocks = sq->blocks;
+    }
+    tela_op_attention(ce->pool, args, b->n_seq);
+    if (args != stack) free(args);
+}
+
+static void cpu_copy_rows(tela_exec *ex, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                          const int32_t *rows, int n, int64_t width) {
+    (void)ex;
+    for (int i = 0; i < n; i++)
+        memmove(dst + (size_t)i * dst_stride, src + (size_t)rows[i] * src_stride, (size_t)width * sizeof(float));
 }
 
 
@@ -552,12 +614,14 @@ static const tela_backend_ops cpu_ops = {
     .rope_table = cpu_rope_table,
     .rope = cpu_rope,
     .argmax = cpu_argmax,
+    .copy_rows = cpu_copy_rows,
     .kv_create = cpu_kv_create,
     .kv_free = cpu_kv_free,
     .kv_clear = cpu_kv_clear,
     .kv_image_bytes = cpu_kv_image_bytes,
     .kv_save = cpu_kv_save,
     .kv_load = cpu_kv_load,
+    .kv_copy_rows = cpu_kv_copy_rows,
     .kv_store = cpu_kv_store,
     .rope_store = cpu_rope_store,
     .attention = cpu_attention,
@@ -611,7 +675,8 @@ static tela_status cpu_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela
         return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a KV cache of %d tokens (%.1f MiB)",
                            shape->n_ctx, bytes / (1024.0 * 1024.0));
     }
-    tela_status s = tela_threadpool_reserve(as_cpu(ex)->pool, tela_op_attention_scratch(shape->n_ctx, shape->k_dim));
+    const int32_t longest = shape->block_size > 0 ? shape->max_seq_len : shape->n_ctx;
+    tela_status s = tela_threadpool_reserve(as_cpu(ex)->pool, tela_op_attention_scratch(longest, shape->k_dim));
     if (s != TELA_OK) {
         cpu_kv_free(&c->head);
         return s;

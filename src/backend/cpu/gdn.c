@@ -619,6 +619,21 @@ void tela_gdn_chunked(const tela_gdn_io *io, int64_t n, float *state, float *wor
     const gdn_fpmode fp = gdn_ftz_on();
     for (int64_t t0 = 0; t0 < n; t0 += TELA_GDN_CHUNK) {
         const int L = n - t0 < TELA_GDN_CHUNK ? (int)(n - t0) : TELA_GDN_CHUNK;
+        if (L == 1) {
+            /* a chunk of one token is a decode step: the recurrence, so that
+             * the result does not depend on whether the token came alone or
+             * at the end of a longer call (batched steps cut prompts at
+             * multiples of the chunk) */
+            tela_gdn_io one = *io;
+            one.q += t0 * io->qk_stride;
+            one.k += t0 * io->qk_stride;
+            one.v += t0 * io->v_stride;
+            one.g += t0 * io->gb_stride;
+            one.beta += t0 * io->gb_stride;
+            one.out += t0 * io->out_stride;
+            tela_gdn_recurrent(&one, 1, state);
+            continue;
+        }
 #if GDN_X86
         if (isa) {
             gdn_chunk_avx512(io, t0, L, state, w);

@@ -518,25 +518,41 @@ size_t tela_op_attention_scratch(int n_ctx, int k_dim) {
     return rows * ((size_t)n_ctx + (size_t)k_dim + 4) + 16;
 }
 
+/* One sequence's share of the dispatch: its rows are cut into blocks of
+ * qb * ATT_LANES rows per KV head; chunks [chunk0, chunk0 + n_blocks *
+ * n_kv_head) are its. */
 typedef struct {
     const tela_attn_args *a;
-    tela_threadpool *pool;
     int group;          /* query heads per KV head */
     int qb;             /* vectors of ATT_LANES rows per block (1, 2 or 4) */
     long long n_rows;   /* rows per KV head: n_tok * group */
     long long n_blocks; /* blocks of qb * ATT_LANES rows per KV head */
+    int chunk0;
+} attn_part;
+
+typedef struct {
+    tela_threadpool *pool;
+    const attn_part *parts;
+    int n_parts;
 } attn_job;
+
+/* The cache row of position p (see tela_attn_args). */
+static inline int64_t attn_row(const tela_attn_args *a, int64_t p) {
+    return a->blocks ? (int64_t)a->blocks[p / a->block_size] * a->block_size + p % a->block_size : p;
+}
 
 /* Scores of 16 / QB keys starting at p0 against QB vectors of transposed
  * queries (qt[d][row], R = QB * 16 rows); keys past n_keys repeat the last
  * one (the causal mask removes them). st[p][row], mx[b] per row vector. */
 static inline __attribute__((always_inline)) void attn_scores(const int QB, float *st, const float *qt,
-                                                              const float *kbase, int64_t k_stride, int k_dim,
-                                                              int64_t p0, int64_t n_keys, float scale,
-                                                              const tela_v16i *limit, tela_v16f *mx) {
+                                                              const tela_attn_args *a, const float *kbase,
+                                                              int64_t k_stride, int k_dim, int64_t p0,
+                                                              int64_t n_keys, float scale, const tela_v16i *limit,
+                                                              tela_v16f *mx) {
     const int KB = ATT_LANES / QB, R = QB * ATT_LANES;
     const float *kp[ATT_LANES];
-    ATT_UNROLL for (int j = 0; j < KB; j++) kp[j] = kbase + (p0 + j < n_keys ? p0 + j : n_keys - 1) * k_stride;
+    ATT_UNROLL for (int j = 0; j < KB; j++)
+        kp[j] = kbase + attn_row(a, p0 + j < n_keys ? p0 + j : n_keys - 1) * k_stride;
     tela_v16f acc[ATT_LANES];
     ATT_UNROLL for (int i = 0; i < ATT_LANES; i++) acc[i] = (tela_v16f){0};
     for (int d = 0; d < k_dim; d++) {
@@ -562,39 +578,50 @@ static inline __attribute__((always_inline)) void attn_scores(const int QB, floa
 }
 
 /* o[r][d0..d0+63] (4 rows) = sum_p e[p][row_r] v_p, e = st with R floats
- * per key. */
-static inline void attn_values_4x64(float *const *o, const int *row, const float *st, int R, const float *vbase,
-                                    int64_t v_stride, int64_t n_keys, int d0) {
+ * per key. The keys are walked in runs of consecutive cache rows (a paged
+ * cache's blocks); the sums run over p in order either way. */
+static inline void attn_values_4x64(float *const *o, const int *row, const float *st, int R,
+                                    const tela_attn_args *a, const float *vbase, int64_t v_stride, int64_t n_keys,
+                                    int d0) {
     tela_v16f acc[4][4];
     ATT_UNROLL for (int r = 0; r < 4; r++)
         ATT_UNROLL for (int i = 0; i < 4; i++) acc[r][i] = (tela_v16f){0};
-    for (int64_t p = 0; p < n_keys; p++) {
-        const float *vp = vbase + p * v_stride + d0;
-        const tela_v16f v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16),
-                        v2 = *(const tela_v16f *)(vp + 32), v3 = *(const tela_v16f *)(vp + 48);
-        const float *e = st + p * R;
-        ATT_UNROLL for (int r = 0; r < 4; r++) {
-            const tela_v16f w = SPLAT16(e[row[r]]);
-            acc[r][0] = FMA16(w, v0, acc[r][0]);
-            acc[r][1] = FMA16(w, v1, acc[r][1]);
-            acc[r][2] = FMA16(w, v2, acc[r][2]);
-            acc[r][3] = FMA16(w, v3, acc[r][3]);
+    const int64_t run = a->blocks ? a->block_size : n_keys;
+    for (int64_t p = 0; p < n_keys;) {
+        const int64_t end = p - p % run + run < n_keys ? p - p % run + run : n_keys;
+        const float *vp = vbase + attn_row(a, p) * v_stride + d0;
+        for (; p < end; p++, vp += v_stride) {
+            const tela_v16f v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16),
+                            v2 = *(const tela_v16f *)(vp + 32), v3 = *(const tela_v16f *)(vp + 48);
+            const float *e = st + p * R;
+            ATT_UNROLL for (int r = 0; r < 4; r++) {
+                const tela_v16f w = SPLAT16(e[row[r]]);
+                acc[r][0] = FMA16(w, v0, acc[r][0]);
+                acc[r][1] = FMA16(w, v1, acc[r][1]);
+                acc[r][2] = FMA16(w, v2, acc[r][2]);
+                acc[r][3] = FMA16(w, v3, acc[r][3]);
+            }
         }
     }
     ATT_UNROLL for (int r = 0; r < 4; r++)
         ATT_UNROLL for (int i = 0; i < 4; i++) *(tela_v16f *)(o[r] + d0 + 16 * i) = acc[r][i];
 }
 
-/* Block `chunk` of rows: KV head chunk / n_blocks, rows (t, head in group)
- * numbered t * group + j. */
+/* Block `chunk` of rows: the part whose chunks hold it, then KV head
+ * c / n_blocks of that part, rows (t, head in group) numbered
+ * t * group + j. */
 static void attention_block(void *arg, int chunk, int ith) {
-    const attn_job *job = arg;
+    const attn_job *jobs = arg;
+    int pi = 0;
+    while (pi + 1 < jobs->n_parts && chunk >= jobs->parts[pi + 1].chunk0) pi++;
+    const attn_part *job = &jobs->parts[pi];
+    chunk -= job->chunk0;
     const tela_attn_args *a = job->a;
     const int QB = job->qb, R = QB * ATT_LANES;
     const int kvh = (int)(chunk / job->n_blocks);
     const long long r0 = (chunk % job->n_blocks) * R;
     const int n_rows = (int)(job->n_rows - r0 < R ? job->n_rows - r0 : R);
-    float *scratch = tela_threadpool_scratch(job->pool, ith);
+    float *scratch = tela_threadpool_scratch(jobs->pool, ith);
     float *qt = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float *st = qt + (size_t)R * (a->k_dim + 4);
     int tok[ATT_MAX_ROWS], head[ATT_MAX_ROWS];
@@ -618,11 +645,11 @@ static void attention_block(void *arg, int chunk, int ith) {
     const int kb = ATT_LANES / QB;
     for (int64_t p0 = 0; p0 < n_keys; p0 += kb) {
         if (QB == 4)
-            attn_scores(4, st, qt, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
+            attn_scores(4, st, qt, a, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
         else if (QB == 2)
-            attn_scores(2, st, qt, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
+            attn_scores(2, st, qt, a, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
         else
-            attn_scores(1, st, qt, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
+            attn_scores(1, st, qt, a, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
     }
     /* 2. exp and sums (masked scores are -inf: exp gives 0) */
     tela_v16f sum[4] = {{0}, {0}, {0}, {0}};
@@ -644,11 +671,13 @@ static void attention_block(void *arg, int chunk, int ith) {
         }
         int d0 = 0;
         if (l0 + 4 <= n_rows)
-            for (; d0 + 64 <= a->v_dim; d0 += 64) attn_values_4x64(o, row, st, R, vbase, a->v_stride, n_keys, d0);
+            for (; d0 + 64 <= a->v_dim; d0 += 64)
+                attn_values_4x64(o, row, st, R, a, vbase, a->v_stride, n_keys, d0);
         for (int r = 0; r < 4 && l0 + r < n_rows; r++) {
             for (int d = d0; d < a->v_dim; d++) {
                 float acc = 0.0f;
-                for (int64_t p = 0; p < n_keys; p++) acc = fma1(st[p * R + row[r]], vbase[p * a->v_stride + d], acc);
+                for (int64_t p = 0; p < n_keys; p++)
+                    acc = fma1(st[p * R + row[r]], vbase[attn_row(a, p) * a->v_stride + d], acc);
                 o[r][d] = acc;
             }
             const float inv = 1.0f / sum[row[r] / ATT_LANES][row[r] % ATT_LANES];
@@ -657,14 +686,27 @@ static void attention_block(void *arg, int chunk, int ith) {
     }
 }
 
-void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args) {
-    attn_job job = {args, pool, args->n_head / args->n_kv_head, 1, 0, 0};
-    job.n_rows = (long long)args->n_tok * job.group;
-    /* as many row vectors per block as there are rows and scratch for */
-    const size_t per_row = (size_t)args->pos0 + (size_t)args->n_tok + (size_t)args->k_dim + 4;
-    while (job.qb < 4 && job.n_rows > (long long)job.qb * ATT_LANES &&
-           tela_threadpool_scratch_size(pool) >= (size_t)(2 * job.qb * ATT_LANES) * per_row + 16)
-        job.qb *= 2;
-    job.n_blocks = (job.n_rows + job.qb * ATT_LANES - 1) / (job.qb * ATT_LANES);
-    tela_threadpool_run_chunks(pool, attention_block, &job, (int)(job.n_blocks * args->n_kv_head));
+void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args, int n_args) {
+    attn_part stack[16], *parts = n_args <= 16 ? stack : malloc((size_t)n_args * sizeof *parts);
+    if (!parts) { /* no memory for the table: one dispatch each */
+        for (int i = 0; i < n_args; i++) tela_op_attention(pool, args + i, 1);
+        return;
+    }
+    int chunks = 0;
+    for (int i = 0; i < n_args; i++) {
+        const tela_attn_args *a = &args[i];
+        attn_part *job = &parts[i];
+        *job = (attn_part){a, a->n_head / a->n_kv_head, 1, 0, 0, chunks};
+        job->n_rows = (long long)a->n_tok * job->group;
+        /* as many row vectors per block as there are rows and scratch for */
+        const size_t per_row = (size_t)a->pos0 + (size_t)a->n_tok + (size_t)a->k_dim + 4;
+        while (job->qb < 4 && job->n_rows > (long long)job->qb * ATT_LANES &&
+               tela_threadpool_scratch_size(pool) >= (size_t)(2 * job->qb * ATT_LANES) * per_row + 16)
+            job->qb *= 2;
+        job->n_blocks = (job->n_rows + job->qb * ATT_LANES - 1) / (job->qb * ATT_LANES);
+        chunks += (int)(job->n_blocks * a->n_kv_head);
+    }
+    attn_job job = {pool, parts, n_args};
+    tela_threadpool_run_chunks(pool, attention_block, &job, chunks);
+    if (parts != stack) free(parts);
 }

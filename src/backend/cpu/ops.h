@@ -113,9 +113,15 @@ typedef struct tela_attn_args {
     int k_dim;
     int v_dim;
     float scale;
+    /* A paged cache: position p's row is blocks[p / block_size] *
+     * block_size + p % block_size (NULL: row p). */
+    const int32_t *blocks;
+    int32_t block_size;
 } tela_attn_args;
 
-void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args);
+/* Runs n_args attentions (the sequences of a batched step) in one dispatch
+ * to the pool; each result is the same as that of a call on its own. */
+void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args, int n_args);
 
 /* Per-thread scratch (floats) tela_op_attention needs for a context of
  * n_ctx positions and key heads of k_dim. */

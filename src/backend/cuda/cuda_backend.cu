@@ -544,6 +544,17 @@ static void cuda_rope(tela_exec *e, float *x, int64_t x_stride, int n_tok, int n
 
 static void cuda_argmax(tela_exec *e, const float *x, int64_t n, int32_t *out) { tela_cuda_argmax(as_ex(e), x, n, out); }
 
+/* The rows of a batched step that need logits (host row list): one
+ * device-to-device copy each. */
+static void cuda_copy_rows(tela_exec *e, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                           const int32_t *rows, int n, int64_t width) {
+    cuda_exec *ex = as_ex(e);
+    for (int i = 0; i < n; i++)
+        tela_cuda_check(ex, cudaMemcpyAsync(dst + (size_t)i * dst_stride, src + (size_t)rows[i] * src_stride,
+                                            (size_t)width * sizeof(float), cudaMemcpyDeviceToDevice, ex->stream),
+                        "row copy");
+}
+
 /* ----------------------------------------------------------- KV cache */
 
 static void cuda_kv_free(tela_kv_cache *kv) {
@@ -759,12 +770,14 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_rope_table,
     cuda_rope,
     cuda_argmax,
+    cuda_copy_rows,
     cuda_kv_create,
     cuda_kv_free,
     cuda_kv_clear,
     cuda_kv_image_bytes,
     cuda_kv_save,
     cuda_kv_load,
+    NULL, /* kv_copy_rows: no paged KV cache on the GPU yet */
     cuda_kv_store,
     cuda_rope_store,
     cuda_attention,

@@ -1,0 +1,859 @@
+/* engine.c: the batching engine (tela.h, "engine").
+ *
+ * Threads. Callers submit and cancel under the engine's mutex; one
+ * scheduler thread owns everything else (the queue of waiting requests,
+ * the running sequences, the KV pool, the model state) and calls the
+ * callbacks without holding the mutex.
+ *
+ * A step (step()):
+ *   1. every decoding sequence contributes its next token, then sequences
+ *      with prompt left contribute chunks, in the order they were
+ *      admitted, while the step's token budget lasts; a chunk that does not
+ *      finish its prompt is cut at a multiple of TELA_MODEL_STEP_ALIGN
+ *      tokens and, for hybrid models, at the next checkpoint position, so
+ *      the cuts of a sequence never depend on what else runs;
+ *   2. KV blocks are taken from the pool for the positions the step writes
+ *      (when none is left, the most recently admitted sequence is set back
+ *      to waiting: preemption by recompute, with its blocks left in the
+ *      prefix cache and, for hybrid models, a checkpoint of its state);
+ *   3. one batched forward pass (tela_arch.forward_batch);
+ *   4. full blocks join the prefix cache; hybrid models keep checkpoints
+ *      at checkpoint positions and at the end of prompts;
+ *   5. sequences that got logits sample their next token (tela_sample with
+ *      the step index = the token's position, as tela_generate does, so a
+ *      seed gives the same tokens here and there), and the events go out.
+ *
+ * Admission. A waiting request gets a state slot and reuses the longest
+ * cached prefix of its tokens: full blocks are shared, the rows of a
+ * partly matching block are copied into a block of its own; a hybrid
+ * model resumes from the latest checkpoint within the reused prefix (and
+ * at an exact checkpoint with logits needs no computation at all). */
+#include "runtime/kv_pool.h"
+#include "runtime/session.h"
+#include "runtime/text_stream.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ENGINE_BLOCK 16
+#define ENGINE_MAX_TOP 20
+
+typedef struct eng_req {
+    uint64_t id;
+    tela_request_params params;  /* stop_strings and logit_bias point at the copies below */
+    char **stops;
+    tela_logit_bias *bias;
+    int32_t *tokens;             /* [n_ctx + 1]: the prompt, then the sampled tokens */
+    int32_t n_prompt, n_tokens;
+    int32_t n_computed;          /* positions whose KV rows and state are computed */
+    int32_t n_cached;            /* prompt tokens reused from the prefix cache */
+    int32_t n_generated;
+    int32_t *blocks;             /* the block table */
+    int32_t n_blocks;
+    uint64_t *hashes;            /* chain hashes: hashes[k] after k whole blocks of tokens */
+    int32_t n_hashed;            /* hashes[0..n_hashed] are valid */
+    int32_t n_registered;        /* full blocks offered to the prefix cache */
+    int32_t last_ckpt;           /* position of the last checkpoint taken */
+    int slot;                    /* -1 unless running */
+    tela_text_stream *text;
+    float *ready;                /* logits from a checkpoint: sample without computing */
+    float *raw;                  /* a copy of the logits for log-probabilities */
+    bool admitted_once;
+    double t_submit, t_start, t_first;
+    struct eng_req *next;
+} eng_req;
+
+struct tela_engine {
+    tela_model *model;
+    const tela_arch *arch;
+    tela_exec *ex;
+    void *state;
+    tela_kv_pool *pool;
+    int32_t n_ctx, n_parallel, step_tokens, max_waiting, ckpt_interval, n_vocab;
+    bool prefix_cache;
+    size_t image_bytes;
+    void *image;                 /* a slot's state, for checkpoints */
+    float *logits;               /* [n_parallel][n_vocab]: a step's logits rows */
+    int *free_slots;
+    int n_free_slots;
+    eng_req **running;           /* in admission order */
+    int n_running;
+    eng_req *wait_head, *wait_tail;
+    int32_t n_wait;
+    tela_seq_run *runs;
+    eng_req **run_req;
+    /* shared with the callers (mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eng_req *in_head, *in_tail;
+    int32_t n_in;
+    uint64_t *cancels;
+    int n_cancels, cap_cancels;
+    uint64_t next_id;
+    bool stopping;
+    tela_engine_stats stats;
+    pthread_t thread;
+    bool thread_started;
+};
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+tela_engine_params tela_engine_default_params(void) {
+    tela_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.prefix_cache = 1;
+    return p;
+}
+
+tela_request_params tela_request_default_params(void) {
+    tela_request_params p;
+    memset(&p, 0, sizeof p);
+    p.sampler = tela_sampler_default_params();
+    p.top_logprobs = -1;
+    return p;
+}
+
+/* ------------------------------------------------------------ requests */
+
+static void req_free(eng_req *r) {
+    if (!r) return;
+    if (r->stops)
+        for (char **s = r->stops; *s; s++) free(*s);
+    free(r->stops);
+    free(r->bias);
+    free(r->tokens);
+    free(r->blocks);
+    free(r->hashes);
+    free(r->ready);
+    free(r->raw);
+    tela_text_stream_free(r->text);
+    free(r);
+}
+
+static int32_t blocks_for(int32_t positions) { return (positions + ENGINE_BLOCK - 1) / ENGINE_BLOCK; }
+
+/* The chain hashes of r's whole blocks up to position n. */
+static void req_hash(eng_req *r, int32_t n) {
+    for (int32_t k = r->n_hashed; k < n / ENGINE_BLOCK; k++)
+        r->hashes[k + 1] = tela_kv_chain_hash(r->hashes[k], r->tokens + (size_t)k * ENGINE_BLOCK, ENGINE_BLOCK);
+    if (n / ENGINE_BLOCK > r->n_hashed) r->n_hashed = n / ENGINE_BLOCK;
+}
+
+/* Offers r's newly full blocks to the prefix cache. */
+static void req_register_full(tela_engine *e, eng_req *r) {
+    if (!e->prefix_cache) return;
+    const int32_t full = r->n_computed / ENGINE_BLOCK;
+    req_hash(r, r->n_computed);
+    for (int32_t k = r->n_registered; k < full && k < r->n_blocks; k++)
+        tela_kv_pool_register(e->pool, r->blocks[k], r->hashes[k], r->tokens + (size_t)k * ENGINE_BLOCK, ENGINE_BLOCK);
+    if (full > r->n_registered) r->n_registered = full;
+}
+
+/* A checkpoint of r's state at n_computed (hybrid models), with logits when
+ * they are the ones after it. */
+static void req_checkpoint(tela_engine *e, eng_req *r, const float *logits) {
+    if (!e->prefix_cache || !e->image_bytes || r->n_computed <= 0 || r->slot < 0) return;
+    if (r->last_ckpt == r->n_computed && !logits) return;
+    if (e->arch->slot_save(e->model, e->state, r->slot, e->image) != TELA_OK) return;
+    req_hash(r, r->n_computed);
+    if (tela_kv_pool_ckpt_put(e->pool, r->tokens, r->n_computed, r->hashes, e->image, logits))
+        r->last_ckpt = r->n_computed;
+}
+
+/* Gives up r's blocks and slot (its full blocks, and the partial last one,
+ * stay in the prefix cache). */
+static void req_release(tela_engine *e, eng_req *r) {
+    if (r->slot < 0) return;
+    req_register_full(e, r);
+    const int32_t full = r->n_computed / ENGINE_BLOCK, tail = r->n_computed - full * ENGINE_BLOCK;
+    if (e->prefix_cache && tail > 0 && full < r->n_blocks)
+        tela_kv_pool_register(e->pool, r->blocks[full], r->hashes[full], r->tokens + (size_t)full * ENGINE_BLOCK,
+                              tail);
+    for (int32_t i = 0; i < r->n_blocks; i++) tela_kv_pool_release(e->pool, r->blocks[i]);
+    r->n_blocks = 0;
+    e->free_slots[e->n_free_slots++] = r->slot;
+    r->slot = -1;
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i] == r) {
+            memmove(e->running + i, e->running + i + 1, (size_t)(e->n_running - i - 1) * sizeof *e->running);
+            e->n_running--;
+            break;
+        }
+}
+
+static void fill_usage(const eng_req *r, tela_request_usage *u, double now) {
+    u->prompt_tokens = r->n_prompt;
+    u->cached_tokens = r->n_cached;
+    u->generated_tokens = r->n_generated;
+    u->queue_seconds = r->admitted_once ? r->t_start - r->t_submit : now - r->t_submit;
+    u->first_token_seconds = r->t_first > 0 ? r->t_first - r->t_submit : 0.0;
+    u->total_seconds = now - r->t_submit;
+}
+
+/* Ends r: the DONE event, the statistics, and the memory. r must be out of
+ * the waiting list; a running r gives its blocks and slot back. */
+static void req_finish(tela_engine *e, eng_req *r, tela_stop_reason reason, tela_status status, const char *error) {
+    if (r->slot >= 0) {
+        req_checkpoint(e, r, NULL);
+        req_release(e, r);
+    }
+    tela_engine_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = TELA_EVENT_DONE;
+    ev.id = r->id;
+    ev.token = -1;
+    ev.text = "";
+    ev.stop_reason = reason;
+    ev.status = status;
+    ev.error = error;
+    fill_usage(r, &ev.usage, now_seconds());
+    if (r->params.callback) r->params.callback(r->params.user, &ev);
+    pthread_mutex_lock(&e->mu);
+    e->stats.requests_finished++;
+    if (reason == TELA_STOP_CANCELLED) e->stats.requests_cancelled++;
+    if (status != TELA_OK) e->stats.requests_failed++;
+    e->stats.prompt_tokens += (uint64_t)r->n_prompt;
+    e->stats.cached_tokens += (uint64_t)r->n_cached;
+    e->stats.generated_tokens += (uint64_t)r->n_generated;
+    if (r->n_cached > 0) e->stats.prefix_hits++;
+    pthread_mutex_unlock(&e->mu);
+    req_free(r);
+}
+
+/* --------------------------------------------------------- the queues */
+
+static void wait_push_back(tela_engine *e, eng_req *r) {
+    r->next = NULL;
+    if (e->wait_tail) e->wait_tail->next = r;
+    else e->wait_head = r;
+    e->wait_tail = r;
+    e->n_wait++;
+}
+
+static void wait_push_front(tela_engine *e, eng_req *r) {
+    r->next = e->wait_head;
+    e->wait_head = r;
+    if (!e->wait_tail) e->wait_tail = r;
+    e->n_wait++;
+}
+
+static eng_req *wait_pop(tela_engine *e) {
+    eng_req *r = e->wait_head;
+    if (!r) return NULL;
+    e->wait_head = r->next;
+    if (!e->wait_head) e->wait_tail = NULL;
+    r->next = NULL;
+    e->n_wait--;
+    return r;
+}
+
+/* Takes the request with this id out of the waiting list (or NULL). */
+static eng_req *wait_take(tela_engine *e, uint64_t id) {
+    for (eng_req **link = &e->wait_head, *prev = NULL; *link; prev = *link, link = &(*link)->next) {
+        eng_req *r = *link;
+        if (r->id != id) continue;
+        *link = r->next;
+        if (e->wait_tail == r) e->wait_tail = prev;
+        r->next = NULL;
+        e->n_wait--;
+        return r;
+    }
+    return NULL;
+}
+
+/* -------------------------------------------------------------- admission */
+
+/* Sets a preempted or new request back to nothing computed. */
+static void req_reset(eng_req *r) {
+    r->n_computed = 0;
+    r->n_blocks = 0;
+    r->n_registered = 0;
+    r->last_ckpt = 0;
+    free(r->ready);
+    r->ready = NULL;
+}
+
+/* Starts r in a free slot with the longest reusable prefix. Returns false
+ * (changing nothing) when the pool lacks the blocks for its tokens. */
+static bool req_start(tela_engine *e, eng_req *r) {
+    const int32_t n = r->n_tokens;
+    int32_t reuse = 0, found_full = 0, tail_block = -1, tail_len = 0;
+    const void *image = NULL;
+    const float *ck_logits = NULL;
+    req_hash(r, n);
+    if (e->prefix_cache) {
+        const int32_t found = tela_kv_pool_match(e->pool, r->tokens, n, r->hashes, r->blocks, &tail_block, &tail_len);
+        found_full = (found - tail_len) / ENGINE_BLOCK;
+        if (e->image_bytes) {
+            const int32_t c = tela_kv_pool_ckpt_find(e->pool, r->tokens, n, found, r->hashes, &image, &ck_logits);
+            reuse = c > 0 ? c : 0;
+            if (c <= 0) image = NULL;
+        } else {
+            reuse = found < n ? found : n - 1; /* the last token is computed again for its logits */
+        }
+    }
+    const int32_t shared = reuse / ENGINE_BLOCK, part = reuse - shared * ENGINE_BLOCK;
+    /* the part of the block after the shared ones: from a matched full block,
+     * or the tail block */
+    const int32_t src = part == 0 ? -1 : shared < found_full ? r->blocks[shared] : tail_block;
+    for (int32_t i = 0; i < shared; i++) tela_kv_pool_retain(e->pool, r->blocks[i]);
+    if (src >= 0) tela_kv_pool_retain(e->pool, src);
+    const int32_t need = blocks_for(n + 1) - shared;
+    if (tela_kv_pool_available(e->pool) < need) {
+        for (int32_t i = 0; i < shared; i++) tela_kv_pool_release(e->pool, r->blocks[i]);
+        if (src >= 0) tela_kv_pool_release(e->pool, src);
+        return false;
+    }
+    r->n_blocks = shared;
+    if (src >= 0) {
+        const int32_t own = tela_kv_pool_alloc(e->pool);
+        r->blocks[r->n_blocks++] = own;
+        e->arch->kv_copy_rows(e->model, e->state, own * ENGINE_BLOCK, src * ENGINE_BLOCK, part);
+        tela_kv_pool_release(e->pool, src);
+    }
+    r->slot = e->free_slots[--e->n_free_slots];
+    if (image) e->arch->slot_load(e->model, e->state, r->slot, image);
+    else e->arch->slot_reset(e->model, e->state, r->slot);
+    r->n_computed = reuse;
+    r->n_registered = shared;
+    r->last_ckpt = image ? reuse : 0;
+    if (!r->admitted_once) {
+        r->n_cached = reuse < r->n_prompt ? reuse : r->n_prompt;
+        r->t_start = now_seconds();
+        r->admitted_once = true;
+    }
+    if (ck_logits && reuse == n) {
+        r->ready = malloc((size_t)e->n_vocab * sizeof(float));
+        if (r->ready) memcpy(r->ready, ck_logits, (size_t)e->n_vocab * sizeof(float));
+        else { /* no memory to keep them: compute the last token again */
+            r->n_computed = 0;
+            e->arch->slot_reset(e->model, e->state, r->slot);
+            for (int32_t i = 0; i < r->n_blocks; i++) tela_kv_pool_release(e->pool, r->blocks[i]);
+            r->n_blocks = 0;
+            r->n_registered = 0;
+        }
+    }
+    e->running[e->n_running++] = r;
+    return true;
+}
+
+static void admit(tela_engine *e) {
+    while (e->wait_head && e->n_running < e->n_parallel && e->n_free_slots > 0) {
+        if (!req_start(e, e->wait_head)) break;
+        (void)wait_pop(e);
+    }
+}
+
+/* ------------------------------------------------------------------ steps */
+
+/* Sets the most recently admitted running sequence other than `keep` (and
+ * not yet in this step's runs) back to waiting, its blocks released. */
+static bool preempt_one(tela_engine *e, const eng_req *keep, int n_runs) {
+    for (int i = e->n_running - 1; i >= 0; i--) {
+        eng_req *v = e->running[i];
+        if (v == keep) continue;
+        bool scheduled = false;
+        for (int j = 0; j < n_runs; j++)
+            if (e->run_req[j] == v) scheduled = true;
+        if (scheduled) continue;
+        req_checkpoint(e, v, NULL);
+        req_release(e, v);
+        req_reset(v);
+        wait_push_front(e, v);
+        pthread_mutex_lock(&e->mu);
+        e->stats.preemptions++;
+        pthread_mutex_unlock(&e->mu);
+        return true;
+    }
+    return false;
+}
+
+/* Blocks for r's positions [0, end); false when the pool cannot give them
+ * even after preempting others. */
+static bool ensure_blocks(tela_engine *e, eng_req *r, int32_t end, int n_runs) {
+    while (r->n_blocks < blocks_for(end)) {
+        int32_t b = tela_kv_pool_alloc(e->pool);
+        while (b < 0 && preempt_one(e, r, n_runs)) b = tela_kv_pool_alloc(e->pool);
+        if (b < 0) return false;
+        r->blocks[r->n_blocks++] = b;
+    }
+    return true;
+}
+
+/* Log-probabilities of a logits row before the sampler touches it: the log
+ * of the softmax normalizer (in double) and the k likeliest tokens. */
+static double log_normalizer(const float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    if (!isfinite(mx)) return (double)mx;
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    return (double)mx + log(s);
+}
+
+static int top_k_of(const float *x, int n, int k, tela_top_logprob *out, double lse) {
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m == k && x[i] <= x[out[m - 1].token]) continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && x[out[j - 1].token] < x[i]) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j].token = i;
+    }
+    for (int i = 0; i < m; i++) out[i].logprob = (float)((double)x[out[i].token] - lse);
+    return m;
+}
+
+/* Samples r's next token from a logits row (edited in place) and sends
+ * its event; ends r when it stops. */
+static void req_sample(tela_engine *e, eng_req *r, float *row) {
+    const tela_model *m = e->model;
+    const int V = e->n_vocab;
+    tela_top_logprob top[ENGINE_MAX_TOP];
+    int n_top = 0;
+    double lse = 0.0;
+    const int want = r->params.top_logprobs;
+    if (want >= 0) {
+        lse = log_normalizer(row, V);
+        if (want > 0) n_top = top_k_of(row, V, want, top, lse);
+        if (!r->raw) r->raw = malloc((size_t)V * sizeof(float));
+        if (r->raw) memcpy(r->raw, row, (size_t)V * sizeof(float));
+    }
+    int32_t tok = 0;
+    tela_status st = tela_sample(&r->params.sampler, row, V, r->tokens, (size_t)r->n_tokens, (uint64_t)r->n_tokens, &tok);
+    if (st != TELA_OK) {
+        req_finish(e, r, TELA_STOP_ERROR, st, tela_last_error());
+        return;
+    }
+    r->tokens[r->n_tokens++] = tok;
+    r->n_generated++;
+    if (r->t_first == 0) r->t_first = now_seconds();
+    const tela_request_params *p = &r->params;
+    const bool is_eog = !p->ignore_eos && (m->vocab ? tela_vocab_is_eog(m->vocab, tok) : tok == m->info.eos_token);
+    tela_stop_reason reason = TELA_STOP_MAX_TOKENS;
+    bool final = true;
+    if (is_eog) reason = TELA_STOP_EOS;
+    else if (p->max_tokens > 0 && r->n_generated >= p->max_tokens) reason = TELA_STOP_MAX_TOKENS;
+    else if (r->n_computed >= e->n_ctx) reason = TELA_STOP_CONTEXT;
+    else final = false;
+    const char *text;
+    size_t len;
+    bool stopped;
+    if (!tela_text_stream_push(r->text, tok, is_eog, final, &text, &len, &stopped)) {
+        req_finish(e, r, TELA_STOP_ERROR, TELA_ERR_NOMEM, "out of memory");
+        return;
+    }
+    if (stopped) {
+        final = true;
+        reason = TELA_STOP_STRING;
+    }
+    tela_engine_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = TELA_EVENT_TOKEN;
+    ev.id = r->id;
+    ev.token = tok;
+    ev.text = text;
+    ev.text_len = len;
+    ev.logprob = want >= 0 && r->raw ? (float)((double)r->raw[tok] - lse) : 0.0f;
+    ev.top = n_top ? top : NULL;
+    ev.n_top = n_top;
+    fill_usage(r, &ev.usage, now_seconds());
+    if (p->callback && p->callback(p->user, &ev) && !final) {
+        final = true;
+        reason = TELA_STOP_CANCELLED;
+    }
+    if (final) req_finish(e, r, reason, TELA_OK, NULL);
+}
+
+/* The next checkpoint position after `from` (hybrid models with the prefix
+ * cache), or INT32_MAX. */
+static int32_t next_ckpt(const tela_engine *e, int32_t from) {
+    if (!e->prefix_cache || !e->image_bytes) return INT32_MAX;
+    return (from / e->ckpt_interval + 1) * e->ckpt_interval;
+}
+
+static void step(tela_engine *e) {
+    int n_runs = 0;
+    int32_t budget = e->step_tokens;
+    /* sequences with logits from a checkpoint sample at once */
+    for (int i = 0; i < e->n_running;) {
+        eng_req *r = e->running[i];
+        if (!r->ready) {
+            i++;
+            continue;
+        }
+        float *row = r->ready;
+        r->ready = NULL;
+        const int before = e->n_running;
+        req_sample(e, r, row);
+        free(row);
+        if (e->n_running == before) i++;
+    }
+    /* 1. decoding sequences: one token each */
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        eng_req *r = e->running[i];
+        if (r->n_computed != r->n_tokens - 1) continue;
+        if (!ensure_blocks(e, r, r->n_computed + 1, n_runs)) continue;
+        e->runs[n_runs] = (tela_seq_run){r->slot, r->tokens + r->n_computed, 1, r->n_computed, r->blocks, true};
+        e->run_req[n_runs++] = r;
+        budget--;
+    }
+    /* 2. prompt chunks */
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        eng_req *r = e->running[i];
+        const int32_t left = r->n_tokens - r->n_computed;
+        if (left <= 1 && r->n_computed == r->n_tokens - 1) continue; /* decoding (or done above) */
+        if (left <= 0) continue;
+        int32_t n = left < budget ? left : budget;
+        const int32_t ck = next_ckpt(e, r->n_computed);
+        if (r->n_computed + n > ck && ck < r->n_tokens) n = ck - r->n_computed;
+        else if (n < left) n -= n % TELA_MODEL_STEP_ALIGN;
+        if (n <= 0) continue;
+        if (!ensure_blocks(e, r, r->n_computed + n, n_runs)) continue;
+        e->runs[n_runs] = (tela_seq_run){r->slot, r->tokens + r->n_computed, n, r->n_computed, r->blocks,
+                                         r->n_computed + n == r->n_tokens};
+        e->run_req[n_runs++] = r;
+        budget -= n;
+    }
+    if (n_runs == 0) return;
+    const tela_status st = e->arch->forward_batch(e->model, e->state, e->runs, n_runs, e->logits);
+    pthread_mutex_lock(&e->mu);
+    e->stats.steps++;
+    pthread_mutex_unlock(&e->mu);
+    if (st != TELA_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", tela_last_error());
+        for (int j = 0; j < n_runs; j++) req_finish(e, e->run_req[j], TELA_STOP_ERROR, st, msg);
+        return;
+    }
+    int row = 0;
+    for (int j = 0; j < n_runs; j++) {
+        eng_req *r = e->run_req[j];
+        float *lrow = e->runs[j].logits ? e->logits + (size_t)row++ * e->n_vocab : NULL;
+        r->n_computed += e->runs[j].n;
+        req_register_full(e, r);
+        if (e->image_bytes && e->prefix_cache &&
+            (r->n_computed % e->ckpt_interval == 0 || (lrow && r->n_generated == 0)))
+            req_checkpoint(e, r, lrow && r->n_computed == r->n_tokens ? lrow : NULL);
+    }
+    row = 0;
+    for (int j = 0; j < n_runs; j++) {
+        if (!e->runs[j].logits) continue;
+        req_sample(e, e->run_req[j], e->logits + (size_t)row++ * e->n_vocab);
+    }
+}
+
+/* Applies the cancellations asked for since the last step. */
+static void apply_cancels(tela_engine *e, const uint64_t *ids, int n) {
+    for (int k = 0; k < n; k++) {
+        eng_req *r = wait_take(e, ids[k]);
+        if (!r)
+            for (int i = 0; i < e->n_running; i++)
+                if (e->running[i]->id == ids[k]) r = e->running[i];
+        if (r) req_finish(e, r, TELA_STOP_CANCELLED, TELA_OK, NULL);
+    }
+}
+
+static void publish_stats(tela_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->stats.running = e->n_running;
+    e->stats.waiting = e->n_wait;
+    e->stats.kv_blocks_used = tela_kv_pool_held(e->pool);
+    e->stats.kv_blocks_cached = tela_kv_pool_cached_idle(e->pool);
+    e->stats.checkpoints = tela_kv_pool_ckpt_count(e->pool);
+    e->stats.checkpoint_bytes = tela_kv_pool_ckpt_bytes(e->pool);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *scheduler(void *arg) {
+    tela_engine *e = arg;
+    uint64_t *ids = NULL;
+    int cap = 0;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stopping && !e->in_head && e->n_cancels == 0 && e->n_running == 0 &&
+               !(e->wait_head && e->n_free_slots > 0))
+            pthread_cond_wait(&e->cv, &e->mu);
+        eng_req *in = e->in_head;
+        e->in_head = e->in_tail = NULL;
+        e->n_in = 0;
+        int n_ids = e->n_cancels;
+        if (n_ids > cap) {
+            uint64_t *ni = realloc(ids, (size_t)n_ids * sizeof *ids);
+            if (ni) {
+                ids = ni;
+                cap = n_ids;
+            } else {
+                n_ids = cap;
+            }
+        }
+        if (n_ids) {
+            memcpy(ids, e->cancels, (size_t)n_ids * sizeof *ids);
+            memmove(e->cancels, e->cancels + n_ids, (size_t)(e->n_cancels - n_ids) * sizeof *ids);
+            e->n_cancels -= n_ids;
+        }
+        const bool stopping = e->stopping;
+        pthread_mutex_unlock(&e->mu);
+        while (in) {
+            eng_req *next = in->next;
+            wait_push_back(e, in);
+            in = next;
+        }
+        apply_cancels(e, ids, n_ids);
+        if (stopping) {
+            while (e->n_running) req_finish(e, e->running[e->n_running - 1], TELA_STOP_CANCELLED, TELA_OK, NULL);
+            for (eng_req *r; (r = wait_pop(e));) req_finish(e, r, TELA_STOP_CANCELLED, TELA_OK, NULL);
+            publish_stats(e);
+            break;
+        }
+        admit(e);
+        step(e);
+        publish_stats(e);
+    }
+    free(ids);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- the API */
+
+void tela_engine_free(tela_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stopping = true;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    for (eng_req *r = e->in_head; r;) { /* submitted after the thread stopped: never started */
+        eng_req *next = r->next;
+        req_free(r);
+        r = next;
+    }
+    if (e->state) e->arch->state_free(e->state);
+    if (e->ex) tela_exec_free(e->ex);
+    tela_kv_pool_free(e->pool);
+    free(e->image);
+    free(e->logits);
+    free(e->free_slots);
+    free(e->running);
+    free(e->runs);
+    free(e->run_req);
+    free(e->cancels);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+tela_status tela_engine_create(tela_model *model, const tela_engine_params *params, tela_engine **out) {
+    if (!out) return tela_errorf(TELA_ERR_ARG, "tela_engine_create: out is NULL");
+    *out = NULL;
+    if (!model) return tela_errorf(TELA_ERR_ARG, "tela_engine_create: model is NULL");
+    const tela_engine_params p = params ? *params : tela_engine_default_params();
+    const tela_arch *arch = model->arch;
+    if (!arch->forward_batch)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "engine: the %s architecture has no batched forward pass", arch->name);
+    if (p.n_ctx < 0 || p.n_parallel < 0 || p.kv_tokens < 0 || p.step_tokens < 0 || p.max_waiting < 0 ||
+        p.checkpoint_interval < 0)
+        return tela_errorf(TELA_ERR_ARG, "engine: negative sizes in the parameters");
+    const int32_t n_ctx = tela_runtime_ctx(model, p.n_ctx);
+    if (n_ctx < 2 || n_ctx > (1 << 24))
+        return tela_errorf(TELA_ERR_ARG, "engine: context length %d is out of range (2..%d)", n_ctx, 1 << 24);
+    const int32_t n_parallel = p.n_parallel ? p.n_parallel : 8;
+    if (n_parallel > 4096) return tela_errorf(TELA_ERR_ARG, "engine: %d parallel sequences is too many", n_parallel);
+    int64_t kv_tokens = p.kv_tokens ? p.kv_tokens : (int64_t)n_parallel * n_ctx;
+    if (kv_tokens < n_ctx)
+        return tela_errorf(TELA_ERR_ARG, "engine: a KV cache of %lld tokens cannot hold one context of %d",
+                           (long long)kv_tokens, n_ctx);
+    const int64_t n_blocks = (kv_tokens + ENGINE_BLOCK - 1) / ENGINE_BLOCK + 1;
+    if (n_blocks * ENGINE_BLOCK > INT32_MAX / 2)
+        return tela_errorf(TELA_ERR_ARG, "engine: a KV cache of %lld tokens is too large", (long long)kv_tokens);
+    int32_t step_tokens = p.step_tokens ? p.step_tokens : 256;
+    if (step_tokens < n_parallel) step_tokens = n_parallel;
+    if (step_tokens < TELA_MODEL_STEP_ALIGN) step_tokens = TELA_MODEL_STEP_ALIGN;
+    int32_t interval = p.checkpoint_interval ? p.checkpoint_interval : 256;
+    interval = (interval + TELA_MODEL_STEP_ALIGN - 1) / TELA_MODEL_STEP_ALIGN * TELA_MODEL_STEP_ALIGN;
+
+    tela_engine *e = calloc(1, sizeof *e);
+    if (!e) return tela_errorf(TELA_ERR_NOMEM, "engine: out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->model = model;
+    e->arch = arch;
+    e->n_ctx = n_ctx;
+    e->n_parallel = n_parallel;
+    e->step_tokens = step_tokens;
+    e->max_waiting = p.max_waiting ? p.max_waiting : 64;
+    e->ckpt_interval = interval;
+    e->prefix_cache = p.prefix_cache != 0;
+    e->n_vocab = model->info.n_vocab;
+    e->image_bytes = arch->slot_bytes(model);
+    e->next_id = 1;
+    tela_status st = TELA_OK;
+    tela_state_params sp = {n_ctx, TELA_KV_DTYPE_F32, n_parallel, ENGINE_BLOCK, (int32_t)(n_blocks * ENGINE_BLOCK),
+                            step_tokens};
+    st = tela_runtime_kv_dtype(model, p.kv_type, &sp.kv_dtype);
+    if (st == TELA_OK) {
+        const uint64_t need = arch->state_bytes(model, &sp, step_tokens) +
+                              (uint64_t)n_parallel * (uint64_t)e->n_vocab * sizeof(float);
+        st = tela_runtime_check_memory(model, p.mem_budget, need, "engine", n_ctx, sp.kv_dtype);
+    }
+    const int n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads;
+    if (st == TELA_OK) st = tela_exec_create(model->be, n_threads, &e->ex);
+    if (st == TELA_OK) st = arch->state_create(model, e->ex, &sp, &e->state);
+    const uint64_t ckpt_budget = p.checkpoint_bytes ? p.checkpoint_bytes : (uint64_t)1 << 30;
+    if (st == TELA_OK) {
+        e->pool = tela_kv_pool_create((int32_t)n_blocks, ENGINE_BLOCK, e->image_bytes, e->n_vocab, ckpt_budget);
+        e->image = e->image_bytes ? malloc(e->image_bytes) : NULL;
+        e->logits = malloc((size_t)n_parallel * (size_t)e->n_vocab * sizeof(float));
+        e->free_slots = malloc((size_t)n_parallel * sizeof *e->free_slots);
+        e->running = calloc((size_t)n_parallel, sizeof *e->running);
+        e->runs = calloc((size_t)n_parallel, sizeof *e->runs);
+        e->run_req = calloc((size_t)n_parallel, sizeof *e->run_req);
+        if (!e->pool || (e->image_bytes && !e->image) || !e->logits || !e->free_slots || !e->running || !e->runs ||
+            !e->run_req)
+            st = tela_errorf(TELA_ERR_NOMEM, "engine: out of memory");
+    }
+    if (st == TELA_OK) {
+        for (int i = 0; i < n_parallel; i++) e->free_slots[i] = n_parallel - 1 - i;
+        e->n_free_slots = n_parallel;
+        e->stats.block_size = ENGINE_BLOCK;
+        e->stats.kv_blocks_total = (int32_t)n_blocks;
+        if (pthread_create(&e->thread, NULL, scheduler, e) != 0)
+            st = tela_errorf(TELA_ERR_NOMEM, "engine: cannot start the scheduler thread");
+        else
+            e->thread_started = true;
+    }
+    if (st != TELA_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tela_last_error());
+        tela_engine_free(e);
+        return tela_errorf(st, "%s", msg);
+    }
+    *out = e;
+    return TELA_OK;
+}
+
+int32_t tela_engine_n_ctx(const tela_engine *e) { return e ? e->n_ctx : 0; }
+
+static char *dup_str(const char *s) {
+    const size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+tela_status tela_engine_submit(tela_engine *e, const int32_t *prompt, int32_t n_prompt, const tela_request_params *params,
+                               uint64_t *id) {
+    if (id) *id = 0;
+    if (!e || !params || (n_prompt > 0 && !prompt)) return tela_errorf(TELA_ERR_ARG, "tela_engine_submit: bad arguments");
+    if (n_prompt <= 0) return tela_errorf(TELA_ERR_ARG, "tela_engine_submit: the prompt is empty");
+    if (n_prompt > e->n_ctx)
+        return tela_errorf(TELA_ERR_CONTEXT, "the prompt has %d tokens, more than the context of %d", n_prompt,
+                           e->n_ctx);
+    const tela_model *m = e->model;
+    for (int32_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->n_vocab)
+            return tela_errorf(TELA_ERR_ARG, "prompt token %d (at %d) is not in the vocabulary of %d", prompt[i], i,
+                               e->n_vocab);
+    if (params->top_logprobs > ENGINE_MAX_TOP)
+        return tela_errorf(TELA_ERR_ARG, "top_logprobs %d: at most %d", params->top_logprobs, ENGINE_MAX_TOP);
+    if (params->stop_strings && params->stop_strings[0] && !m->vocab)
+        return tela_errorf(TELA_ERR_ARG, "stop strings need a tokenizer, and this model has none");
+    for (size_t i = 0; i < params->sampler.n_logit_bias; i++)
+        if (params->sampler.logit_bias[i].token < 0 || params->sampler.logit_bias[i].token >= e->n_vocab)
+            return tela_errorf(TELA_ERR_ARG, "logit_bias: token %d is not in the vocabulary of %d",
+                               params->sampler.logit_bias[i].token, e->n_vocab);
+    eng_req *r = calloc(1, sizeof *r);
+    if (!r) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    r->params = *params;
+    r->slot = -1;
+    r->n_prompt = r->n_tokens = n_prompt;
+    r->tokens = malloc(((size_t)e->n_ctx + 1) * sizeof *r->tokens);
+    r->blocks = malloc((size_t)(blocks_for(e->n_ctx + 1) + 1) * sizeof *r->blocks);
+    r->hashes = malloc((size_t)(e->n_ctx / ENGINE_BLOCK + 2) * sizeof *r->hashes);
+    bool ok = r->tokens && r->blocks && r->hashes;
+    size_t n_stops = 0;
+    for (const char *const *s = params->stop_strings; s && *s; s++) n_stops++;
+    if (ok && n_stops) {
+        r->stops = calloc(n_stops + 1, sizeof *r->stops);
+        ok = r->stops != NULL;
+        for (size_t i = 0; ok && i < n_stops; i++) ok = (r->stops[i] = dup_str(params->stop_strings[i])) != NULL;
+    }
+    if (ok && params->sampler.n_logit_bias) {
+        r->bias = malloc(params->sampler.n_logit_bias * sizeof *r->bias);
+        ok = r->bias != NULL;
+        if (ok) memcpy(r->bias, params->sampler.logit_bias, params->sampler.n_logit_bias * sizeof *r->bias);
+    }
+    r->params.stop_strings = (const char *const *)r->stops;
+    r->params.sampler.logit_bias = r->bias;
+    if (ok) ok = (r->text = tela_text_stream_create(m->vocab, r->params.stop_strings)) != NULL;
+    if (!ok) {
+        req_free(r);
+        return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    }
+    memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+    r->hashes[0] = TELA_KV_CHAIN_ROOT;
+    r->t_submit = now_seconds();
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->mu);
+        req_free(r);
+        return tela_errorf(TELA_ERR_BUSY, "the engine is shutting down");
+    }
+    if (e->stats.waiting + e->n_in >= e->max_waiting) { /* queued: the scheduler's list (as of its last step) and ours */
+        const int32_t w = e->stats.waiting + e->n_in;
+        pthread_mutex_unlock(&e->mu);
+        req_free(r);
+        return tela_errorf(TELA_ERR_BUSY, "%d requests are already waiting (the limit is %d)", w, e->max_waiting);
+    }
+    r->id = e->next_id++;
+    if (e->in_tail) e->in_tail->next = r;
+    else e->in_head = r;
+    e->in_tail = r;
+    e->n_in++;
+    if (id) *id = r->id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return TELA_OK;
+}
+
+void tela_engine_cancel(tela_engine *e, uint64_t id) {
+    if (!e || id == 0) return;
+    pthread_mutex_lock(&e->mu);
+    if (e->n_cancels == e->cap_cancels) {
+        const int cap = e->cap_cancels ? 2 * e->cap_cancels : 16;
+        uint64_t *c = realloc(e->cancels, (size_t)cap * sizeof *c);
+        if (!c) {
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->cancels = c;
+        e->cap_cancels = cap;
+    }
+    e->cancels[e->n_cancels++] = id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void tela_engine_get_stats(tela_engine *e, tela_engine_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    out->waiting += e->n_in;
+    pthread_mutex_unlock(&e->mu);
+}

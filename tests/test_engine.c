@@ -1,0 +1,452 @@
+/* test_engine.c: the batching engine against tela_generate on a session
+ * (the reference: the same prompt, sampler and seed must give the same
+ * tokens and text, since the engine samples at the same step indices):
+ *  - one request alone, greedy and sampled, with stop strings;
+ *  - eight at once with different prompts and seeds (batched steps,
+ *    chunked prompts, decodes mixed in), with and without the prefix
+ *    cache: each equals its own tela_generate run;
+ *  - a KV pool too small for all of them: preemptions happen, outputs
+ *    unchanged;
+ *  - the prefix cache: a second prompt sharing 200 tokens reuses exactly
+ *    200 (Llama); on Qwen3.5 a branch resumes from the last checkpoint
+ *    within the shared part and its first token's log-probabilities match
+ *    a session's to 1e-4, and the same prompt again reuses everything
+ *    (end-of-prompt checkpoint with logits) with identical tokens;
+ *  - log-probabilities against a log-softmax of a session's logits;
+ *  - cancel (by call and by callback), errors (prompt too long, bad ids,
+ *    queue full), and no blocks held at the end. */
+#include "tela/tela.h"
+#include "test.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#define MAX_OUT 512
+
+typedef struct result {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int32_t tokens[MAX_OUT];
+    int n;
+    char text[8192];
+    size_t text_len;
+    float logprob[MAX_OUT];
+    tela_top_logprob top[MAX_OUT][4];
+    int n_top[MAX_OUT];
+    tela_stop_reason reason;
+    tela_status status;
+    tela_request_usage usage;
+    int cancel_after;   /* > 0: the callback asks to stop after this many tokens */
+} result;
+
+static void result_init(result *r) {
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+}
+
+static int on_event(void *user, const tela_engine_event *ev) {
+    result *r = user;
+    pthread_mutex_lock(&r->mu);
+    int stop = 0;
+    if (ev->kind == TELA_EVENT_TOKEN) {
+        if (r->n < MAX_OUT) {
+            r->logprob[r->n] = ev->logprob;
+            r->n_top[r->n] = ev->n_top < 4 ? ev->n_top : 4;
+            for (int i = 0; i < r->n_top[r->n]; i++) r->top[r->n][i] = ev->top[i];
+            r->tokens[r->n++] = ev->token;
+        }
+        if (r->text_len + ev->text_len < sizeof r->text) {
+            memcpy(r->text + r->text_len, ev->text, ev->text_len);
+            r->text_len += ev->text_len;
+        }
+        stop = r->cancel_after > 0 && r->n >= r->cancel_after;
+    } else {
+        r->done = true;
+        r->reason = ev->stop_reason;
+        r->status = ev->status;
+        r->usage = ev->usage;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return stop;
+}
+
+static void result_wait(result *r) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static tela_request_params req_params(result *r, int max_tokens, float temp, uint64_t seed) {
+    tela_request_params p = tela_request_default_params();
+    p.max_tokens = max_tokens;
+    p.sampler.temperature = temp;
+    p.sampler.seed = seed;
+    p.callback = on_event;
+    p.user = r;
+    return p;
+}
+
+/* The reference: tela_generate on a fresh session with the same settings. */
+typedef struct reference {
+    int32_t tokens[MAX_OUT];
+    int n;
+    char text[8192];
+    size_t text_len;
+    tela_stop_reason reason;
+} reference;
+
+static int ref_on_token(void *user, int32_t tok, const char *piece, size_t len) {
+    (void)tok;
+    reference *r = user;
+    if (r->text_len + len < sizeof r->text) {
+        memcpy(r->text + r->text_len, piece, len);
+        r->text_len += len;
+    }
+    return 0;
+}
+
+static void reference_run(tela_model *m, const int32_t *prompt, int n, const tela_request_params *p, reference *out,
+                          int n_ctx) {
+    memset(out, 0, sizeof *out);
+    tela_session_params sp = tela_session_default_params();
+    sp.n_ctx = n_ctx;
+    sp.n_threads = 2;
+    tela_session *s = NULL;
+    CHECK_OK(tela_session_create(m, &sp, &s));
+    if (!s) return;
+    tela_generate_params g = tela_generate_default_params();
+    g.max_tokens = p->max_tokens;
+    g.sampler = p->sampler;
+    g.stop_strings = p->stop_strings;
+    g.on_token = ref_on_token;
+    g.user = out;
+    tela_generate_result res;
+    CHECK_OK(tela_generate(s, prompt, n, &g, out->tokens, MAX_OUT, &res));
+    out->n = res.n_generated < MAX_OUT ? res.n_generated : MAX_OUT;
+    out->reason = res.stop_reason;
+    tela_session_free(s);
+}
+
+static void check_same(const result *r, const reference *ref, const char *label) {
+    CHECK_MSG(r->status == TELA_OK, "%s: status %d", label, (int)r->status);
+    CHECK_MSG(r->n == ref->n, "%s: %d tokens, the reference %d", label, r->n, ref->n);
+    int first = -1;
+    for (int i = 0; i < r->n && i < ref->n; i++)
+        if (r->tokens[i] != ref->tokens[i]) {
+            first = i;
+            break;
+        }
+    CHECK_MSG(first < 0, "%s: token %d differs (%d vs %d)", label, first, first >= 0 ? r->tokens[first] : 0,
+              first >= 0 ? ref->tokens[first] : 0);
+    CHECK_MSG(r->text_len == ref->text_len && !memcmp(r->text, ref->text, r->text_len), "%s: text differs", label);
+    CHECK_MSG(r->reason == ref->reason, "%s: stop reason %d vs %d", label, (int)r->reason, (int)ref->reason);
+}
+
+static void random_prompt(int32_t *p, int n, int V, uint64_t seed) {
+    test_rng_seed(seed);
+    for (int i = 0; i < n; i++) p[i] = (int32_t)(test_rnd() % (uint64_t)V);
+}
+
+static tela_engine *new_engine(tela_model *m, int n_parallel, int32_t kv_tokens, int prefix_cache, int n_ctx) {
+    tela_engine_params ep = tela_engine_default_params();
+    ep.n_ctx = n_ctx;
+    ep.n_parallel = n_parallel;
+    ep.kv_tokens = kv_tokens;
+    ep.prefix_cache = prefix_cache;
+    ep.n_threads = 2;
+    ep.checkpoint_interval = 128;
+    tela_engine *e = NULL;
+    CHECK_OK(tela_engine_create(m, &ep, &e));
+    return e;
+}
+
+static void check_idle(tela_engine *e, const char *label) {
+    tela_engine_stats st;
+    for (int i = 0; i < 200; i++) { /* the scheduler publishes after its step */
+        tela_engine_get_stats(e, &st);
+        if (st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0) break;
+        usleep(5000);
+    }
+    CHECK_MSG(st.running == 0 && st.waiting == 0, "%s: %d running, %d waiting", label, st.running, st.waiting);
+    CHECK_MSG(st.kv_blocks_used == 0, "%s: %d KV blocks still held", label, st.kv_blocks_used);
+}
+
+/* Eight requests at once (different prompts, lengths, seeds, sampling or
+ * greedy), each against its own reference. */
+static void check_concurrent(tela_model *m, tela_engine *e, int V, int n_ctx, const char *label) {
+    enum { N = 8 };
+    static result res[N];
+    reference ref;
+    int32_t prompts[N][300];
+    int lens[N];
+    tela_request_params ps[N];
+    for (int i = 0; i < N; i++) {
+        lens[i] = 5 + 37 * i; /* 5 .. 264: some prompts take several chunks */
+        random_prompt(prompts[i], lens[i], V, 100 + (uint64_t)i);
+        result_init(&res[i]);
+        ps[i] = req_params(&res[i], 24 + 3 * i, i % 3 == 0 ? 0.0f : 0.9f, 7 + (uint64_t)i);
+        CHECK_OK(tela_engine_submit(e, prompts[i], lens[i], &ps[i], NULL));
+    }
+    for (int i = 0; i < N; i++) {
+        result_wait(&res[i]);
+        reference_run(m, prompts[i], lens[i], &ps[i], &ref, n_ctx);
+        char lb[128];
+        snprintf(lb, sizeof lb, "%s: concurrent request %d", label, i);
+        check_same(&res[i], &ref, lb);
+    }
+    check_idle(e, label);
+}
+
+static void test_llama(const char *path) {
+    tela_model_params mp = tela_model_default_params();
+    mp.n_threads = 2;
+    tela_model *m = NULL;
+    CHECK_OK(tela_model_load(path, &mp, &m));
+    if (!m) return;
+    const int V = tela_model_get_info(m)->n_vocab, CTX = 512;
+    tela_engine *e = new_engine(m, 4, 0, 1, CTX);
+    if (!e) return;
+    CHECK_EQ_INT(tela_engine_n_ctx(e), CTX);
+
+    /* one request, greedy with stop strings, then sampled */
+    int32_t prompt[600];
+    size_t n_prompt = 0;
+    CHECK_OK(tela_tokenize(m, "And God said, Let there be light", 32, 1, 0, prompt, 600, &n_prompt));
+    const char *stops[] = {"and", "waters", NULL};
+    result r;
+    reference ref;
+    for (int k = 0; k < 2; k++) {
+        result_init(&r);
+        tela_request_params p = req_params(&r, 60, k ? 0.8f : 0.0f, 42);
+        p.stop_strings = stops;
+        CHECK_OK(tela_engine_submit(e, prompt, (int32_t)n_prompt, &p, NULL));
+        result_wait(&r);
+        reference_run(m, prompt, (int)n_prompt, &p, &ref, CTX);
+        check_same(&r, &ref, k ? "llama: sampled alone" : "llama: greedy alone");
+        CHECK(r.usage.prompt_tokens == (int32_t)n_prompt && r.usage.generated_tokens == r.n);
+    }
+    CHECK_MSG(r.text_len > 0, "llama: no text");
+
+    /* log-probabilities: the first token's against a session's logits */
+    {
+        result_init(&r);
+        tela_request_params p = req_params(&r, 1, 0.0f, 1);
+        p.top_logprobs = 3;
+        CHECK_OK(tela_engine_submit(e, prompt, (int32_t)n_prompt, &p, NULL));
+        result_wait(&r);
+        tela_session *s = NULL;
+        CHECK_OK(tela_session_create(m, NULL, &s));
+        float *lg = malloc(sizeof(float) * (size_t)V);
+        CHECK_OK(tela_session_eval(s, prompt, (int32_t)n_prompt, lg, 0));
+        double mx = -1e30, sum = 0;
+        int best = 0;
+        for (int i = 0; i < V; i++)
+            if (lg[i] > mx) mx = lg[best = i];
+        for (int i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
+        const double lse = mx + log(sum);
+        CHECK_EQ_INT(r.tokens[0], best);
+        CHECK_NEAR(r.logprob[0], lg[best] - lse, 1e-5);
+        CHECK_EQ_INT(r.n_top[0], 3);
+        CHECK_EQ_INT(r.top[0][0].token, best);
+        CHECK_NEAR(r.top[0][0].logprob, r.logprob[0], 1e-6);
+        CHECK(r.top[0][1].logprob <= r.top[0][0].logprob && r.top[0][2].logprob <= r.top[0][1].logprob);
+        CHECK_NEAR(r.top[0][1].logprob, lg[r.top[0][1].token] - lse, 1e-5);
+        free(lg);
+        tela_session_free(s);
+    }
+
+    check_concurrent(m, e, V, CTX, "llama, prefix cache");
+
+    /* the prefix cache: 300 tokens, then 200 of them and a new tail */
+    {
+        int32_t a[300], b[260];
+        random_prompt(a, 300, V, 555);
+        memcpy(b, a, 200 * sizeof *b);
+        random_prompt(b + 200, 60, V, 556);
+        result_init(&r);
+        tela_request_params p = req_params(&r, 4, 0.0f, 1);
+        CHECK_OK(tela_engine_submit(e, a, 300, &p, NULL));
+        result_wait(&r);
+        result_init(&r);
+        CHECK_OK(tela_engine_submit(e, b, 260, &p, NULL));
+        result_wait(&r);
+        CHECK_EQ_INT(r.usage.cached_tokens, 200);
+        reference_run(m, b, 260, &p, &ref, CTX);
+        check_same(&r, &ref, "llama: after a shared prefix");
+        /* the same prompt again: everything but the last token */
+        result_init(&r);
+        CHECK_OK(tela_engine_submit(e, b, 260, &p, NULL));
+        result_wait(&r);
+        CHECK_EQ_INT(r.usage.cached_tokens, 259);
+        check_same(&r, &ref, "llama: the same prompt again");
+    }
+
+    /* cancel by call and by callback */
+    {
+        result_init(&r);
+        tela_request_params p = req_params(&r, 400, 0.8f, 3);
+        uint64_t id = 0;
+        CHECK_OK(tela_engine_submit(e, prompt, (int32_t)n_prompt, &p, &id));
+        CHECK(id != 0);
+        tela_engine_cancel(e, id);
+        result_wait(&r);
+        CHECK_EQ_INT(r.reason, TELA_STOP_CANCELLED);
+        CHECK(r.n < 400);
+        result_init(&r);
+        r.cancel_after = 3;
+        CHECK_OK(tela_engine_submit(e, prompt, (int32_t)n_prompt, &p, NULL));
+        result_wait(&r);
+        CHECK_EQ_INT(r.reason, TELA_STOP_CANCELLED);
+        CHECK_EQ_INT(r.n, 3);
+        tela_engine_cancel(e, 987654); /* unknown: ignored */
+    }
+
+    /* errors */
+    {
+        int32_t *big = calloc(CTX + 1, sizeof *big);
+        tela_request_params p = req_params(&r, 4, 0.0f, 1);
+        CHECK(tela_engine_submit(e, big, CTX + 1, &p, NULL) == TELA_ERR_CONTEXT);
+        CHECK_MSG(strstr(tela_last_error(), "513") && strstr(tela_last_error(), "512"), "message: %s",
+                  tela_last_error());
+        big[3] = V;
+        CHECK(tela_engine_submit(e, big, 10, &p, NULL) == TELA_ERR_ARG);
+        CHECK(tela_engine_submit(e, big, 0, &p, NULL) == TELA_ERR_ARG);
+        p.top_logprobs = 21;
+        CHECK(tela_engine_submit(e, prompt, 3, &p, NULL) == TELA_ERR_ARG);
+        free(big);
+    }
+    check_idle(e, "llama");
+    tela_engine_stats st;
+    tela_engine_get_stats(e, &st);
+    CHECK(st.prefix_hits >= 2 && st.cached_tokens >= 459);
+    CHECK(st.requests_cancelled >= 2 && st.steps > 0);
+    printf("llama: %llu requests, %llu steps, %llu prompt tokens of which %llu cached, %llu generated\n",
+           (unsigned long long)st.requests_finished, (unsigned long long)st.steps,
+           (unsigned long long)st.prompt_tokens, (unsigned long long)st.cached_tokens,
+           (unsigned long long)st.generated_tokens);
+    tela_engine_free(e);
+
+    /* without the prefix cache */
+    e = new_engine(m, 8, 0, 0, CTX);
+    if (e) {
+        check_concurrent(m, e, V, CTX, "llama, no prefix cache");
+        tela_engine_free(e);
+    }
+
+    /* a pool too small for everyone: 8 sequences, 1.2 contexts of KV */
+    e = new_engine(m, 8, 360, 1, 300);
+    if (e) {
+        check_concurrent(m, e, V, 300, "llama, small KV pool");
+        tela_engine_get_stats(e, &st);
+        CHECK_MSG(st.preemptions > 0, "no preemption with a small pool");
+        printf("small pool: %llu preemptions, %llu steps\n", (unsigned long long)st.preemptions,
+               (unsigned long long)st.steps);
+        tela_engine_free(e);
+    }
+
+    /* a full queue */
+    e = NULL;
+    tela_engine_params ep = tela_engine_default_params();
+    ep.n_parallel = 1;
+    ep.max_waiting = 2;
+    ep.n_threads = 2;
+    CHECK_OK(tela_engine_create(m, &ep, &e));
+    if (e) {
+        static result q[8];
+        int busy = 0;
+        for (int i = 0; i < 8; i++) {
+            result_init(&q[i]);
+            tela_request_params p = req_params(&q[i], 200, 0.8f, (uint64_t)i);
+            tela_status s = tela_engine_submit(e, prompt, (int32_t)n_prompt, &p, NULL);
+            if (s == TELA_ERR_BUSY) {
+                busy++;
+                q[i].done = true;
+            } else {
+                CHECK_OK(s);
+            }
+        }
+        CHECK_MSG(busy >= 4, "%d of 8 refused with a queue of 2", busy);
+        tela_engine_free(e); /* cancels the rest: each gets its DONE */
+        for (int i = 0; i < 8; i++) result_wait(&q[i]);
+    }
+    tela_model_free(m);
+}
+
+/* Qwen3.5: per-sequence recurrent state and checkpoints. */
+static void test_qwen35(const char *path) {
+    tela_model_params mp = tela_model_default_params();
+    mp.n_threads = 2;
+    tela_model *m = NULL;
+    CHECK_OK(tela_model_load(path, &mp, &m));
+    if (!m) return;
+    const int V = tela_model_get_info(m)->n_vocab, CTX = 640;
+    tela_engine *e = new_engine(m, 8, 0, 0, CTX);
+    if (e) {
+        check_concurrent(m, e, V, CTX, "qwen35, no prefix cache");
+        tela_engine_free(e);
+    }
+    e = new_engine(m, 4, 0, 1, CTX);
+    if (!e) return;
+    int32_t a[500], b[420];
+    random_prompt(a, 500, V, 777);
+    memcpy(b, a, 300 * sizeof *b);
+    random_prompt(b + 300, 120, V, 778);
+    result r;
+    reference ref;
+    tela_request_params p = req_params(&r, 6, 0.0f, 1);
+    p.top_logprobs = 0;
+    result_init(&r);
+    CHECK_OK(tela_engine_submit(e, a, 500, &p, NULL));
+    result_wait(&r);
+    reference_run(m, a, 500, &p, &ref, CTX);
+    check_same(&r, &ref, "qwen35: first request");
+    /* a branch after 300 shared tokens resumes from the checkpoint at 256
+     * (interval 128) */
+    result_init(&r);
+    CHECK_OK(tela_engine_submit(e, b, 420, &p, NULL));
+    result_wait(&r);
+    CHECK_EQ_INT(r.usage.cached_tokens, 256);
+    {
+        tela_session *s = NULL;
+        CHECK_OK(tela_session_create(m, NULL, &s));
+        float *lg = malloc(sizeof(float) * (size_t)V);
+        CHECK_OK(tela_session_eval(s, b, 420, lg, 0));
+        double mx = -1e30, sum = 0;
+        for (int i = 0; i < V; i++)
+            if (lg[i] > mx) mx = lg[i];
+        for (int i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
+        CHECK_NEAR(r.logprob[0], lg[r.tokens[0]] - (mx + log(sum)), 1e-4);
+        free(lg);
+        tela_session_free(s);
+    }
+    /* the same prompt as the first: every token reused, identical output */
+    result_init(&r);
+    CHECK_OK(tela_engine_submit(e, a, 500, &p, NULL));
+    result_wait(&r);
+    CHECK_EQ_INT(r.usage.cached_tokens, 500);
+    check_same(&r, &ref, "qwen35: the same prompt again");
+    check_idle(e, "qwen35");
+    tela_engine_stats st;
+    tela_engine_get_stats(e, &st);
+    CHECK(st.checkpoints > 0 && st.checkpoint_bytes > 0);
+    printf("qwen35: %llu checkpoints (%llu bytes), %llu prompt tokens of which %llu cached\n",
+           (unsigned long long)st.checkpoints, (unsigned long long)st.checkpoint_bytes,
+           (unsigned long long)st.prompt_tokens, (unsigned long long)st.cached_tokens);
+    tela_engine_free(e);
+    tela_model_free(m);
+}
+
+int main(void) {
+    const char *src = getenv("TELA_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/tela-kjv-q8_0.gguf", src ? src : ".");
+    if (access(path, R_OK) != 0) test_skip("the demo model is not there (TELA_SOURCE_DIR?)");
+    test_llama(path);
+    snprintf(path, sizeof path, "%s/tests/fixtures/qwen35/qwen35-asym-f32.gguf", src ? src : ".");
+    if (access(path, R_OK) == 0) test_qwen35(path);
+    return test_finish();
+}
