@@ -4,8 +4,12 @@
 # tela-mkmodel (Llama-3.2-1B, and with BENCH_8B=1 Llama-3.1-8B), quantized
 # by tela quantize, measured by 'tela bench -p 512,4096 -n 128' (plus a
 # tg128 at a 32k-token depth on the 8B F16 file). Needs build-cuda/ (made
-# by scripts/test-gpu.sh). BENCH_GEMV2=1 adds tg128 of the quantized 1B
-# files with the decode products' second variant (TELA_CUDA_GEMV=2). Files go to $TELA_MODELS (default
+# by scripts/test-gpu.sh).
+# BENCH_VARIANTS=1 adds tg128 with each variant of the decode products
+# (F16: TELA_CUDA_GEMV_ROWS=0 the one-row kernel, 1, 2, 4 rows a warp;
+# quantized: TELA_CUDA_GEMV=1 the first variant, TELA_CUDA_GEMV_QROWS=1, 2
+# rows a warp of the second), BENCH_PROFILE=1 a --profile run of each to
+# $OUT/profile.log; BENCH_PP=0 skips the prefill tests. Files go to $TELA_MODELS (default
 # /tmp/tela-models); JSON lines to $OUT/bench.jsonl when OUT is set. A table
 # is printed last.
 set -uo pipefail
@@ -28,17 +32,29 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,nohe
 mk llama-3.2-1b l1b-f16.gguf
 qz l1b-f16.gguf Q8_0 l1b-q8_0.gguf
 qz l1b-f16.gguf Q4_K_M l1b-q4_k_m.gguf
-for f in l1b-f16.gguf l1b-q8_0.gguf l1b-q4_k_m.gguf; do bench "$f" -p 512,4096 -n 128; done
-if [ "${BENCH_GEMV2:-0}" = 1 ]; then # the decode products' second variant, quantized files
-    for f in l1b-q8_0.gguf l1b-q4_k_m.gguf; do
-        TELA_CUDA_GEMV=2 "$B/tela" bench -m "$D/$f" -r "$R" --json -p 0 -n 128 | sed "s|^{|{\"file\": \"$f gemv2\", |" | tee -a "$J"
+P=${BENCH_PP:-512,4096} # BENCH_PP=0: decode only
+PROF=${OUT:-/tmp}/profile.log
+variants() { # file: tg128 with each variant of the decode products (BENCH_VARIANTS=1)
+    local f=$1 vs
+    case "$f" in *f16*) vs="TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4" ;;
+                 *) vs="TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2" ;; esac
+    for v in $vs; do
+        env "$v" "$B/tela" bench -m "$D/$f" -r "$R" --json -p 0 -n 128 | sed "s|^{|{\"file\": \"$f $v\", |" | tee -a "$J"
+        # BENCH_PROFILE=1: the time of each kind of operation (graphs off), to $OUT/profile.log
+        [ "${BENCH_PROFILE:-0}" = 1 ] && { echo "== $f $v"; env "$v" "$B/tela" bench -m "$D/$f" -r 1 -p 0 -n 64 --profile 2>&1 | sed -n '/^profile/,$p'; } >> "$PROF"
     done
-fi
+}
+one() { # file
+    bench "$1" -p "$P" -n 128
+    [ "${BENCH_VARIANTS:-0}" = 1 ] && variants "$1"
+}
+: > "$PROF"
+for f in l1b-f16.gguf l1b-q8_0.gguf l1b-q4_k_m.gguf; do one "$f"; done
 if [ "${BENCH_8B:-0}" = 1 ]; then
     mk llama-3.1-8b l8b-f16.gguf
     qz l8b-f16.gguf Q4_K_M l8b-q4_k_m.gguf
-    for f in l8b-f16.gguf l8b-q4_k_m.gguf; do bench "$f" -p 512,4096 -n 128; done
-    bench l8b-f16.gguf -p 0 -n 128 -d 32768 -r 2
+    for f in l8b-f16.gguf l8b-q4_k_m.gguf; do one "$f"; done
+    [ "$P" = 0 ] || bench l8b-f16.gguf -p 0 -n 128 -d 32768 -r 2
 fi
 
 echo

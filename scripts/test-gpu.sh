@@ -5,6 +5,7 @@
 # TELA_DEVICE=cpu, so their expected outputs hold), then the GPU op tests
 # under compute-sanitizer memcheck (TELA_MEMCHECK=0 skips that), then the
 # demo model through 'tela run' on both devices. A summary is printed last.
+# TELA_CPU_TESTS=0 skips the CPU tests, TELA_MEMCHECK=0 the memcheck.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu-env.sh
@@ -12,7 +13,9 @@ JOBS=${JOBS:-$(nproc)}
 summary=()
 note() { summary+=("$1"); }
 
-cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DTELA_CUDA=ON -DTELA_WERROR=OFF -DTELA_SHARED_DIR="${TELA_SHARED_DIR:-$PWD/../shared}" > /tmp/tela-cmake.log 2>&1 ||
+# tela serve only where libmicrohttpd is found (the device machines lack it)
+server=OFF; pkg-config --exists libmicrohttpd 2>/dev/null && server=ON
+cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DTELA_CUDA=ON -DTELA_SERVER=$server -DTELA_WERROR=OFF -DTELA_SHARED_DIR="${TELA_SHARED_DIR:-$PWD/../shared}" > /tmp/tela-cmake.log 2>&1 ||
     { cat /tmp/tela-cmake.log; echo "test-gpu.sh: configure failed"; exit 1; }
 if ! ninja -C build-cuda > /tmp/tela-build.log 2>&1; then
     grep -E "error|FAILED" /tmp/tela-build.log | head -40
@@ -27,9 +30,14 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem,driv
 (cd build-cuda && ctest --output-on-failure -R '^test_cuda' 2>&1 | tee /tmp/tela-ctest-gpu.log)
 grep -hE '^[0-9]+ passed, [0-9]+ failed|^type |^device:|^out of memory|^note' build-cuda/Testing/Temporary/LastTest.log
 note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log | tail -1); checks: $(grep -hE '^[0-9]+ passed, [0-9]+ failed' build-cuda/Testing/Temporary/LastTest.log | tr '\n' ' ')"
-(cd build-cuda && TELA_DEVICE=cpu ctest -j "$JOBS" -E '^test_cuda' 2>&1 | tee /tmp/tela-ctest-cpu.log | tail -5)
-grep -hE 'FAIL|failed:|CHECK failed|Error' build-cuda/Testing/Temporary/LastTest.log | head -20
-note "other tests (CPU): $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-cpu.log | tail -1)"
+# the op tests again on each variant of the decode products
+for v in TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2 TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4; do
+    if env "$v" TELA_SOURCE_DIR=$PWD ./build-cuda/tests/test_cuda_ops > /tmp/tela-ops-$v.log 2>&1; then r=ok; else r=FAILED; grep -E "FAIL|failed" /tmp/tela-ops-$v.log | head -5; fi
+    note "test_cuda_ops $v: $r ($(grep -E '^[0-9]+ passed, [0-9]+ failed' /tmp/tela-ops-$v.log | tail -1))"
+done
+[ "${TELA_CPU_TESTS:-1}" = 0 ] || (cd build-cuda && TELA_DEVICE=cpu ctest -j "$JOBS" -E '^test_cuda' 2>&1 | tee /tmp/tela-ctest-cpu.log | tail -5)
+[ "${TELA_CPU_TESTS:-1}" = 0 ] || grep -hE 'FAIL|failed:|CHECK failed|Error' build-cuda/Testing/Temporary/LastTest.log | head -20
+[ "${TELA_CPU_TESTS:-1}" = 0 ] || note "other tests (CPU): $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-cpu.log | tail -1)"
 
 if [ "${TELA_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
     export TELA_SOURCE_DIR=$PWD TELA_BIN=$PWD/build-cuda/bin/tela TELA_SHARED_DIR=${TELA_SHARED_DIR:-$PWD/../shared}

@@ -124,7 +124,7 @@ static double bound(tela_type type, int n_tok, bool exact) {
 }
 
 static void test_matmul(void) {
-    const int64_t R = 300, K = 1024; /* rows not a multiple of the kernels' 16 */
+    const int64_t R = 299, K = 1024; /* rows not a multiple of the kernels' 2, 4 or 16 */
     const int toks[] = {1, 2, 3, 5, 8, 17, 70};
     for (size_t ti = 0; ti < sizeof gpu_types / sizeof gpu_types[0]; ti++) {
         tela_type type = gpu_types[ti];
@@ -217,7 +217,7 @@ static void test_matmul(void) {
             }
         }
         /* embedding rows */
-        int32_t ids[4] = {0, 299, 17, 17};
+        int32_t ids[4] = {0, (int32_t)R - 1, 17, 17};
         int32_t *dids = dmalloc(sizeof ids);
         up(dids, ids, sizeof ids);
         float *drows = dmalloc(4 * K * 4), *rows = malloc(4 * K * 4);

@@ -255,7 +255,11 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *g = getenv("TELA_CUDA_GRAPHS");
     ex->graphs = !(g && !strcmp(g, "0"));
     const char *gv = getenv("TELA_CUDA_GEMV");
-    ex->gemv_v2 = gv && !strcmp(gv, "2");
+    ex->gemv_v2 = !(gv && !strcmp(gv, "1")); /* TELA_CUDA_GEMV=1: the first variant */
+    const char *gq = getenv("TELA_CUDA_GEMV_QROWS");
+    ex->gemv_q_rows = gq && (!strcmp(gq, "1") || !strcmp(gq, "2")) ? atoi(gq) : -1;
+    const char *gr = getenv("TELA_CUDA_GEMV_ROWS");
+    ex->gemv_f_rows = gr && (!strcmp(gr, "0") || !strcmp(gr, "1") || !strcmp(gr, "2") || !strcmp(gr, "4")) ? atoi(gr) : -1;
     const char *dbg = getenv("TELA_CUDA_DEBUG");
     ex->debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
     cudaError_t e = cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking);

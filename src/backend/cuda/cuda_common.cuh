@@ -70,7 +70,9 @@ typedef struct cuda_exec {
     size_t aux_bytes;
     void *act;                   /* quantized activations (TELA_CUDA_GEMV=2) */
     size_t act_bytes;
-    bool gemv_v2;                /* TELA_CUDA_GEMV=2: the decode products' second variant (cuda_matvec.cu) */
+    bool gemv_v2;                /* the quantized decode products' second variant (default; TELA_CUDA_GEMV=1: the first) */
+    int gemv_q_rows;             /* TELA_CUDA_GEMV_QROWS: rows a warp of the quantized ones (variant 2), -1 auto */
+    int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     void *pinned;                /* host staging for downloads */
     size_t pinned_bytes;
     void *ring;                  /* pinned staging for small uploads */

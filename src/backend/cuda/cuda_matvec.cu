@@ -695,12 +695,105 @@ static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, NT == 1 ? 8 : 4) gem
     gemv_write<NT>(p, tg, row, acc, acc_up, swiglu, scale);
 }
 
+typedef void (*gemv_kernel_fn)(const gemv_params);
+
+/* Float weights, one token, R rows a warp (F16/BF16, K % 8 == 0): each
+ * lane's eight inputs are read once per step and used for all R rows, where
+ * the kernel above reads them again for every row (2 to 4 bytes of x and
+ * norm weights from L1 per byte of weights). The weights are read around
+ * L1 (ld.global.nc.L1::no_allocate), which then holds x alone. Rows past
+ * the end are skipped. */
+static __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+template <int TYPE>
+static __device__ __forceinline__ float dot8(const uint4 v, const float *x, float s) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float lo, hi;
+        if (TYPE == TELA_TYPE_F16) {
+            const float2 h = __half22float2(*(const __half2 *)&u[i]);
+            lo = h.x, hi = h.y;
+        } else {
+            lo = __uint_as_float(u[i] << 16), hi = __uint_as_float(u[i] & 0xffff0000u);
+        }
+        s = fmaf(lo, x[2 * i], s);
+        s = fmaf(hi, x[2 * i + 1], s);
+    }
+    return s;
+}
+
+template <int TYPE, int R>
+static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, 6) gemv_fr_kernel(const gemv_params p) {
+    constexpr int U = R >= 4 ? 1 : 4 / R; /* steps in flight: R * U (x2 for SwiGLU) loads a lane */
+    const int ti = gemv_target_of(p);
+    const gemv_target &tg = p.t[ti];
+    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * GEMV_F_WARPS + threadIdx.x / 32) * R;
+    if (row0 >= tg.w.n_rows) return;
+    const bool swiglu = p.w_up.p != NULL;
+    const int K = (int)tg.w.n_cols, lane = threadIdx.x & 31, n8 = K / 8, nm = swiglu ? 2 : 1;
+    const int rv = tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R; /* rows this warp has */
+    const uint4 *wb[2] = {(const uint4 *)tg.w.p + (size_t)row0 * n8,
+                          (const uint4 *)(swiglu ? p.w_up.p : tg.w.p) + (size_t)row0 * n8};
+    float acc[2][R], ss = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[0][r] = acc[1][r] = 0.0f;
+    for (int c0 = lane; c0 < n8; c0 += 32 * U) {
+        uint4 v[U][2][R];
+#pragma unroll
+        for (int j = 0; j < U; j++)
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (c0 + 32 * j < n8 && m < nm && r < rv) v[j][m][r] = ld_stream(wb[m] + (size_t)r * n8 + c0 + 32 * j);
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int c8 = c0 + 32 * j;
+            if (c8 >= n8) break;
+            const float4 a = x4(p, 0, 8 * c8, &ss), b = x4(p, 0, 8 * c8 + 4, &ss);
+            const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (m < nm && r < rv) acc[m][r] = dot8<TYPE>(v[j][m][r], xs, acc[m][r]);
+        }
+    }
+    float scale = 1.0f;
+    if (p.norm_w) scale = rsqrtf(warp_sum(ss) / (float)K + p.eps);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (r < rv) gemv_write<1>(p, tg, row0 + r, &acc[0][r], &acc[1][r], swiglu, &scale);
+}
+
+static gemv_kernel_fn gemv_fr_pick(tela_type type, int R) {
+    if (type == TELA_TYPE_F16) return R == 4 ? gemv_fr_kernel<TELA_TYPE_F16, 4> : R == 2 ? gemv_fr_kernel<TELA_TYPE_F16, 2> : gemv_fr_kernel<TELA_TYPE_F16, 1>;
+    if (type == TELA_TYPE_BF16) return R == 4 ? gemv_fr_kernel<TELA_TYPE_BF16, 4> : R == 2 ? gemv_fr_kernel<TELA_TYPE_BF16, 2> : gemv_fr_kernel<TELA_TYPE_BF16, 1>;
+    return NULL;
+}
+
+/* Rows a warp for the float products of one token: as many as keep at
+ * least three blocks an SM (fewer blocks leave SMs idle at the tail);
+ * TELA_CUDA_GEMV_ROWS=1|2|4 sets it (0: the one-row kernel above). */
+static int gemv_fr_rows(const cuda_exec *ex, int64_t rows) {
+    if (ex->gemv_f_rows >= 0) return ex->gemv_f_rows;
+    const int64_t want = 3 * (int64_t)ex->be->sm_count;
+    if (rows / (4 * GEMV_F_WARPS) >= want) return 4;
+    if (rows / (2 * GEMV_F_WARPS) >= want) return 2;
+    return 1;
+}
+
 static size_t gemv_smem(tela_type type, int nt_tile, int64_t K) {
     if (type == TELA_TYPE_F32 || type == TELA_TYPE_F16 || type == TELA_TYPE_BF16) return 0;
     return (size_t)nt_tile * (size_t)K + 2 * (size_t)nt_tile * (size_t)(K / 32) * sizeof(float);
 }
-
-typedef void (*gemv_kernel_fn)(const gemv_params);
 
 template <int NT>
 static gemv_kernel_fn gemv_pick_nt(tela_type type, bool vec) {
@@ -778,6 +871,19 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
     }
     gemv_params p;
     const bool quant = smem > 0;
+    if (!quant && vec && n_tok == 1 && (w[0]->type == TELA_TYPE_F16 || w[0]->type == TELA_TYPE_BF16)) {
+        int64_t rows = 0;
+        for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
+        const int R = gemv_fr_rows(ex, rows);
+        if (R > 0) {
+            const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, GEMV_F_WARPS * R);
+            p.norm_w = norm_w;
+            p.eps = eps;
+            gemv_fr_pick(w[0]->type, R)<<<nb, 32 * GEMV_F_WARPS, 0, ex->stream>>>(p);
+            tela_cuda_launched(ex, "gemv (float rows)");
+            return;
+        }
+    }
     const int threads = 32 * (quant ? GEMV_Q_WARPS : GEMV_F_WARPS);
     const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate,
                                       quant ? GEMV_Q_ROWS : GEMV_F_WARPS);
@@ -820,46 +926,62 @@ static __global__ void __launch_bounds__(512) quantize_act_kernel(const float *x
     }
 }
 
-template <int TYPE, int NT>
+/* R rows a warp (R = 2 for one token): the second row's units read the
+ * same activations, which the compiler loads once for both. Two units a
+ * lane in flight. */
+template <int TYPE, int NT, int R>
 static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
                                                                   const float *xs, const float *nscale) {
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     const int K = (int)tg.w.n_cols;
-    const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * 4 + threadIdx.x / 32;
-    if (row >= tg.w.n_rows) return;
+    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * 4 + threadIdx.x / 32) * R;
+    if (row0 >= tg.w.n_rows) return;
+    const int rv = tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R;
     const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
     const bool swiglu = p.w_up.p != NULL;
-    float acc[NT], up[NT], scale[NT];
+    float acc[R][NT], up[R][NT], scale[NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = up[t] = 0.0f, scale[t] = nscale && t < p.n_tok ? nscale[t] : 1.0f;
+    for (int t = 0; t < NT; t++) scale[t] = nscale && t < p.n_tok ? nscale[t] : 1.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = up[r][t] = 0.0f;
+    constexpr int UNITS = NT == 1 ? 2 : 1; /* units in flight a lane */
+#pragma unroll UNITS
     for (int u = lane; u < n_units; u += 32) {
-        qunits<TYPE>::template dot<NT>(tg.w, row, u, xq, xd, xs, K, p.n_tok, acc);
-        if (swiglu) qunits<TYPE>::template dot<NT>(p.w_up, row, u, xq, xd, xs, K, p.n_tok, up);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int64_t row = r < rv ? row0 + r : row0;
+            qunits<TYPE>::template dot<NT>(tg.w, row, u, xq, xd, xs, K, p.n_tok, acc[r]);
+            if (swiglu) qunits<TYPE>::template dot<NT>(p.w_up, row, u, xq, xd, xs, K, p.n_tok, up[r]);
+        }
     }
-    gemv_write<NT>(p, tg, row, acc, up, swiglu, scale);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], swiglu, scale);
 }
 
 typedef void (*gemv2_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
 
-template <int NT>
+template <int NT, int R>
 static gemv2_kernel_fn gemv2_pick_nt(tela_type type) {
     switch (type) {
-    case TELA_TYPE_Q4_K: return gemv2_q_kernel<TELA_TYPE_Q4_K, NT>;
-    case TELA_TYPE_Q5_K: return gemv2_q_kernel<TELA_TYPE_Q5_K, NT>;
-    case TELA_TYPE_Q6_K: return gemv2_q_kernel<TELA_TYPE_Q6_K, NT>;
-    case TELA_TYPE_Q8_0: return gemv2_q_kernel<TELA_TYPE_Q8_0, NT>;
-    case TELA_TYPE_Q4_0: return gemv2_q_kernel<TELA_TYPE_Q4_0, NT>;
+    case TELA_TYPE_Q4_K: return gemv2_q_kernel<TELA_TYPE_Q4_K, NT, R>;
+    case TELA_TYPE_Q5_K: return gemv2_q_kernel<TELA_TYPE_Q5_K, NT, R>;
+    case TELA_TYPE_Q6_K: return gemv2_q_kernel<TELA_TYPE_Q6_K, NT, R>;
+    case TELA_TYPE_Q8_0: return gemv2_q_kernel<TELA_TYPE_Q8_0, NT, R>;
+    case TELA_TYPE_Q4_0: return gemv2_q_kernel<TELA_TYPE_Q4_0, NT, R>;
     default: return NULL;
     }
 }
 
-static gemv2_kernel_fn gemv2_pick(tela_type type, int nt_tile) {
+static gemv2_kernel_fn gemv2_pick(tela_type type, int nt_tile, int R) {
     switch (nt_tile) {
-    case 1: return gemv2_pick_nt<1>(type);
-    case 2: return gemv2_pick_nt<2>(type);
-    case 4: return gemv2_pick_nt<4>(type);
-    default: return gemv2_pick_nt<8>(type);
+    case 1: return R == 2 ? gemv2_pick_nt<1, 2>(type) : gemv2_pick_nt<1, 1>(type);
+    case 2: return gemv2_pick_nt<2, 1>(type);
+    case 4: return gemv2_pick_nt<4, 1>(type);
+    default: return gemv2_pick_nt<8, 1>(type);
     }
 }
 
@@ -869,7 +991,11 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
                   const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                   const float *norm_w, float eps) {
     const int nt_tile = n_tok <= 1 ? 1 : n_tok <= 2 ? 2 : n_tok <= 4 ? 4 : 8;
-    gemv2_kernel_fn fn = gemv2_pick(w[0]->type, nt_tile);
+    int64_t rows = 0;
+    for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
+    /* two rows a warp for one token where that keeps three blocks an SM */
+    const int R = nt_tile == 1 && (ex->gemv_q_rows == 2 || (ex->gemv_q_rows < 0 && rows / 8 >= 3 * ex->be->sm_count)) ? 2 : 1;
+    gemv2_kernel_fn fn = gemv2_pick(w[0]->type, nt_tile, R);
     if (!fn || n_w > GEMV_MAX_TARGETS) return false;
     const int64_t K = w[0]->n_cols;
     const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)K), sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
@@ -880,7 +1006,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     quantize_act_kernel<<<(unsigned)n_tok, 512, 0, ex->stream>>>(x, x_stride, (int)K, norm_w, eps, xq, xd, xs, ns);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
     gemv_params p;
-    const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4);
+    const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R);
     fn<<<blocks, 128, 0, ex->stream>>>(p, xq, xd, xs, norm_w ? ns : NULL);
     tela_cuda_launched(ex, "gemv (variant 2)");
     return true;
