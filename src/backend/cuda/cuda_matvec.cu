@@ -779,14 +779,17 @@ static gemv_kernel_fn gemv_fr_pick(tela_type type, int R) {
     return NULL;
 }
 
-/* Rows a warp for the float products of one token: as many as keep at
- * least three blocks an SM (fewer blocks leave SMs idle at the tail);
+/* Rows a warp for the float products of one token, as measured on the
+ * H200 (docs/PERF-NOTES.md): four for the output head (tens of thousands
+ * of rows), two for rows of 4096 or more inputs where that keeps three
+ * blocks an SM, one for the rest (the 1B's matrices of 2048 inputs: the
+ * loop is short and more warps per row pay better);
  * TELA_CUDA_GEMV_ROWS=1|2|4 sets it (0: the one-row kernel above). */
-static int gemv_fr_rows(const cuda_exec *ex, int64_t rows) {
+static int gemv_fr_rows(const cuda_exec *ex, int64_t rows, int64_t K) {
     if (ex->gemv_f_rows >= 0) return ex->gemv_f_rows;
-    const int64_t want = 3 * (int64_t)ex->be->sm_count;
-    if (rows / (4 * GEMV_F_WARPS) >= want) return 4;
-    if (rows / (2 * GEMV_F_WARPS) >= want) return 2;
+    const int64_t sms = ex->be->sm_count;
+    if (rows / (4 * GEMV_F_WARPS) >= 24 * sms) return 4;
+    if (K >= 4096 && rows / (2 * GEMV_F_WARPS) >= 3 * sms) return 2;
     return 1;
 }
 
@@ -874,7 +877,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
     if (!quant && vec && n_tok == 1 && (w[0]->type == TELA_TYPE_F16 || w[0]->type == TELA_TYPE_BF16)) {
         int64_t rows = 0;
         for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
-        const int R = gemv_fr_rows(ex, rows);
+        const int R = gemv_fr_rows(ex, rows, K);
         if (R > 0) {
             const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, GEMV_F_WARPS * R);
             p.norm_w = norm_w;
@@ -926,9 +929,9 @@ static __global__ void __launch_bounds__(512) quantize_act_kernel(const float *x
     }
 }
 
-/* R rows a warp (R = 2 for one token): the second row's units read the
- * same activations, which the compiler loads once for both. Two units a
- * lane in flight. */
+/* R rows a warp (R = 2 for one token on request): the second row's units
+ * read the same activations, which the compiler loads once for both. Two
+ * units a lane in flight for one token. */
 template <int TYPE, int NT, int R>
 static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
                                                                   const float *xs, const float *nscale) {
@@ -991,10 +994,9 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
                   const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                   const float *norm_w, float eps) {
     const int nt_tile = n_tok <= 1 ? 1 : n_tok <= 2 ? 2 : n_tok <= 4 ? 4 : 8;
-    int64_t rows = 0;
-    for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
-    /* two rows a warp for one token where that keeps three blocks an SM */
-    const int R = nt_tile == 1 && (ex->gemv_q_rows == 2 || (ex->gemv_q_rows < 0 && rows / 8 >= 3 * ex->be->sm_count)) ? 2 : 1;
+    /* one row a warp: two (TELA_CUDA_GEMV_QROWS=2) measured slower on the
+     * H200 for Q8_0 and Q4_K_M, 1B and 8B (docs/PERF-NOTES.md) */
+    const int R = nt_tile == 1 && ex->gemv_q_rows == 2 ? 2 : 1;
     gemv2_kernel_fn fn = gemv2_pick(w[0]->type, nt_tile, R);
     if (!fn || n_w > GEMV_MAX_TARGETS) return false;
     const int64_t K = w[0]->n_cols;
