@@ -201,6 +201,8 @@ static void check_concurrent(tela_model *m, tela_engine *e, int V, int n_ctx, co
     check_idle(e, label);
 }
 
+static void check_long_prefix(tela_model *m, int hybrid, const char *label);
+
 static void test_llama(const char *path) {
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = 2;
@@ -373,6 +375,7 @@ static void test_llama(const char *path) {
         tela_engine_free(e); /* cancels the rest: each gets its DONE */
         for (int i = 0; i < 8; i++) result_wait(&q[i]);
     }
+    check_long_prefix(m, 0, "llama, issue sizes");
     tela_model_free(m);
 }
 
@@ -437,7 +440,71 @@ static void test_qwen35(const char *path) {
            (unsigned long long)st.checkpoints, (unsigned long long)st.checkpoint_bytes,
            (unsigned long long)st.prompt_tokens, (unsigned long long)st.cached_tokens);
     tela_engine_free(e);
+    check_long_prefix(m, 1, "qwen35, issue sizes");
     tela_model_free(m);
+}
+
+/* At the issue's sizes, default checkpoint interval (256): a second
+ * request that extends a 2,000-token first one computes only its suffix;
+ * on a hybrid model a branch after 1,000 shared tokens resumes from the
+ * checkpoint at 768; with KV room for one context the prefix cache is
+ * evicted by a different prompt and the answers stay right. */
+static void check_long_prefix(tela_model *m, int hybrid, const char *label) {
+    enum { A = 2000, B = 2100, C = 1200, CTX = 2304 };
+    const int V = tela_model_get_info(m)->n_vocab;
+    static int32_t a[A], b[B], c[C], d[A];
+    random_prompt(a, A, V, 901);
+    memcpy(b, a, sizeof a);
+    random_prompt(b + A, B - A, V, 902);
+    memcpy(c, a, 1000 * sizeof *c);
+    random_prompt(c + 1000, C - 1000, V, 903);
+    random_prompt(d, A, V, 904);
+    for (int pass = 0; pass < 2; pass++) {
+        tela_engine_params ep = tela_engine_default_params();
+        ep.n_ctx = CTX;
+        ep.n_parallel = 2;
+        ep.kv_tokens = pass ? CTX : 0; /* pass 1: room for one context only */
+        ep.n_threads = 2;
+        tela_engine *e = NULL;
+        CHECK_OK(tela_engine_create(m, &ep, &e));
+        if (!e) return;
+        result r;
+        reference ref;
+        tela_request_params p = req_params(&r, 3, 0.0f, 1);
+        p.top_logprobs = 0;
+        char lb[160];
+        result_init(&r);
+        CHECK_OK(tela_engine_submit(e, a, A, &p, NULL));
+        result_wait(&r);
+        if (pass == 1) { /* a different prompt of the same size evicts a's blocks */
+            result_init(&r);
+            CHECK_OK(tela_engine_submit(e, d, A, &p, NULL));
+            result_wait(&r);
+        }
+        result_init(&r);
+        CHECK_OK(tela_engine_submit(e, b, B, &p, NULL));
+        result_wait(&r);
+        if (pass == 0)
+            CHECK_MSG(r.usage.cached_tokens == A, "%s: %d of %d prompt tokens cached, expected %d", label,
+                      r.usage.cached_tokens, B, A);
+        else
+            CHECK_MSG(r.usage.cached_tokens < A, "%s: %d tokens cached after an eviction", label, r.usage.cached_tokens);
+        reference_run(m, b, B, &p, &ref, CTX);
+        snprintf(lb, sizeof lb, "%s: a 2,000-token prefix extended%s", label, pass ? ", after an eviction" : "");
+        check_same(&r, &ref, lb);
+        if (hybrid && pass == 0) {
+            result_init(&r);
+            CHECK_OK(tela_engine_submit(e, c, C, &p, NULL));
+            result_wait(&r);
+            CHECK_MSG(r.usage.cached_tokens == 768, "%s: a branch after 1,000 shared tokens: %d cached, expected 768",
+                      label, r.usage.cached_tokens);
+            reference_run(m, c, C, &p, &ref, CTX);
+            snprintf(lb, sizeof lb, "%s: a branch after 1,000 shared tokens", label);
+            check_same(&r, &ref, lb);
+        }
+        check_idle(e, label);
+        tela_engine_free(e);
+    }
 }
 
 int main(void) {
