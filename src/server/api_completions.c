@@ -34,7 +34,7 @@ void api_completions(void *ap, http_request *req) {
             prompts[i].n = p->n_tokens;
         }
     }
-    if (ok) api_generate(a, req, API_KIND_COMPLETION, &r.gen, prompts, r.n_prompts, "prompt");
+    if (ok) api_generate(a, req, API_KIND_COMPLETION, &r.gen, prompts, r.n_prompts, "prompt", NULL);
     else http_reply_error(req, &err);
     for (size_t i = 0; prompts && i < r.n_prompts; i++)
         if (r.prompts[i].text) free(prompts[i].ids);

@@ -121,6 +121,8 @@ typedef struct choice_state {
     lp_entry *lps;               /* gathered log-probabilities */
     size_t n_lps, cap_lps;
     size_t chars;                /* code points so far (completions' text_offset) */
+    int32_t *gen;                /* the generated tokens but end-of-generation ones (remembered chats) */
+    size_t n_gen, cap_gen;
     int done;
     tela_stop_reason stop;
     tela_status status;
@@ -140,6 +142,8 @@ typedef struct call {
     int include_usage;
     gen_job *job;
     choice_state *ch;
+    char *rendered;              /* a single chat reply to remember (api_generate), else NULL */
+    int32_t *prompt0;            /* its prompt tokens */
     int lost_oom;                /* a chunk could not be written */
     /* streaming */
     sbuf out;
@@ -154,7 +158,10 @@ static void call_free(call *c) {
         free(c->ch[i].text.s);
         free(c->ch[i].lps);
         free(c->ch[i].error);
+        free(c->ch[i].gen);
     }
+    free(c->rendered);
+    free(c->prompt0);
     free(c->ch);
     free(c->prompt_lens);
     free(c->out.s);
@@ -162,7 +169,7 @@ static void call_free(call *c) {
 }
 
 static call *call_create(app *a, http_request *req, api_kind kind, const api_gen *g, const api_tokens *prompts,
-                         size_t n_prompts) {
+                         size_t n_prompts, const char *rendered) {
     call *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->a = a;
@@ -184,6 +191,11 @@ static call *call_create(app *a, http_request *req, api_kind kind, const api_gen
         return NULL;
     }
     for (size_t i = 0; i < n_prompts; i++) c->prompt_lens[i] = prompts[i].n;
+    if (rendered && c->n_choices == 1 && a->replies) { /* best effort: without memory, nothing is remembered */
+        c->rendered = strdup(rendered);
+        c->prompt0 = malloc(prompts[0].n * sizeof *c->prompt0);
+        if (c->prompt0) memcpy(c->prompt0, prompts[0].ids, prompts[0].n * sizeof *c->prompt0);
+    }
     for (int i = 0; i < c->n_choices; i++) c->ch[i].prompt = i / g->n;
     return c;
 }
@@ -357,6 +369,41 @@ static int reports_lp(const call *c, const gen_event *e) {
     return c->logprobs >= 0 && !tela_token_is_eog(c->a->model, e->token);
 }
 
+/* --------------------------------------------- remembered chat replies */
+
+/* A TOKEN event of a chat reply to remember: its token (unless it ends the
+ * generation) and, when streaming (gathering keeps the text anyway), its
+ * text. */
+static void remember_token(call *c, choice_state *s, const gen_event *e, int streaming) {
+    if (!c->rendered || !c->prompt0) return;
+    if (streaming) sb_add(&s->text, e->text, e->text_len);
+    if (tela_token_is_eog(c->a->model, e->token)) return;
+    if (s->n_gen == s->cap_gen) {
+        size_t cap = s->cap_gen ? 2 * s->cap_gen : 64;
+        int32_t *ng = realloc(s->gen, cap * sizeof *ng);
+        if (!ng) {
+            free(c->rendered); /* give up remembering this one */
+            c->rendered = NULL;
+            return;
+        }
+        s->gen = ng;
+        s->cap_gen = cap;
+    }
+    s->gen[s->n_gen++] = e->token;
+}
+
+/* At the end of a chat reply to remember: only one that the model ended
+ * (end of generation) or max_tokens cut, so that its text is exactly what
+ * its tokens spell (a stop string hides some of it). */
+static void remember_reply(call *c) {
+    const choice_state *s = &c->ch[0];
+    if (!c->rendered || !c->prompt0 || s->text.oom || s->status != TELA_OK ||
+        (s->stop != TELA_STOP_EOS && s->stop != TELA_STOP_MAX_TOKENS))
+        return;
+    reply_memory_add(c->a->replies, c->rendered, strlen(c->rendered), c->prompt0, c->prompt_lens[0],
+                     s->text.s ? s->text.s : "", s->text.len, s->gen, s->n_gen);
+}
+
 /* -------------------------------------------------------- gathering */
 
 static void gather_event(call *c, gen_event *e) {
@@ -364,6 +411,7 @@ static void gather_event(call *c, gen_event *e) {
     s->usage = e->usage;
     if (e->kind == TELA_EVENT_TOKEN) {
         sb_add(&s->text, e->text, e->text_len);
+        remember_token(c, s, e, 0);
         if (reports_lp(c, e)) {
             if (s->n_lps == s->cap_lps) {
                 size_t cap = s->cap_lps ? 2 * s->cap_lps : 64;
@@ -401,6 +449,7 @@ static void reply_gathered(call *c) {
         http_reply_error(c->req, &err);
         return;
     }
+    remember_reply(c);
     cJSON *root = base_json(c, 0);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
     for (int i = 0; choices && i < c->n_choices; i++) {
@@ -521,6 +570,7 @@ static void stream_event(call *c, gen_event *e) {
     choice_state *s = &c->ch[e->choice];
     s->usage = e->usage;
     if (e->kind == TELA_EVENT_TOKEN) {
+        remember_token(c, s, e, 1);
         int lp = reports_lp(c, e);
         if (!e->text_len && !lp) return;
         lp_entry l;
@@ -560,6 +610,7 @@ static void stream_end(call *c) {
         stream_error(c, &err);
         return;
     }
+    remember_reply(c);
     if (c->include_usage) {
         cJSON *o = base_json(c, 1);
         cJSON_AddArrayToObject(o, "choices");
@@ -635,7 +686,7 @@ static void submit_error(api_error *e, tela_status st, const char *prompt_param)
 }
 
 void api_generate(app *a, http_request *req, api_kind kind, const api_gen *g, const api_tokens *prompts,
-                  size_t n_prompts, const char *prompt_param) {
+                  size_t n_prompts, const char *prompt_param, const char *rendered) {
     api_error err;
     if (atomic_load(&a->shutting_down)) {
         api_fail(&err, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
@@ -668,7 +719,7 @@ void api_generate(app *a, http_request *req, api_kind kind, const api_gen *g, co
             return;
         }
     }
-    call *c = call_create(a, req, kind, g, prompts, n_prompts);
+    call *c = call_create(a, req, kind, g, prompts, n_prompts, rendered);
     if (!c) {
         api_fail(&err, 500, "server_error", NULL, NULL, "out of memory");
         http_reply_error(req, &err);

@@ -23,9 +23,11 @@ typedef struct api_tokens {
 /* Runs n_prompts x g->n generations (choice i*n + k is prompt i's k-th)
  * and replies: the errors (prompt too long for the context, queue full,
  * ...), the whole result, or its stream. prompt_param names the field the
- * prompt came from, for errors. */
+ * prompt came from, for errors. rendered: a chat's rendered conversation
+ * (else NULL): a single reply that ends at an end-of-generation token or
+ * at max_tokens is then remembered with it (replies.h). */
 void api_generate(app *a, http_request *req, api_kind kind, const api_gen *g, const api_tokens *prompts,
-                  size_t n_prompts, const char *prompt_param);
+                  size_t n_prompts, const char *prompt_param, const char *rendered);
 
 /* tela_tokenize into a malloc'd buffer grown as needed, with room for one
  * more id after the n written. */

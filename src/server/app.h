@@ -13,6 +13,7 @@
 #include "server/gen.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/replies.h"
 #include "tela/tela.h"
 
 typedef struct app {
@@ -29,6 +30,7 @@ typedef struct app {
     double t_start;              /* monotonic seconds at start */
     gen_registry *jobs;
     metrics *metrics;
+    reply_memory *replies;       /* recent chat replies as tokens (replies.h) */
     atomic_int shutting_down;    /* set by a signal: new requests get 503 */
 } app;
 

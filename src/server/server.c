@@ -131,6 +131,7 @@ int tela_serve(const tela_serve_params *p) {
     a.t_start = now_s();
     a.jobs = gen_registry_create();
     a.metrics = metrics_create();
+    a.replies = reply_memory_create(64);
     if (!a.jobs || !a.metrics || make_pieces(&a)) {
         fprintf(stderr, "tela serve: out of memory\n");
         goto done;
@@ -200,6 +201,7 @@ done:
     free_pieces(&a);
     gen_registry_free(a.jobs);
     metrics_free(a.metrics);
+    reply_memory_free(a.replies);
     if (a.model) tela_model_free(a.model);
     if (rc == 0) fprintf(stderr, "tela serve: stopped\n");
     return rc;

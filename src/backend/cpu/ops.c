@@ -577,18 +577,21 @@ static inline __attribute__((always_inline)) void attn_scores(const int QB, floa
     }
 }
 
-/* o[r][d0..d0+63] (4 rows) = sum_p e[p][row_r] v_p, e = st with R floats
- * per key. The keys are walked in runs of consecutive cache rows (a paged
- * cache's blocks); the sums run over p in order either way. */
+/* o[r][d0..d0+63] (4 rows) += sum_p e[p][row_r] v_p over keys [p_begin,
+ * p_end), e = st with R floats per key, the sums continuing from what o
+ * holds (zero before the first keys): a block's rows take the keys tile
+ * by tile, so that the tile's value rows stay in cache for all its rows,
+ * and each sum still runs over p in order. The keys are walked in runs of
+ * consecutive cache rows (a paged cache's blocks). */
 static inline void attn_values_4x64(float *const *o, const int *row, const float *st, int R,
-                                    const tela_attn_args *a, const float *vbase, int64_t v_stride, int64_t n_keys,
-                                    int d0) {
+                                    const tela_attn_args *a, const float *vbase, int64_t v_stride, int64_t p_begin,
+                                    int64_t p_end, int d0) {
     tela_v16f acc[4][4];
     ATT_UNROLL for (int r = 0; r < 4; r++)
-        ATT_UNROLL for (int i = 0; i < 4; i++) acc[r][i] = (tela_v16f){0};
-    const int64_t run = a->blocks ? a->block_size : n_keys;
-    for (int64_t p = 0; p < n_keys;) {
-        const int64_t end = p - p % run + run < n_keys ? p - p % run + run : n_keys;
+        ATT_UNROLL for (int i = 0; i < 4; i++) acc[r][i] = *(const tela_v16f *)(o[r] + d0 + 16 * i);
+    const int64_t run = a->blocks ? a->block_size : p_end;
+    for (int64_t p = p_begin; p < p_end;) {
+        const int64_t end = p - p % run + run < p_end ? p - p % run + run : p_end;
         const float *vp = vbase + attn_row(a, p) * v_stride + d0;
         for (; p < end; p++, vp += v_stride) {
             const tela_v16f v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16),
@@ -606,6 +609,10 @@ static inline void attn_values_4x64(float *const *o, const int *row, const float
     ATT_UNROLL for (int r = 0; r < 4; r++)
         ATT_UNROLL for (int i = 0; i < 4; i++) *(tela_v16f *)(o[r] + d0 + 16 * i) = acc[r][i];
 }
+
+/* Keys per tile of the values pass: 128 value rows of up to 256 floats
+ * (128 KiB) stay in L2 while every row group of the block takes them. */
+#define ATT_KEY_TILE 128
 
 /* Block `chunk` of rows: the part whose chunks hold it, then KV head
  * c / n_blocks of that part, rows (t, head in group) numbered
@@ -660,29 +667,33 @@ static void attention_block(void *arg, int chunk, int ith) {
             *(tela_v16f *)(st + p * R + b * ATT_LANES) = e;
             sum[b] += e;
         }
-    /* 3. weighted values, 4 rows at a time, then the normalization */
+    /* 3. weighted values: tile by tile of keys, 4 rows x 64 dimensions at a
+     * time (the full groups of 4 rows, the multiples of 64 dimensions), then
+     * the rest one element at a time, then the normalization */
     const float *vbase = a->v + (int64_t)kvh * a->v_dim;
-    for (int l0 = 0; l0 < n_rows; l0 += 4) {
-        float *o[4];
-        int row[4];
-        for (int r = 0; r < 4; r++) {
-            row[r] = l0 + r < n_rows ? l0 + r : l0;
-            o[r] = a->out + tok[row[r]] * a->out_stride + (int64_t)head[row[r]] * a->v_dim;
-        }
-        int d0 = 0;
-        if (l0 + 4 <= n_rows)
-            for (; d0 + 64 <= a->v_dim; d0 += 64)
-                attn_values_4x64(o, row, st, R, a, vbase, a->v_stride, n_keys, d0);
-        for (int r = 0; r < 4 && l0 + r < n_rows; r++) {
-            for (int d = d0; d < a->v_dim; d++) {
-                float acc = 0.0f;
-                for (int64_t p = 0; p < n_keys; p++)
-                    acc = fma1(st[p * R + row[r]], vbase[attn_row(a, p) * a->v_stride + d], acc);
-                o[r][d] = acc;
+    const int n_full = n_rows / 4 * 4, d_full = a->v_dim / 64 * 64;
+    float *o_of[ATT_MAX_ROWS];
+    for (int l = 0; l < n_rows; l++) o_of[l] = a->out + tok[l] * a->out_stride + (int64_t)head[l] * a->v_dim;
+    if (d_full > 0)
+        for (int l = 0; l < n_full; l++) memset(o_of[l], 0, sizeof(float) * (size_t)d_full);
+    if (d_full > 0)
+        for (int64_t kt = 0; kt < n_keys; kt += ATT_KEY_TILE) {
+            const int64_t kend = kt + ATT_KEY_TILE < n_keys ? kt + ATT_KEY_TILE : n_keys;
+            for (int l0 = 0; l0 < n_full; l0 += 4) {
+                const int row[4] = {l0, l0 + 1, l0 + 2, l0 + 3};
+                float *o[4] = {o_of[l0], o_of[l0 + 1], o_of[l0 + 2], o_of[l0 + 3]};
+                for (int d0 = 0; d0 < d_full; d0 += 64) attn_values_4x64(o, row, st, R, a, vbase, a->v_stride, kt, kend, d0);
             }
-            const float inv = 1.0f / sum[row[r] / ATT_LANES][row[r] % ATT_LANES];
-            for (int d = 0; d < a->v_dim; d++) o[r][d] *= inv;
         }
+    for (int l = 0; l < n_rows; l++) {
+        float *o = o_of[l];
+        for (int d = l < n_full ? d_full : 0; d < a->v_dim; d++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < n_keys; p++) acc = fma1(st[p * R + l], vbase[attn_row(a, p) * a->v_stride + d], acc);
+            o[d] = acc;
+        }
+        const float inv = 1.0f / sum[l / ATT_LANES][l % ATT_LANES];
+        for (int d = 0; d < a->v_dim; d++) o[d] *= inv;
     }
 }
 
