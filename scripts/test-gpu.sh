@@ -30,8 +30,12 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem,driv
 (cd build-cuda && ctest --output-on-failure -R '^test_cuda' 2>&1 | tee /tmp/tela-ctest-gpu.log)
 grep -hE '^[0-9]+ passed, [0-9]+ failed|^type |^device:|^out of memory|^note' build-cuda/Testing/Temporary/LastTest.log
 note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log | tail -1); checks: $(grep -hE '^[0-9]+ passed, [0-9]+ failed' build-cuda/Testing/Temporary/LastTest.log | tr '\n' ' ')"
-# the op tests again on each variant of the decode products (TELA_GPU_VARIANTS=0: not)
-[ "${TELA_GPU_VARIANTS:-1}" = 0 ] || for v in TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2 TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4; do
+# the op tests again on each variant of the decode products and attention
+# (TELA_GPU_VARIANTS=0: not)
+# (TELA_GPU_VARIANTS="A=1 B=2": those settings instead)
+variants="TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2 TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4 TELA_CUDA_ATTN_SHORT=4096"
+case "${TELA_GPU_VARIANTS:-1}" in 0) variants="" ;; 1) ;; *) variants=$TELA_GPU_VARIANTS ;; esac
+for v in $variants; do
     if env "$v" TELA_SOURCE_DIR=$PWD ./build-cuda/tests/test_cuda_ops > /tmp/tela-ops-$v.log 2>&1; then r=ok; else r=FAILED; grep -E "FAIL|failed" /tmp/tela-ops-$v.log | head -5; fi
     note "test_cuda_ops $v: $r ($(grep -E '^[0-9]+ passed, [0-9]+ failed' /tmp/tela-ops-$v.log | tail -1))"
 done

@@ -277,9 +277,12 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
         return;
     }
     /* splits: eight blocks of four warps per multiprocessor (each warp with
-     * a few 32-key tiles), at least 64 keys a split */
+     * a few 32-key tiles), at least 64 keys a split; none for lengths up to
+     * ex->attn_short keys (no partials, no combine kernel: at short contexts
+     * the launches and their chain of dependent loads cost more than the
+     * keys) */
     const int64_t blocks = (int64_t)s->n_kv_head * p.n_sub * n_tok;
-    int64_t n_split = (8 * ex->be->sm_count + blocks - 1) / blocks;
+    int64_t n_split = max_len <= ex->attn_short ? 1 : (8 * ex->be->sm_count + blocks - 1) / blocks;
     const int64_t most = (max_len + 63) / 64;
     if (n_split > most) n_split = most;
     if (n_split < 1) n_split = 1;
