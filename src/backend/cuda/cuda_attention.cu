@@ -239,6 +239,135 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int n_
     }
 }
 
+/* Decode, variant 2 (f16 cache, k_dim == v_dim == DT of 64, 128 or 256;
+ * TELA_CUDA_ATTN=2 until measured): G = DT / 8 lanes a key, each lane
+ * holding eight dimensions of the key, of the value and of every query
+ * head of the group, so a warp reads 32 / G whole key and value rows per
+ * step with 16-byte loads (the first variant: a lane a key, a serial loop
+ * over the dimensions). Scores are summed within each group of lanes; the
+ * running maximum is shared by the warp, each group keeps its own sums
+ * and outputs, added up at the end. U steps' loads are issued before
+ * they are used. Same splits and combine as the first variant. */
+template <int DT, int NH>
+static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode2_kernel(const dec_params p) {
+    constexpr int G = DT / 8, KPW = 32 / G, U = 4;
+    __shared__ float wm[DEC_WARPS][NH], wl[DEC_WARPS][NH];
+    __shared__ float wo[DEC_WARPS][NH][DT];
+    const int g = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub;
+    const int split = blockIdx.y, t = blockIdx.z;
+    const int h0 = g * p.group + sub * p.hpb;
+    const int nh = min(p.hpb, p.group - sub * p.hpb);
+    const int n_kv = p.pos[t] + 1;
+    const int k0 = split * p.chunk, k1 = min(k0 + p.chunk, n_kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int kg = lane / G, d0 = (lane % G) * 8; /* this lane's key in the step, its dimensions */
+
+    float q[NH][8];
+#pragma unroll
+    for (int hh = 0; hh < NH; hh++) {
+        const float *qp = p.q + (size_t)t * p.q_stride + (size_t)(h0 + (hh < nh ? hh : 0)) * DT + d0;
+        const float4 a = *(const float4 *)qp, b = *(const float4 *)(qp + 4);
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[hh][i] = v[i] * p.qscale;
+    }
+    const __half *kc = (const __half *)p.k + (size_t)g * p.n_ctx * DT;
+    const __half *vc = (const __half *)p.v + (size_t)g * p.n_ctx * DT;
+    float m[NH], l[NH], o[NH][8];
+#pragma unroll
+    for (int hh = 0; hh < NH; hh++) {
+        m[hh] = -INFINITY;
+        l[hh] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[hh][i] = 0.0f;
+    }
+    /* warp w takes steps w, w + DEC_WARPS, ... of KPW keys each, U at a time */
+    for (int base = k0 + warp * KPW; base < k1; base += DEC_WARPS * KPW * U) {
+        uint4 kr[U], vr[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int key = min(base + u * DEC_WARPS * KPW + kg, k1 - 1);
+            kr[u] = *(const uint4 *)(kc + (size_t)key * DT + d0);
+            vr[u] = *(const uint4 *)(vc + (size_t)key * DT + d0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int step = base + u * DEC_WARPS * KPW;
+            if (step >= k1) break;
+            const bool valid = step + kg < k1;
+            float kf[8], vf[8];
+            ld8((const __half *)&kr[u], kf);
+            ld8((const __half *)&vr[u], vf);
+#pragma unroll
+            for (int hh = 0; hh < NH; hh++) {
+                if (hh >= nh) break;
+                float sc = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; i++) sc = fmaf(q[hh][i], kf[i], sc);
+#pragma unroll
+                for (int off = G / 2; off > 0; off >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, off);
+                sc = valid ? sc : -INFINITY;
+                float smax = sc;
+#pragma unroll
+                for (int off = 16; off >= G; off >>= 1) smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, off));
+                const float mnew = fmaxf(m[hh], smax); /* finite: the step's first key is valid */
+                const float corr = exp2f(m[hh] - mnew), pr = valid ? exp2f(sc - mnew) : 0.0f;
+                m[hh] = mnew;
+                l[hh] = l[hh] * corr + pr;
+#pragma unroll
+                for (int i = 0; i < 8; i++) o[hh][i] = fmaf(pr, vf[i], o[hh][i] * corr);
+            }
+        }
+    }
+    /* the groups' sums and outputs added up (m is the warp's), then the warps combined */
+#pragma unroll
+    for (int hh = 0; hh < NH; hh++) {
+        if (hh >= nh) break;
+        float lt = l[hh];
+#pragma unroll
+        for (int off = 16; off >= G; off >>= 1) lt += __shfl_xor_sync(0xffffffffu, lt, off);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+            for (int off = 16; off >= G; off >>= 1) o[hh][i] += __shfl_xor_sync(0xffffffffu, o[hh][i], off);
+        if (lane == 0) {
+            wm[warp][hh] = m[hh];
+            wl[warp][hh] = lt;
+        }
+        if (kg == 0)
+#pragma unroll
+            for (int i = 0; i < 8; i++) wo[warp][hh][d0 + i] = o[hh][i];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * DT; i += blockDim.x) {
+        const int hh = i / DT, d = i % DT;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][hh]);
+        float O = 0.0f, L = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) {
+                if (wm[w][hh] == -INFINITY) continue;
+                const float f = exp2f(wm[w][hh] - M);
+                O += wo[w][hh][d] * f;
+                L += wl[w][hh] * f;
+            }
+        }
+        const int h = h0 + hh;
+        if (p.n_split == 1) {
+            p.out[(size_t)t * p.out_stride + (size_t)h * DT + d] = O / L;
+        } else {
+            float *pp = p.part + (((size_t)t * p.n_head + h) * p.n_split + split) * (size_t)(DT + 2);
+            pp[d] = O;
+            if (d == 0) {
+                pp[DT] = M;
+                pp[DT + 1] = L;
+            }
+        }
+    }
+}
+
 typedef void (*dec_kernel_fn)(const dec_params);
 
 template <typename KT>
@@ -272,6 +401,13 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     const int dmax = s->k_dim > s->v_dim ? s->k_dim : s->v_dim;
     const bool vec = s->k_dim % 8 == 0;
     dec_kernel_fn fn = kv->elt == 2 ? dec_pick<__half>(dmax, vec) : dec_pick<float>(dmax, vec);
+    if (ex->attn_v2 && kv->elt == 2 && s->k_dim == s->v_dim && p.hpb <= 8 && q_stride % 4 == 0 &&
+        ((uintptr_t)q & 15) == 0) {
+        const int nh4 = p.hpb <= 4;
+        if (s->k_dim == 64) fn = nh4 ? attn_decode2_kernel<64, 4> : attn_decode2_kernel<64, 8>;
+        else if (s->k_dim == 128) fn = nh4 ? attn_decode2_kernel<128, 4> : attn_decode2_kernel<128, 8>;
+        else if (s->k_dim == 256) fn = nh4 ? attn_decode2_kernel<256, 4> : attn_decode2_kernel<256, 8>;
+    }
     if (!fn) {
         tela_cuda_check(ex, cudaErrorNotSupported, "attention: head dimensions above 256");
         return;
