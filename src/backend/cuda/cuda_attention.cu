@@ -240,7 +240,7 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int n_
 }
 
 /* Decode, variant 2 (f16 cache, k_dim == v_dim == DT of 64, 128 or 256;
- * TELA_CUDA_ATTN=2 until measured): G = DT / 8 lanes a key, each lane
+ * the default, measured faster; TELA_CUDA_ATTN=1 the first): G = DT / 8 lanes a key, each lane
  * holding eight dimensions of the key, of the value and of every query
  * head of the group, so a warp reads 32 / G whole key and value rows per
  * step with 16-byte loads (the first variant: a lane a key, a serial loop
@@ -400,6 +400,7 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     p.qscale = scale * LOG2E;
     const int dmax = s->k_dim > s->v_dim ? s->k_dim : s->v_dim;
     const bool vec = s->k_dim % 8 == 0;
+    /* variant 1 for f32 caches, other head dimensions and groups over 8 */
     dec_kernel_fn fn = kv->elt == 2 ? dec_pick<__half>(dmax, vec) : dec_pick<float>(dmax, vec);
     if (ex->attn_v2 && kv->elt == 2 && s->k_dim == s->v_dim && p.hpb <= 8 && q_stride % 4 == 0 &&
         ((uintptr_t)q & 15) == 0) {

@@ -257,7 +257,7 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *gv = getenv("TELA_CUDA_GEMV");
     ex->gemv_v2 = !(gv && !strcmp(gv, "1")); /* TELA_CUDA_GEMV=1: the first variant */
     const char *av = getenv("TELA_CUDA_ATTN");
-    ex->attn_v2 = av && !strcmp(av, "2");
+    ex->attn_v2 = !(av && !strcmp(av, "1")); /* TELA_CUDA_ATTN=1: the first variant */
     const char *as = getenv("TELA_CUDA_ATTN_SHORT");
     ex->attn_short = as && as[0] >= '0' && as[0] <= '9' ? atoi(as) : 256; /* measured: docs/PERF-NOTES.md */
     const char *gq = getenv("TELA_CUDA_GEMV_QROWS");

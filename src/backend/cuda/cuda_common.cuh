@@ -72,7 +72,7 @@ typedef struct cuda_exec {
     size_t act_bytes;
     bool gemv_v2;                /* the quantized decode products' second variant (default; TELA_CUDA_GEMV=1: the first) */
     int gemv_q_rows;             /* TELA_CUDA_GEMV_QROWS: rows a warp of the quantized ones (variant 2), -1 auto */
-    bool attn_v2;                /* TELA_CUDA_ATTN=2: decode attention's second variant (cuda_attention.cu) */
+    bool attn_v2;                /* decode attention's second variant (default; TELA_CUDA_ATTN=1: the first) */
     int attn_short;              /* decode attention unsplit up to this length bucket (256; TELA_CUDA_ATTN_SHORT) */
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     void *pinned;                /* host staging for downloads */
