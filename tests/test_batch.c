@@ -33,10 +33,13 @@ typedef struct {
     tela_session *ref;       /* the same sequence alone */
 } seq;
 
+static int kv_f16; /* the pass with f16 KV caches (sessions and the batched state alike) */
+
 /* A session for one sequence, fed the same runs (so cut the same way). */
 static tela_session *new_session(tela_model *m) {
     tela_session_params sp = tela_session_default_params();
     sp.n_ctx = N_CTX;
+    sp.kv_type = kv_f16 ? TELA_KV_F16 : TELA_KV_F32;
     sp.n_threads = 2;
     tela_session *s = NULL;
     CHECK_OK(tela_session_create(m, &sp, &s));
@@ -54,7 +57,7 @@ static void check_model(const char *path) {
     const int V = m->info.n_vocab;
     tela_exec *ex = NULL;
     CHECK_OK(tela_exec_create(m->be, 2, &ex));
-    const tela_state_params p = {N_CTX, TELA_KV_DTYPE_F32, N_SEQ, BS, POOL * BS, 160};
+    const tela_state_params p = {N_CTX, kv_f16 ? TELA_KV_DTYPE_F16 : TELA_KV_DTYPE_F32, N_SEQ, BS, POOL * BS, 160};
     void *state = NULL;
     CHECK_OK(m->arch->state_create(m, ex, &p, &state));
     if (!state) return;
@@ -167,8 +170,10 @@ int main(void) {
             printf("note: %s not found\n", path);
             continue;
         }
-        printf("checking %s\n", models[i]);
-        check_model(path);
+        for (kv_f16 = 0; kv_f16 < 2; kv_f16++) {
+            printf("checking %s, %s KV cache\n", models[i], kv_f16 ? "f16" : "f32");
+            check_model(path);
+        }
         ran++;
     }
     if (!ran) test_skip("no model files (TELA_SOURCE_DIR?)");

@@ -409,12 +409,12 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         out[nt - 1] = calloc(on, sizeof(float));
         if (nt < 4) {
             tela_attn_args a = {q, NH * KD, k, ks, v, vs, out[nt - 1], NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f,
-                                NULL, 0};
+                                NULL, 0, 0};
             tela_op_attention(pool, &a, 1);
         } else {
             for (int t = 0; t < NT; t++) { /* token by token */
                 tela_attn_args a = {q + t * NH * KD, NH * KD, k, ks, v, vs, out[3] + t * NH * VD, NH * VD,
-                                    1,  POS0 + t,    NH, NKV, KD, VD, 0.3f, NULL, 0};
+                                    1,  POS0 + t,    NH, NKV, KD, VD, 0.3f, NULL, 0, 0};
                 tela_op_attention(pool, &a, 1);
             }
         }
@@ -472,9 +472,9 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         CHECK_OK(tela_threadpool_create(2, &pool));
         CHECK_OK(tela_threadpool_reserve(pool, tela_op_attention_scratch(n_ctx, KD)));
         const tela_attn_args two[2] = {
-            {q, NH * KD, pk, ks, pv, vs, po, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs},
+            {q, NH * KD, pk, ks, pv, vs, po, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 0},
             {q + (NT - 1) * NH * KD, NH * KD, k, ks, v, vs, last, NH * VD, 1, POS0 + NT - 1, NH, NKV, KD, VD, 0.3f,
-             NULL, 0},
+             NULL, 0, 0},
         };
         tela_op_attention(pool, two, 2);
         tela_threadpool_free(pool);
@@ -487,6 +487,50 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         free(table);
         free(po);
         free(last);
+    }
+    /* An f16 cache (paged too): bit-identical to an f32 cache holding the
+     * same rounded values (the f32 run itself is checked above). */
+    {
+        const size_t nk = (size_t)n_ctx * ks, nv = (size_t)n_ctx * vs;
+        uint16_t *hk = malloc(nk * 2), *hv = malloc(nv * 2);
+        float *rk = malloc(nk * 4), *rv = malloc(nv * 4);
+        for (size_t i = 0; i < nk; i++) rk[i] = tela_f16_to_f32(hk[i] = tela_f32_to_f16(k[i]));
+        for (size_t i = 0; i < nv; i++) rv[i] = tela_f16_to_f32(hv[i] = tela_f32_to_f16(v[i]));
+        float *o32 = calloc(on, sizeof(float)), *o16 = calloc(on, sizeof(float)), *o16p = calloc(on, sizeof(float));
+        const int bs = 7, nblk = (n_ctx + bs - 1) / bs;
+        uint16_t *pk = calloc((size_t)nblk * bs * ks, 2), *pv = calloc((size_t)nblk * bs * vs, 2);
+        int32_t *table = malloc(sizeof(int32_t) * (size_t)nblk);
+        for (int b = 0; b < nblk; b++) table[b] = nblk - 1 - b;
+        for (int p = 0; p < n_ctx; p++) {
+            const size_t r = (size_t)table[p / bs] * bs + (size_t)(p % bs);
+            memcpy(pk + r * ks, hk + (size_t)p * ks, 2 * (size_t)ks);
+            memcpy(pv + r * vs, hv + (size_t)p * vs, 2 * (size_t)vs);
+        }
+        tela_threadpool *pool;
+        CHECK_OK(tela_threadpool_create(2, &pool));
+        CHECK_OK(tela_threadpool_reserve(pool, tela_op_attention_scratch(n_ctx, KD)));
+        const tela_attn_args f32 = {q, NH * KD, rk, ks, rv, vs, o32, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 0};
+        const tela_attn_args f16[2] = {
+            {q, NH * KD, hk, ks, hv, vs, o16, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 1},
+            {q, NH * KD, pk, ks, pv, vs, o16p, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 1},
+        };
+        tela_op_attention(pool, &f32, 1);
+        tela_op_attention(pool, f16, 2);
+        tela_threadpool_free(pool);
+        CHECK_MSG(!memcmp(o32, o16, sizeof(float) * on), "attention %d/%d heads, pos0 %d: f16 cache != f32 of its values",
+                  NH, NKV, POS0);
+        CHECK_MSG(!memcmp(o32, o16p, sizeof(float) * on), "attention %d/%d heads, pos0 %d: paged f16 cache differs", NH,
+                  NKV, POS0);
+        free(hk);
+        free(hv);
+        free(rk);
+        free(rv);
+        free(o32);
+        free(o16);
+        free(o16p);
+        free(pk);
+        free(pv);
+        free(table);
     }
     for (int i = 0; i < 4; i++) free(out[i]);
     free(q);

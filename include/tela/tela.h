@@ -168,7 +168,7 @@ typedef struct tela_session tela_session;
 typedef enum tela_kv_type {
     TELA_KV_DEFAULT = 0,  /* f16 on a GPU (f32 in the exact mode, TELA_EXACT_MATMUL=1); f32 on the CPU */
     TELA_KV_F32 = 1,
-    TELA_KV_F16 = 2       /* GPU only; the CPU keeps f32 */
+    TELA_KV_F16 = 2       /* half the bytes: long contexts decode faster (the CPU's default is f32) */
 } tela_kv_type;
 
 typedef struct tela_session_params {

@@ -188,7 +188,7 @@ void cli_gen_print_help(FILE *f) {
             "  -t, --threads N          computation threads (default: all cores)\n"
             "  -c, --ctx-size N         context length (default: the model's, at most 4096)\n"
             "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
-            "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
+            "      --kv-type T          KV cache precision: f16 or f32 (default: f16 on a GPU, f32 on the CPU)\n"
             "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
             "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"
             "                           (default: what is available; more fails with the numbers)\n"

@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "  -t, --threads N      computation threads (default: all cores)\n"
             "  -r, --repetitions R  measured repetitions per test (default 5)\n"
             "      --device DEV     cpu, cuda or cuda:N (default: the GPU when there is one)\n"
-            "      --kv-type T      KV cache precision on a GPU: f16 (default) or f32\n"
+            "      --kv-type T      KV cache precision: f16 or f32 (default: f16 on a GPU, f32 on the CPU)\n"
             "      --skip-layers L  bypass these decoder layers (comma-separated)\n"
             "      --mem-budget B   memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
             "      --profile[=json] time every phase over all the tests; a table (or JSON) on stderr\n"

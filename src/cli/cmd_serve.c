@@ -48,7 +48,7 @@ static void usage(FILE *f) {
             "      --max-body BYTES     largest request body (default 8M; K, M, G suffixes)\n"
             "  -t, --threads N          computation threads (default: all cores)\n"
             "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one, else the CPU)\n"
-            "      --kv-type T          KV cache precision on a GPU: f16 (default) or f32\n"
+            "      --kv-type T          KV cache precision: f16 or f32 (default: f16 on a GPU, f32 on the CPU)\n"
             "  -h, --help               this help\n",
             d.n_parallel > 0 ? d.n_parallel : 8, d.checkpoint_interval > 0 ? d.checkpoint_interval : 256,
             d.max_waiting > 0 ? d.max_waiting : 64);

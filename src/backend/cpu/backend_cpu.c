@@ -6,6 +6,7 @@
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/ops.h"
+#include "util/fp16.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/threadpool.h"
 #include "util/bigalloc.h"
@@ -44,9 +45,28 @@ typedef struct cpu_exec {
 
 typedef struct cpu_kv {
     tela_kv_cache head;
-    size_t k_row, v_row;     /* floats per position */
-    float *k, *v;            /* [n_layer][n_ctx][k_row / v_row] */
+    size_t k_row, v_row;     /* elements per position */
+    size_t elt;              /* bytes per element: 4 (f32) or 2 (f16) */
+    unsigned char *k, *v;    /* [n_layer][n_ctx][k_row / v_row] elements */
 } cpu_kv;
+
+/* Layer l's first K (V) element. */
+static inline unsigned char *kv_k(const cpu_kv *c, int l) {
+    return c->k + (size_t)l * (size_t)c->head.shape.n_ctx * c->k_row * c->elt;
+}
+static inline unsigned char *kv_v(const cpu_kv *c, int l) {
+    return c->v + (size_t)l * (size_t)c->head.shape.n_ctx * c->v_row * c->elt;
+}
+
+/* n values into a cache row of the cache's precision. */
+static void kv_put(const cpu_kv *c, unsigned char *dst, const float *src, size_t n) {
+    if (c->elt == 4) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *h = (uint16_t *)dst;
+    for (size_t i = 0; i < n; i++) h[i] = tela_f32_to_f16(src[i]);
+}
 
 static cpu_exec *as_cpu(tela_exec *ex) { return (cpu_exec *)ex; }
 
@@ -337,7 +357,7 @@ static void cpu_kv_clear(tela_exec *ex, tela_kv_cache *kv) {
 
 static size_t cpu_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past) {
     const cpu_kv *c = (const cpu_kv *)kv;
-    return (size_t)kv->shape.n_layer * (size_t)n_past * (c->k_row + c->v_row) * sizeof(float);
+    return (size_t)kv->shape.n_layer * (size_t)n_past * (c->k_row + c->v_row) * c->elt;
 }
 
 /* The image: for each layer, K rows [0, n_past), then V rows. */
@@ -345,12 +365,11 @@ static tela_status cpu_kv_save(tela_exec *ex, const tela_kv_cache *kv, int32_t n
     (void)ex;
     const cpu_kv *c = (const cpu_kv *)kv;
     unsigned char *p = dst;
-    const size_t n_ctx = (size_t)kv->shape.n_ctx;
     for (int l = 0; l < kv->shape.n_layer; l++) {
-        size_t kb = (size_t)n_past * c->k_row * sizeof(float), vb = (size_t)n_past * c->v_row * sizeof(float);
-        memcpy(p, c->k + (size_t)l * n_ctx * c->k_row, kb);
+        size_t kb = (size_t)n_past * c->k_row * c->elt, vb = (size_t)n_past * c->v_row * c->elt;
+        memcpy(p, kv_k(c, l), kb);
         p += kb;
-        memcpy(p, c->v + (size_t)l * n_ctx * c->v_row, vb);
+        memcpy(p, kv_v(c, l), vb);
         p += vb;
     }
     return TELA_OK;
@@ -360,12 +379,11 @@ static tela_status cpu_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past,
     (void)ex;
     cpu_kv *c = (cpu_kv *)kv;
     const unsigned char *p = src;
-    const size_t n_ctx = (size_t)kv->shape.n_ctx;
     for (int l = 0; l < kv->shape.n_layer; l++) {
-        size_t kb = (size_t)n_past * c->k_row * sizeof(float), vb = (size_t)n_past * c->v_row * sizeof(float);
-        memcpy(c->k + (size_t)l * n_ctx * c->k_row, p, kb);
+        size_t kb = (size_t)n_past * c->k_row * c->elt, vb = (size_t)n_past * c->v_row * c->elt;
+        memcpy(kv_k(c, l), p, kb);
         p += kb;
-        memcpy(c->v + (size_t)l * n_ctx * c->v_row, p, vb);
+        memcpy(kv_v(c, l), p, vb);
         p += vb;
     }
     return TELA_OK;
@@ -381,13 +399,13 @@ static void cpu_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const floa
                          const float *v, int64_t v_stride, const tela_batch *b) {
     (void)ex;
     cpu_kv *c = (cpu_kv *)kv;
-    const size_t n_ctx = (size_t)kv->shape.n_ctx;
     const int32_t bs = kv->shape.block_size;
-    float *kl = c->k + (size_t)layer * n_ctx * c->k_row, *vl = c->v + (size_t)layer * n_ctx * c->v_row;
+    unsigned char *kl = kv_k(c, layer), *vl = kv_v(c, layer);
+    const size_t kb = c->k_row * c->elt, vb = c->v_row * c->elt;
     if (!b->seqs) {
         for (int t = 0; t < b->n_tok; t++) {
-            memcpy(kl + (size_t)b->pos[t] * c->k_row, k + (size_t)t * k_stride, c->k_row * sizeof(float));
-            memcpy(vl + (size_t)b->pos[t] * c->v_row, v + (size_t)t * v_stride, c->v_row * sizeof(float));
+            kv_put(c, kl + (size_t)b->pos[t] * kb, k + (size_t)t * k_stride, c->k_row);
+            kv_put(c, vl + (size_t)b->pos[t] * vb, v + (size_t)t * v_stride, c->v_row);
         }
         return;
     }
@@ -395,8 +413,8 @@ static void cpu_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const floa
         const tela_batch_seq *q = &b->seqs[i];
         for (int t = q->tok0; t < q->tok0 + q->n_tok; t++) {
             const size_t r = kv_row(q->blocks, bs, b->pos[t]);
-            memcpy(kl + r * c->k_row, k + (size_t)t * k_stride, c->k_row * sizeof(float));
-            memcpy(vl + r * c->v_row, v + (size_t)t * v_stride, c->v_row * sizeof(float));
+            kv_put(c, kl + r * kb, k + (size_t)t * k_stride, c->k_row);
+            kv_put(c, vl + r * vb, v + (size_t)t * v_stride, c->v_row);
         }
     }
 }
@@ -404,11 +422,11 @@ static void cpu_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const floa
 static tela_status cpu_kv_copy_rows(tela_exec *ex, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n) {
     (void)ex;
     cpu_kv *c = (cpu_kv *)kv;
-    const size_t n_ctx = (size_t)kv->shape.n_ctx;
+    const size_t kb = c->k_row * c->elt, vb = c->v_row * c->elt;
     for (int l = 0; l < kv->shape.n_layer; l++) {
-        float *kl = c->k + (size_t)l * n_ctx * c->k_row, *vl = c->v + (size_t)l * n_ctx * c->v_row;
-        memmove(kl + (size_t)dst * c->k_row, kl + (size_t)src * c->k_row, (size_t)n * c->k_row * sizeof(float));
-        memmove(vl + (size_t)dst * c->v_row, vl + (size_t)src * c->v_row, (size_t)n * c->v_row * sizeof(float));
+        unsigned char *kl = kv_k(c, l), *vl = kv_v(c, l);
+        memmove(kl + (size_t)dst * kb, kl + (size_t)src * kb, (size_t)n * kb);
+        memmove(vl + (size_t)dst * vb, vl + (size_t)src * vb, (size_t)n * vb);
     }
     return TELA_OK;
 }
@@ -429,11 +447,10 @@ static void cpu_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, con
                           float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
     cpu_exec *ce = as_cpu(ex);
     const cpu_kv *c = (const cpu_kv *)kv;
-    const size_t n_ctx = (size_t)kv->shape.n_ctx;
     const tela_attn_args base = {
         .q = q, .q_stride = q_stride,
-        .k = c->k + (size_t)layer * n_ctx * c->k_row, .k_stride = (int64_t)c->k_row,
-        .v = c->v + (size_t)layer * n_ctx * c->v_row, .v_stride = (int64_t)c->v_row,
+        .k = kv_k(c, layer), .k_stride = (int64_t)c->k_row,
+        .v = kv_v(c, layer), .v_stride = (int64_t)c->v_row, .kv_f16 = c->elt == 2,
         .out = out, .out_stride = out_stride, .n_tok = b->n_tok, .pos0 = b->pos0, .n_head = n_head,
         .n_kv_head = kv->shape.n_kv_head, .k_dim = kv->shape.k_dim, .v_dim = kv->shape.v_dim, .scale = scale,
         .blocks = NULL, .block_size = kv->shape.block_size,
@@ -657,19 +674,22 @@ static tela_status cpu_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela
     *out = NULL;
     const size_t k_row = (size_t)shape->n_kv_head * (size_t)shape->k_dim;
     const size_t v_row = (size_t)shape->n_kv_head * (size_t)shape->v_dim;
-    double bytes = (double)shape->n_layer * (double)shape->n_ctx * (double)(k_row + v_row) * sizeof(float);
+    const size_t elt = shape->dtype == TELA_KV_DTYPE_F16 ? 2 : 4;
+    double bytes = (double)shape->n_layer * (double)shape->n_ctx * (double)(k_row + v_row) * (double)elt;
     if (bytes > (double)SIZE_MAX / 2)
         return tela_errorf(TELA_ERR_NOMEM, "session: a KV cache of %.0f bytes is too large", bytes);
     cpu_kv *c = calloc(1, sizeof *c);
     if (!c) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     c->head.ops = &cpu_ops;
     c->head.shape = *shape;
-    c->head.shape.dtype = TELA_KV_DTYPE_F32;
+    c->head.shape.dtype = elt == 2 ? TELA_KV_DTYPE_F16 : TELA_KV_DTYPE_F32;
     c->k_row = k_row;
     c->v_row = v_row;
+    c->elt = elt;
     const size_t per_layer = (size_t)shape->n_ctx;
-    c->k = calloc(per_layer * k_row * (size_t)shape->n_layer + 1, sizeof(float));
-    c->v = calloc(per_layer * v_row * (size_t)shape->n_layer + 1, sizeof(float));
+    /* 64 bytes more: the kernels may read a whole vector at a row's end */
+    c->k = calloc(per_layer * k_row * (size_t)shape->n_layer * elt + 64, 1);
+    c->v = calloc(per_layer * v_row * (size_t)shape->n_layer * elt + 64, 1);
     if (!c->k || !c->v) {
         cpu_kv_free(&c->head);
         return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a KV cache of %d tokens (%.1f MiB)",

@@ -515,7 +515,8 @@ static inline float fma1(float a, float b, float c) { return a * b + c; }
 
 size_t tela_op_attention_scratch(int n_ctx, int k_dim) {
     const size_t rows = n_ctx <= 16384 ? ATT_MAX_ROWS : ATT_LANES;
-    return rows * ((size_t)n_ctx + (size_t)k_dim + 4) + 16;
+    /* queries and scores, then ATT_LANES f16 key rows as floats */
+    return rows * ((size_t)n_ctx + (size_t)k_dim + 4) + 16 + ATT_LANES * (size_t)k_dim + 16;
 }
 
 /* One sequence's share of the dispatch: its rows are cut into blocks of
@@ -541,18 +542,48 @@ static inline int64_t attn_row(const tela_attn_args *a, int64_t p) {
     return a->blocks ? (int64_t)a->blocks[p / a->block_size] * a->block_size + p % a->block_size : p;
 }
 
+/* Sixteen f16 values as floats (F16C where the build has AVX-512). */
+static inline tela_v16f load16_f16(const uint16_t *p) {
+#if defined(__AVX512F__)
+    return (tela_v16f)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+#else
+    tela_v16f v;
+    for (int i = 0; i < 16; i++) v[i] = tela_f16_to_f32(p[i]);
+    return v;
+#endif
+}
+
+/* Element i of a cache array of either precision. */
+static inline float kv_at(const tela_attn_args *a, const void *base, int64_t i) {
+    return a->kv_f16 ? tela_f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+/* n elements of an f16 row as floats. */
+static inline void f16_row(float *dst, const uint16_t *src, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) *(tela_v16f *)(dst + i) = load16_f16(src + i);
+    for (; i < n; i++) dst[i] = tela_f16_to_f32(src[i]);
+}
+
 /* Scores of 16 / QB keys starting at p0 against QB vectors of transposed
  * queries (qt[d][row], R = QB * 16 rows); keys past n_keys repeat the last
  * one (the causal mask removes them). st[p][row], mx[b] per row vector. */
 static inline __attribute__((always_inline)) void attn_scores(const int QB, float *st, const float *qt,
-                                                              const tela_attn_args *a, const float *kbase,
+                                                              const tela_attn_args *a, const void *kbase,
                                                               int64_t k_stride, int k_dim, int64_t p0,
                                                               int64_t n_keys, float scale, const tela_v16i *limit,
-                                                              tela_v16f *mx) {
+                                                              tela_v16f *mx, float *kconv) {
     const int KB = ATT_LANES / QB, R = QB * ATT_LANES;
     const float *kp[ATT_LANES];
-    ATT_UNROLL for (int j = 0; j < KB; j++)
-        kp[j] = kbase + attn_row(a, p0 + j < n_keys ? p0 + j : n_keys - 1) * k_stride;
+    ATT_UNROLL for (int j = 0; j < KB; j++) {
+        const int64_t off = attn_row(a, p0 + j < n_keys ? p0 + j : n_keys - 1) * k_stride;
+        if (a->kv_f16) { /* the f16 rows converted once for the block's rows */
+            f16_row(kconv + (size_t)j * (size_t)k_dim, (const uint16_t *)kbase + off, k_dim);
+            kp[j] = kconv + (size_t)j * (size_t)k_dim;
+        } else {
+            kp[j] = (const float *)kbase + off;
+        }
+    }
     tela_v16f acc[ATT_LANES];
     ATT_UNROLL for (int i = 0; i < ATT_LANES; i++) acc[i] = (tela_v16f){0};
     for (int d = 0; d < k_dim; d++) {
@@ -584,7 +615,7 @@ static inline __attribute__((always_inline)) void attn_scores(const int QB, floa
  * and each sum still runs over p in order. The keys are walked in runs of
  * consecutive cache rows (a paged cache's blocks). */
 static inline void attn_values_4x64(float *const *o, const int *row, const float *st, int R,
-                                    const tela_attn_args *a, const float *vbase, int64_t v_stride, int64_t p_begin,
+                                    const tela_attn_args *a, const void *vbase, int64_t v_stride, int64_t p_begin,
                                     int64_t p_end, int d0) {
     tela_v16f acc[4][4];
     ATT_UNROLL for (int r = 0; r < 4; r++)
@@ -592,10 +623,17 @@ static inline void attn_values_4x64(float *const *o, const int *row, const float
     const int64_t run = a->blocks ? a->block_size : p_end;
     for (int64_t p = p_begin; p < p_end;) {
         const int64_t end = p - p % run + run < p_end ? p - p % run + run : p_end;
-        const float *vp = vbase + attn_row(a, p) * v_stride + d0;
-        for (; p < end; p++, vp += v_stride) {
-            const tela_v16f v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16),
-                            v2 = *(const tela_v16f *)(vp + 32), v3 = *(const tela_v16f *)(vp + 48);
+        const int64_t off = attn_row(a, p) * v_stride + d0;
+        const float *vp = (const float *)vbase + off;
+        const uint16_t *vh = (const uint16_t *)vbase + off;
+        for (; p < end; p++, vp += v_stride, vh += v_stride) {
+            tela_v16f v0, v1, v2, v3;
+            if (a->kv_f16) {
+                v0 = load16_f16(vh), v1 = load16_f16(vh + 16), v2 = load16_f16(vh + 32), v3 = load16_f16(vh + 48);
+            } else {
+                v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16), v2 = *(const tela_v16f *)(vp + 32),
+                v3 = *(const tela_v16f *)(vp + 48);
+            }
             const float *e = st + p * R;
             ATT_UNROLL for (int r = 0; r < 4; r++) {
                 const tela_v16f w = SPLAT16(e[row[r]]);
@@ -648,15 +686,18 @@ static void attention_block(void *arg, int chunk, int ith) {
     /* 1. scores and their row maxima */
     tela_v16f mx[4];
     for (int b = 0; b < 4; b++) mx[b] = (tela_v16f){0} - __builtin_inff();
-    const float *kbase = a->k + (int64_t)kvh * a->k_dim;
+    const int64_t kv_el = a->kv_f16 ? 2 : 4;
+    const void *kbase = (const char *)a->k + (int64_t)kvh * a->k_dim * kv_el;
+    float *kconv = st + (size_t)R * (size_t)n_keys; /* f16 keys as floats, ATT_LANES rows */
+    kconv = (float *)(((uintptr_t)kconv + 63) & ~(uintptr_t)63);
     const int kb = ATT_LANES / QB;
     for (int64_t p0 = 0; p0 < n_keys; p0 += kb) {
         if (QB == 4)
-            attn_scores(4, st, qt, a, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
+            attn_scores(4, st, qt, a, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx, kconv);
         else if (QB == 2)
-            attn_scores(2, st, qt, a, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
+            attn_scores(2, st, qt, a, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx, kconv);
         else
-            attn_scores(1, st, qt, a, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx);
+            attn_scores(1, st, qt, a, kbase, a->k_stride, a->k_dim, p0, n_keys, a->scale, limit, mx, kconv);
     }
     /* 2. exp and sums (masked scores are -inf: exp gives 0) */
     tela_v16f sum[4] = {{0}, {0}, {0}, {0}};
@@ -670,7 +711,7 @@ static void attention_block(void *arg, int chunk, int ith) {
     /* 3. weighted values: tile by tile of keys, 4 rows x 64 dimensions at a
      * time (the full groups of 4 rows, the multiples of 64 dimensions), then
      * the rest one element at a time, then the normalization */
-    const float *vbase = a->v + (int64_t)kvh * a->v_dim;
+    const void *vbase = (const char *)a->v + (int64_t)kvh * a->v_dim * kv_el;
     const int n_full = n_rows / 4 * 4, d_full = a->v_dim / 64 * 64;
     float *o_of[ATT_MAX_ROWS];
     for (int l = 0; l < n_rows; l++) o_of[l] = a->out + tok[l] * a->out_stride + (int64_t)head[l] * a->v_dim;
@@ -689,7 +730,7 @@ static void attention_block(void *arg, int chunk, int ith) {
         float *o = o_of[l];
         for (int d = l < n_full ? d_full : 0; d < a->v_dim; d++) {
             float acc = 0.0f;
-            for (int64_t p = 0; p < n_keys; p++) acc = fma1(st[p * R + l], vbase[attn_row(a, p) * a->v_stride + d], acc);
+            for (int64_t p = 0; p < n_keys; p++) acc = fma1(st[p * R + l], kv_at(a, vbase, attn_row(a, p) * a->v_stride + d), acc);
             o[d] = acc;
         }
         const float inv = 1.0f / sum[l / ATT_LANES][l % ATT_LANES];
@@ -711,8 +752,9 @@ void tela_op_attention(tela_threadpool *pool, const tela_attn_args *args, int n_
         job->n_rows = (long long)a->n_tok * job->group;
         /* as many row vectors per block as there are rows and scratch for */
         const size_t per_row = (size_t)a->pos0 + (size_t)a->n_tok + (size_t)a->k_dim + 4;
+        const size_t kconv = ATT_LANES * (size_t)a->k_dim + 32;
         while (job->qb < 4 && job->n_rows > (long long)job->qb * ATT_LANES &&
-               tela_threadpool_scratch_size(pool) >= (size_t)(2 * job->qb * ATT_LANES) * per_row + 16)
+               tela_threadpool_scratch_size(pool) >= (size_t)(2 * job->qb * ATT_LANES) * per_row + 16 + kconv)
             job->qb *= 2;
         job->n_blocks = (job->n_rows + job->qb * ATT_LANES - 1) / (job->qb * ATT_LANES);
         chunks += (int)(job->n_blocks * a->n_kv_head);

@@ -100,9 +100,9 @@ void tela_op_add(float *y, const float *x, int64_t n);
 typedef struct tela_attn_args {
     const float *q;
     int64_t q_stride;
-    const float *k;
+    const void *k;               /* f32, or f16 when kv_f16 (strides in elements) */
     int64_t k_stride;
-    const float *v;
+    const void *v;
     int64_t v_stride;
     float *out;
     int64_t out_stride;
@@ -117,6 +117,7 @@ typedef struct tela_attn_args {
      * block_size + p % block_size (NULL: row p). */
     const int32_t *blocks;
     int32_t block_size;
+    int kv_f16;                  /* k and v hold IEEE halves */
 } tela_attn_args;
 
 /* Runs n_args attentions (the sequences of a batched step) in one dispatch
