@@ -409,12 +409,12 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         out[nt - 1] = calloc(on, sizeof(float));
         if (nt < 4) {
             tela_attn_args a = {q, NH * KD, k, ks, v, vs, out[nt - 1], NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f,
-                                NULL, 0, 0};
+                                NULL, 0, 0, 0, 0};
             tela_op_attention(pool, &a, 1);
         } else {
             for (int t = 0; t < NT; t++) { /* token by token */
                 tela_attn_args a = {q + t * NH * KD, NH * KD, k, ks, v, vs, out[3] + t * NH * VD, NH * VD,
-                                    1,  POS0 + t,    NH, NKV, KD, VD, 0.3f, NULL, 0, 0};
+                                    1,  POS0 + t,    NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0};
                 tela_op_attention(pool, &a, 1);
             }
         }
@@ -472,9 +472,9 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         CHECK_OK(tela_threadpool_create(2, &pool));
         CHECK_OK(tela_threadpool_reserve(pool, tela_op_attention_scratch(n_ctx, KD)));
         const tela_attn_args two[2] = {
-            {q, NH * KD, pk, ks, pv, vs, po, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 0},
+            {q, NH * KD, pk, ks, pv, vs, po, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 0, 0, 0},
             {q + (NT - 1) * NH * KD, NH * KD, k, ks, v, vs, last, NH * VD, 1, POS0 + NT - 1, NH, NKV, KD, VD, 0.3f,
-             NULL, 0, 0},
+             NULL, 0, 0, 0, 0},
         };
         tela_op_attention(pool, two, 2);
         tela_threadpool_free(pool);
@@ -509,10 +509,10 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         tela_threadpool *pool;
         CHECK_OK(tela_threadpool_create(2, &pool));
         CHECK_OK(tela_threadpool_reserve(pool, tela_op_attention_scratch(n_ctx, KD)));
-        const tela_attn_args f32 = {q, NH * KD, rk, ks, rv, vs, o32, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 0};
+        const tela_attn_args f32 = {q, NH * KD, rk, ks, rv, vs, o32, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0};
         const tela_attn_args f16[2] = {
-            {q, NH * KD, hk, ks, hv, vs, o16, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 1},
-            {q, NH * KD, pk, ks, pv, vs, o16p, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 1},
+            {q, NH * KD, hk, ks, hv, vs, o16, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 1, 0, 0},
+            {q, NH * KD, pk, ks, pv, vs, o16p, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 1, 0, 0},
         };
         tela_op_attention(pool, &f32, 1);
         tela_op_attention(pool, f16, 2);

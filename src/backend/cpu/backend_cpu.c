@@ -43,11 +43,16 @@ typedef struct cpu_exec {
     int n_marks, cap_marks;
 } cpu_exec;
 
+/* Head-major: layer l, KV head h, row r, element i at
+ * k + ((l * n_kv_head + h) * n_ctx + r) * k_dim + i, so the attention of
+ * one KV head streams its rows from one contiguous range (rows that hold
+ * every head were a stride apart: 2.4x slower to read at 8k positions,
+ * docs/PERF-NOTES.md). */
 typedef struct cpu_kv {
     tela_kv_cache head;
-    size_t k_row, v_row;     /* elements per position */
+    size_t k_row, v_row;     /* elements per position, all heads */
     size_t elt;              /* bytes per element: 4 (f32) or 2 (f16) */
-    unsigned char *k, *v;    /* [n_layer][n_ctx][k_row / v_row] elements */
+    unsigned char *k, *v;
 } cpu_kv;
 
 /* Layer l's first K (V) element. */
@@ -57,6 +62,9 @@ static inline unsigned char *kv_k(const cpu_kv *c, int l) {
 static inline unsigned char *kv_v(const cpu_kv *c, int l) {
     return c->v + (size_t)l * (size_t)c->head.shape.n_ctx * c->v_row * c->elt;
 }
+/* Bytes from one head's rows to the next's, and of one head's row. */
+static inline size_t kv_k_head(const cpu_kv *c) { return (size_t)c->head.shape.n_ctx * (size_t)c->head.shape.k_dim * c->elt; }
+static inline size_t kv_v_head(const cpu_kv *c) { return (size_t)c->head.shape.n_ctx * (size_t)c->head.shape.v_dim * c->elt; }
 
 /* n values into a cache row of the cache's precision. */
 static void kv_put(const cpu_kv *c, unsigned char *dst, const float *src, size_t n) {
@@ -66,6 +74,17 @@ static void kv_put(const cpu_kv *c, unsigned char *dst, const float *src, size_t
     }
     uint16_t *h = (uint16_t *)dst;
     for (size_t i = 0; i < n; i++) h[i] = tela_f32_to_f16(src[i]);
+}
+
+/* A position's keys and values (every head, as the projections write
+ * them) into cache row r of layer l. */
+static void kv_put_row(const cpu_kv *c, int l, size_t r, const float *k, const float *v) {
+    const int kd = c->head.shape.k_dim, vd = c->head.shape.v_dim;
+    unsigned char *kl = kv_k(c, l) + r * (size_t)kd * c->elt, *vl = kv_v(c, l) + r * (size_t)vd * c->elt;
+    for (int h = 0; h < c->head.shape.n_kv_head; h++) {
+        kv_put(c, kl + (size_t)h * kv_k_head(c), k + (size_t)h * kd, (size_t)kd);
+        kv_put(c, vl + (size_t)h * kv_v_head(c), v + (size_t)h * vd, (size_t)vd);
+    }
 }
 
 static cpu_exec *as_cpu(tela_exec *ex) { return (cpu_exec *)ex; }
@@ -365,12 +384,11 @@ static tela_status cpu_kv_save(tela_exec *ex, const tela_kv_cache *kv, int32_t n
     (void)ex;
     const cpu_kv *c = (const cpu_kv *)kv;
     unsigned char *p = dst;
+    const int H = kv->shape.n_kv_head;
+    const size_t kb = (size_t)n_past * (size_t)kv->shape.k_dim * c->elt, vb = (size_t)n_past * (size_t)kv->shape.v_dim * c->elt;
     for (int l = 0; l < kv->shape.n_layer; l++) {
-        size_t kb = (size_t)n_past * c->k_row * c->elt, vb = (size_t)n_past * c->v_row * c->elt;
-        memcpy(p, kv_k(c, l), kb);
-        p += kb;
-        memcpy(p, kv_v(c, l), vb);
-        p += vb;
+        for (int h = 0; h < H; h++, p += kb) memcpy(p, kv_k(c, l) + (size_t)h * kv_k_head(c), kb);
+        for (int h = 0; h < H; h++, p += vb) memcpy(p, kv_v(c, l) + (size_t)h * kv_v_head(c), vb);
     }
     return TELA_OK;
 }
@@ -379,12 +397,11 @@ static tela_status cpu_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past,
     (void)ex;
     cpu_kv *c = (cpu_kv *)kv;
     const unsigned char *p = src;
+    const int H = kv->shape.n_kv_head;
+    const size_t kb = (size_t)n_past * (size_t)kv->shape.k_dim * c->elt, vb = (size_t)n_past * (size_t)kv->shape.v_dim * c->elt;
     for (int l = 0; l < kv->shape.n_layer; l++) {
-        size_t kb = (size_t)n_past * c->k_row * c->elt, vb = (size_t)n_past * c->v_row * c->elt;
-        memcpy(kv_k(c, l), p, kb);
-        p += kb;
-        memcpy(kv_v(c, l), p, vb);
-        p += vb;
+        for (int h = 0; h < H; h++, p += kb) memcpy(kv_k(c, l) + (size_t)h * kv_k_head(c), p, kb);
+        for (int h = 0; h < H; h++, p += vb) memcpy(kv_v(c, l) + (size_t)h * kv_v_head(c), p, vb);
     }
     return TELA_OK;
 }
@@ -400,34 +417,25 @@ static void cpu_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const floa
     (void)ex;
     cpu_kv *c = (cpu_kv *)kv;
     const int32_t bs = kv->shape.block_size;
-    unsigned char *kl = kv_k(c, layer), *vl = kv_v(c, layer);
-    const size_t kb = c->k_row * c->elt, vb = c->v_row * c->elt;
-    if (!b->seqs) {
-        for (int t = 0; t < b->n_tok; t++) {
-            kv_put(c, kl + (size_t)b->pos[t] * kb, k + (size_t)t * k_stride, c->k_row);
-            kv_put(c, vl + (size_t)b->pos[t] * vb, v + (size_t)t * v_stride, c->v_row);
-        }
-        return;
-    }
-    for (int i = 0; i < b->n_seq; i++) {
-        const tela_batch_seq *q = &b->seqs[i];
-        for (int t = q->tok0; t < q->tok0 + q->n_tok; t++) {
-            const size_t r = kv_row(q->blocks, bs, b->pos[t]);
-            kv_put(c, kl + r * kb, k + (size_t)t * k_stride, c->k_row);
-            kv_put(c, vl + r * vb, v + (size_t)t * v_stride, c->v_row);
-        }
+    for (int i = 0; i < (b->seqs ? b->n_seq : 1); i++) {
+        const tela_batch_seq *q = b->seqs ? &b->seqs[i] : NULL;
+        const int t0 = q ? q->tok0 : 0, t1 = q ? q->tok0 + q->n_tok : b->n_tok;
+        for (int t = t0; t < t1; t++)
+            kv_put_row(c, layer, q ? kv_row(q->blocks, bs, b->pos[t]) : (size_t)b->pos[t], k + (size_t)t * k_stride,
+                       v + (size_t)t * v_stride);
     }
 }
 
 static tela_status cpu_kv_copy_rows(tela_exec *ex, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n) {
     (void)ex;
     cpu_kv *c = (cpu_kv *)kv;
-    const size_t kb = c->k_row * c->elt, vb = c->v_row * c->elt;
-    for (int l = 0; l < kv->shape.n_layer; l++) {
-        unsigned char *kl = kv_k(c, l), *vl = kv_v(c, l);
-        memmove(kl + (size_t)dst * kb, kl + (size_t)src * kb, (size_t)n * kb);
-        memmove(vl + (size_t)dst * vb, vl + (size_t)src * vb, (size_t)n * vb);
-    }
+    const size_t kb = (size_t)kv->shape.k_dim * c->elt, vb = (size_t)kv->shape.v_dim * c->elt;
+    for (int l = 0; l < kv->shape.n_layer; l++)
+        for (int h = 0; h < kv->shape.n_kv_head; h++) {
+            unsigned char *kl = kv_k(c, l) + (size_t)h * kv_k_head(c), *vl = kv_v(c, l) + (size_t)h * kv_v_head(c);
+            memmove(kl + (size_t)dst * kb, kl + (size_t)src * kb, (size_t)n * kb);
+            memmove(vl + (size_t)dst * vb, vl + (size_t)src * vb, (size_t)n * vb);
+        }
     return TELA_OK;
 }
 
@@ -449,8 +457,10 @@ static void cpu_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, con
     const cpu_kv *c = (const cpu_kv *)kv;
     const tela_attn_args base = {
         .q = q, .q_stride = q_stride,
-        .k = kv_k(c, layer), .k_stride = (int64_t)c->k_row,
-        .v = kv_v(c, layer), .v_stride = (int64_t)c->v_row, .kv_f16 = c->elt == 2,
+        .k = kv_k(c, layer), .k_stride = kv->shape.k_dim,
+        .v = kv_v(c, layer), .v_stride = kv->shape.v_dim, .kv_f16 = c->elt == 2,
+        .k_head_stride = (int64_t)kv->shape.n_ctx * kv->shape.k_dim,
+        .v_head_stride = (int64_t)kv->shape.n_ctx * kv->shape.v_dim,
         .out = out, .out_stride = out_stride, .n_tok = b->n_tok, .pos0 = b->pos0, .n_head = n_head,
         .n_kv_head = kv->shape.n_kv_head, .k_dim = kv->shape.k_dim, .v_dim = kv->shape.v_dim, .scale = scale,
         .blocks = NULL, .block_size = kv->shape.block_size,

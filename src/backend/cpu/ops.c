@@ -687,7 +687,7 @@ static void attention_block(void *arg, int chunk, int ith) {
     tela_v16f mx[4];
     for (int b = 0; b < 4; b++) mx[b] = (tela_v16f){0} - __builtin_inff();
     const int64_t kv_el = a->kv_f16 ? 2 : 4;
-    const void *kbase = (const char *)a->k + (int64_t)kvh * a->k_dim * kv_el;
+    const void *kbase = (const char *)a->k + (int64_t)kvh * (a->k_head_stride ? a->k_head_stride : a->k_dim) * kv_el;
     float *kconv = st + (size_t)R * (size_t)n_keys; /* f16 keys as floats, ATT_LANES rows */
     kconv = (float *)(((uintptr_t)kconv + 63) & ~(uintptr_t)63);
     const int kb = ATT_LANES / QB;
@@ -711,7 +711,7 @@ static void attention_block(void *arg, int chunk, int ith) {
     /* 3. weighted values: tile by tile of keys, 4 rows x 64 dimensions at a
      * time (the full groups of 4 rows, the multiples of 64 dimensions), then
      * the rest one element at a time, then the normalization */
-    const void *vbase = (const char *)a->v + (int64_t)kvh * a->v_dim * kv_el;
+    const void *vbase = (const char *)a->v + (int64_t)kvh * (a->v_head_stride ? a->v_head_stride : a->v_dim) * kv_el;
     const int n_full = n_rows / 4 * 4, d_full = a->v_dim / 64 * 64;
     float *o_of[ATT_MAX_ROWS];
     for (int l = 0; l < n_rows; l++) o_of[l] = a->out + tok[l] * a->out_stride + (int64_t)head[l] * a->v_dim;

@@ -118,6 +118,9 @@ typedef struct tela_attn_args {
     const int32_t *blocks;
     int32_t block_size;
     int kv_f16;                  /* k and v hold IEEE halves */
+    /* elements from one KV head's rows to the next's: 0 for rows that hold
+     * every head (head h at h * k_dim); a head-major cache's rows * k_dim */
+    int64_t k_head_stride, v_head_stride;
 } tela_attn_args;
 
 /* Runs n_args attentions (the sequences of a batched step) in one dispatch
