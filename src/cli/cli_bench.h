@@ -1,6 +1,6 @@
 /* cli_bench.h: what 'tela bench' (cmd_bench.c) and its batched-decoding
  * test (bench_parallel.c) share: the options, the token ids, and the
- * output row (a table line or a JSON object). */
+ * output row (a table line or a JSON object, bench_output.c). */
 #ifndef TELA_CLI_CLI_BENCH_H
 #define TELA_CLI_CLI_BENCH_H
 
