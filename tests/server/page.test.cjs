@@ -93,7 +93,8 @@ it('sends a message and shows the streamed reply', async () => {
   const { sessionId } = await send('Target.attachToTarget', { targetId, flatten: true });
   const ev = (expr) => evaluate(send, sessionId, expr);
   await until(() => ev(`document.readyState === 'complete' && !!document.getElementById('send')`), 30000, 'the page');
-  await until(() => ev(`document.getElementById('model').textContent`), 10000, 'the model name from /v1/models');
+  // '' until /v1/models has answered ('' counts as an answer for until: ask for null instead)
+  await until(() => ev(`document.getElementById('model').textContent || null`), 10000, 'the model name from /v1/models');
   assert.equal(await ev(`document.getElementById('model').textContent`), c.MODEL_ID);
 
   const turn = async (text) => {
