@@ -542,14 +542,14 @@ static inline int64_t attn_row(const tela_attn_args *a, int64_t p) {
     return a->blocks ? (int64_t)a->blocks[p / a->block_size] * a->block_size + p % a->block_size : p;
 }
 
-/* Sixteen f16 values as floats (F16C where the build has AVX-512). */
-static inline tela_v16f load16_f16(const uint16_t *p) {
+/* Sixteen f16 values as floats (F16C where the build has AVX-512);
+ * written through a pointer: without AVX-512 a 64-byte vector returned by
+ * value changes the ABI (gcc warns). */
+static inline void load16_f16(tela_v16f *out, const uint16_t *p) {
 #if defined(__AVX512F__)
-    return (tela_v16f)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    *out = (tela_v16f)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 #else
-    tela_v16f v;
-    for (int i = 0; i < 16; i++) v[i] = tela_f16_to_f32(p[i]);
-    return v;
+    for (int i = 0; i < 16; i++) (*out)[i] = tela_f16_to_f32(p[i]);
 #endif
 }
 
@@ -561,7 +561,7 @@ static inline float kv_at(const tela_attn_args *a, const void *base, int64_t i) 
 /* n elements of an f16 row as floats. */
 static inline void f16_row(float *dst, const uint16_t *src, int n) {
     int i = 0;
-    for (; i + 16 <= n; i += 16) *(tela_v16f *)(dst + i) = load16_f16(src + i);
+    for (; i + 16 <= n; i += 16) load16_f16((tela_v16f *)(dst + i), src + i);
     for (; i < n; i++) dst[i] = tela_f16_to_f32(src[i]);
 }
 
@@ -629,7 +629,7 @@ static inline void attn_values_4x64(float *const *o, const int *row, const float
         for (; p < end; p++, vp += v_stride, vh += v_stride) {
             tela_v16f v0, v1, v2, v3;
             if (a->kv_f16) {
-                v0 = load16_f16(vh), v1 = load16_f16(vh + 16), v2 = load16_f16(vh + 32), v3 = load16_f16(vh + 48);
+                load16_f16(&v0, vh), load16_f16(&v1, vh + 16), load16_f16(&v2, vh + 32), load16_f16(&v3, vh + 48);
             } else {
                 v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16), v2 = *(const tela_v16f *)(vp + 32),
                 v3 = *(const tela_v16f *)(vp + 48);
