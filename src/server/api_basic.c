@@ -21,16 +21,6 @@ static void reply_oom(http_request *req) {
     http_reply_error(req, &e);
 }
 
-/* A string of bytes that may not be UTF-8, repaired (U+FFFD). */
-static cJSON *text_value(const char *s, size_t n) {
-    char *clean = malloc(3 * n + 1);
-    if (!clean) return NULL;
-    api_utf8_sanitize(s, n, clean);
-    cJSON *v = cJSON_CreateString(clean);
-    free(clean);
-    return v;
-}
-
 void api_health(void *ap, http_request *req) {
     app *a = ap;
     if (atomic_load(&a->shutting_down)) {
@@ -124,7 +114,7 @@ void api_tokenize(void *ap, http_request *req) {
         const char *p = ids[i] < a->n_vocab ? a->pieces[ids[i]] : NULL;
         size_t pl = p ? a->piece_lens[ids[i]] : 0;
         if (api_utf8_check(p ? p : "", pl) == pl) {
-            cJSON_AddItemToObject(o, "piece", text_value(p ? p : "", pl));
+            cJSON_AddItemToObject(o, "piece", api_json_text(p ? p : "", pl));
         } else {
             cJSON *b = cJSON_AddArrayToObject(o, "piece");
             for (size_t k = 0; b && k < pl; k++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)p[k]));
@@ -154,7 +144,7 @@ void api_detokenize(void *ap, http_request *req) {
         return;
     }
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddItemToObject(root, "content", text_value(text, strlen(text)));
+    cJSON_AddItemToObject(root, "content", api_json_text(text, strlen(text)));
     free(text);
     api_detokenize_request_free(&r);
     reply_json(req, 200, root);

@@ -74,17 +74,6 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
     b->s[b->len] = '\0';
 }
 
-/* A JSON string of bytes that may not be valid UTF-8 (a token's piece can
- * be part of a character): invalid bytes become U+FFFD. */
-static cJSON *text_json(const char *s, size_t n) {
-    char stack[256], *buf = 3 * n + 1 <= sizeof stack ? stack : malloc(3 * n + 1);
-    if (!buf) return NULL;
-    api_utf8_sanitize(s, n, buf);
-    cJSON *v = cJSON_CreateString(buf);
-    if (buf != stack) free(buf);
-    return v;
-}
-
 static size_t utf8_chars(const char *s, size_t n) {
     size_t c = 0;
     for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
@@ -306,7 +295,7 @@ static cJSON *chat_token_lp(const app *a, int32_t token, float logprob) {
     size_t n;
     const char *s = piece(a, token, &n);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "token", text_json(s, n));
+    cJSON_AddItemToObject(o, "token", api_json_text(s, n));
     cJSON_AddNumberToObject(o, "logprob", (double)logprob);
     cJSON_AddItemToObject(o, "bytes", bytes_json(s, n));
     return o;
@@ -337,7 +326,7 @@ static cJSON *completion_logprobs(const app *a, const lp_entry *e, size_t n, siz
     for (size_t i = 0; i < n; i++) {
         size_t len;
         const char *s = piece(a, e[i].token, &len);
-        cJSON_AddItemToArray(toks, text_json(s, len));
+        cJSON_AddItemToArray(toks, api_json_text(s, len));
         cJSON_AddItemToArray(lps, cJSON_CreateNumber((double)e[i].logprob));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*chars));
         *chars += utf8_chars(s, len);
@@ -346,7 +335,7 @@ static cJSON *completion_logprobs(const app *a, const lp_entry *e, size_t n, siz
             int32_t t = k < e[i].n_top ? e[i].top[k].token : e[i].token;
             float v = k < e[i].n_top ? e[i].top[k].logprob : e[i].logprob;
             const char *ps = piece(a, t, &len);
-            cJSON *key = text_json(ps, len);
+            cJSON *key = api_json_text(ps, len);
             if (key && !cJSON_GetObjectItemCaseSensitive(top, key->valuestring))
                 cJSON_AddNumberToObject(top, key->valuestring, (double)v);
             cJSON_Delete(key);
@@ -460,12 +449,12 @@ static void reply_gathered(call *c) {
             cJSON_AddNumberToObject(ch, "index", i);
             cJSON *msg = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddItemToObject(msg, "content", text_json(txt, s->text.len));
+            cJSON_AddItemToObject(msg, "content", api_json_text(txt, s->text.len));
             cJSON_AddNullToObject(msg, "refusal");
             if (c->logprobs >= 0) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(c->a, s->lps, s->n_lps));
             else cJSON_AddNullToObject(ch, "logprobs");
         } else {
-            cJSON_AddItemToObject(ch, "text", text_json(txt, s->text.len));
+            cJSON_AddItemToObject(ch, "text", api_json_text(txt, s->text.len));
             cJSON_AddNumberToObject(ch, "index", i);
             size_t chars = 0;
             if (c->logprobs >= 0)
@@ -534,7 +523,7 @@ static cJSON *chat_choice(int index, const char *role, const char *text, size_t 
     cJSON_AddNumberToObject(ch, "index", index);
     cJSON *d = cJSON_AddObjectToObject(ch, "delta");
     if (role) cJSON_AddStringToObject(d, "role", role);
-    if (text) cJSON_AddItemToObject(d, "content", text_json(text, len));
+    if (text) cJSON_AddItemToObject(d, "content", api_json_text(text, len));
     if (logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs);
     else cJSON_AddNullToObject(ch, "logprobs");
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
@@ -544,7 +533,7 @@ static cJSON *chat_choice(int index, const char *role, const char *text, size_t 
 
 static cJSON *completion_choice(int index, const char *text, size_t len, cJSON *logprobs, const char *finish) {
     cJSON *ch = cJSON_CreateObject();
-    cJSON_AddItemToObject(ch, "text", text_json(text, len));
+    cJSON_AddItemToObject(ch, "text", api_json_text(text, len));
     cJSON_AddNumberToObject(ch, "index", index);
     if (logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs);
     else cJSON_AddNullToObject(ch, "logprobs");
@@ -555,7 +544,7 @@ static cJSON *completion_choice(int index, const char *text, size_t len, cJSON *
 
 static void stream_error(call *c, const api_error *e) {
     cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddItemToObject(err, "message", text_json(e->message, strlen(e->message)));
+    cJSON_AddItemToObject(err, "message", api_json_text(e->message, strlen(e->message)));
     cJSON_AddStringToObject(err, "type", e->type);
     if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
     else cJSON_AddNullToObject(err, "param");

@@ -96,6 +96,15 @@ size_t api_utf8_sanitize(const char *s, size_t n, char *out) {
     return o;
 }
 
+cJSON *api_json_text(const char *s, size_t n) {
+    char stack[256], *buf = 3 * n + 1 <= sizeof stack ? stack : malloc(3 * n + 1);
+    if (!buf) return NULL;
+    api_utf8_sanitize(s, n, buf);
+    cJSON *v = cJSON_CreateString(buf);
+    if (buf != stack) free(buf);
+    return v;
+}
+
 /* -------------------------------------------------- the body as a whole */
 
 /* The offset of a \u0000 escape inside a string of the (already parsed,

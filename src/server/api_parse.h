@@ -119,5 +119,8 @@ size_t api_utf8_check(const char *s, size_t n);
  * U+FFFD, NUL-terminated; returns the length written. For text from the
  * model, which may stop in the middle of a character. */
 size_t api_utf8_sanitize(const char *s, size_t n, char *out);
+/* A cJSON string of s[0..n) repaired as api_utf8_sanitize does (NULL when
+ * out of memory). */
+struct cJSON *api_json_text(const char *s, size_t n);
 
 #endif

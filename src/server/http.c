@@ -112,28 +112,16 @@ void http_reply_json_text(http_request *r, int status, char *json) {
     queue(r, status, resp, "application/json");
 }
 
-/* A string of the error object, made valid UTF-8 first (messages quote
- * bits of the request, which may be cut in the middle of a character). */
-static cJSON *utf8_string(const char *s) {
-    size_t n = strlen(s);
-    char *clean = malloc(3 * n + 1);
-    if (!clean) return NULL;
-    api_utf8_sanitize(s, n, clean);
-    cJSON *v = cJSON_CreateString(clean);
-    free(clean);
-    return v;
-}
-
 void http_reply_error(http_request *r, const api_error *e) {
     cJSON *root = cJSON_CreateObject(), *err = cJSON_CreateObject();
     if (root && err) {
         cJSON_AddItemToObject(root, "error", err);
         err = NULL;
         cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "error");
-        cJSON_AddItemToObject(o, "message", utf8_string(e->message));
+        cJSON_AddItemToObject(o, "message", api_json_text(e->message, strlen(e->message)));
         cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
-        cJSON_AddItemToObject(o, "param", e->param[0] ? utf8_string(e->param) : cJSON_CreateNull());
-        cJSON_AddItemToObject(o, "code", e->code[0] ? utf8_string(e->code) : cJSON_CreateNull());
+        cJSON_AddItemToObject(o, "param", e->param[0] ? api_json_text(e->param, strlen(e->param)) : cJSON_CreateNull());
+        cJSON_AddItemToObject(o, "code", e->code[0] ? api_json_text(e->code, strlen(e->code)) : cJSON_CreateNull());
     }
     cJSON_Delete(err);
     char *text = root ? cJSON_PrintUnformatted(root) : NULL;
