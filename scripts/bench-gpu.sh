@@ -3,8 +3,9 @@
 # with an NVIDIA GPU: random-weight models at real shapes made by
 # tela-mkmodel (Llama-3.2-1B, and with BENCH_8B=1 Llama-3.1-8B), quantized
 # by tela quantize, measured by 'tela bench -p 512,4096 -n 128' (plus a
-# tg128 at a 32k-token depth on the 8B F16 file). Needs build-cuda/ (made
-# by scripts/test-gpu.sh).
+# tg128 at a 32k-token depth on the 8B F16 file), and the Qwen3.5-2B
+# shape (F16, Q8_0, Q4_K_M; BENCH_QWEN=0 skips it, BENCH_LLAMA=0 the
+# Llama files). Needs build-cuda/ (made by scripts/test-gpu.sh).
 # BENCH_VARIANTS=1 adds tg128 with each variant of the decode products
 # (F16: TELA_CUDA_GEMV_ROWS=0 the one-row kernel, 1, 2, 4 rows a warp;
 # quantized: TELA_CUDA_GEMV=1 the first variant, TELA_CUDA_GEMV_QROWS=1, 2
@@ -29,9 +30,6 @@ bench() { # file, extra args
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader 2>/dev/null
 
-mk llama-3.2-1b l1b-f16.gguf
-qz l1b-f16.gguf Q8_0 l1b-q8_0.gguf
-qz l1b-f16.gguf Q4_K_M l1b-q4_k_m.gguf
 P=${BENCH_PP:-512,4096} # BENCH_PP=0: decode only
 PROF=${OUT:-/tmp}/profile.log
 variants() { # file: tg128 with each variant of the decode products (BENCH_VARIANTS=1)
@@ -49,7 +47,18 @@ one() { # file
     [ "${BENCH_VARIANTS:-0}" = 1 ] && variants "$1"
 }
 : > "$PROF"
-for f in l1b-f16.gguf l1b-q8_0.gguf l1b-q4_k_m.gguf; do one "$f"; done
+if [ "${BENCH_LLAMA:-1}" = 1 ]; then
+    mk llama-3.2-1b l1b-f16.gguf
+    qz l1b-f16.gguf Q8_0 l1b-q8_0.gguf
+    qz l1b-f16.gguf Q4_K_M l1b-q4_k_m.gguf
+    for f in l1b-f16.gguf l1b-q8_0.gguf l1b-q4_k_m.gguf; do one "$f"; done
+fi
+if [ "${BENCH_QWEN:-1}" = 1 ]; then
+    mk qwen3.5-2b q35-2b-f16.gguf
+    qz q35-2b-f16.gguf Q8_0 q35-2b-q8_0.gguf
+    qz q35-2b-f16.gguf Q4_K_M q35-2b-q4_k_m.gguf
+    for f in q35-2b-f16.gguf q35-2b-q8_0.gguf q35-2b-q4_k_m.gguf; do one "$f"; done
+fi
 if [ "${BENCH_8B:-0}" = 1 ]; then
     mk llama-3.1-8b l8b-f16.gguf
     qz l8b-f16.gguf Q4_K_M l8b-q4_k_m.gguf

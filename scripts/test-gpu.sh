@@ -45,7 +45,7 @@ done
 
 if [ "${TELA_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
     export TELA_SOURCE_DIR=$PWD TELA_BIN=$PWD/build-cuda/bin/tela TELA_SHARED_DIR=${TELA_SHARED_DIR:-$PWD/../shared}
-    for t in test_cuda_ops ${TELA_MEMCHECK_MORE:-}; do
+    for t in test_cuda_ops test_cuda_gdn ${TELA_MEMCHECK_MORE:-}; do
         if compute-sanitizer --tool memcheck --error-exitcode 99 ./build-cuda/tests/$t > /tmp/tela-memcheck-$t.log 2>&1; then
             note "memcheck $t: clean ($(grep -E 'ERROR SUMMARY' /tmp/tela-memcheck-$t.log | tail -1))"
         else
@@ -54,6 +54,14 @@ if [ "${TELA_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; th
         fi
     done
 fi
+
+# tela chat on the GPU (llama-d1 and qwen35-d1 from ../shared): turn 2 reuses
+# turn 1's state and replies as a full evaluation does (exact mode, where
+# the two orders of work agree to rounding)
+if TELA_DEVICE=cuda TELA_EXACT_MATMUL=1 TELA_BIN=$PWD/build-cuda/bin/tela TELA_SOURCE_DIR=$PWD \
+    TELA_SHARED_DIR=${TELA_SHARED_DIR:-$PWD/../shared} bash tests/cli_chat.sh > /tmp/tela-chat-cuda.log 2>&1; then r=ok
+else r="rc $?"; grep -E "FAIL|SKIP" /tmp/tela-chat-cuda.log | head -10; fi
+note "cli_chat.sh on cuda (exact): $r ($(grep -c '^ok' /tmp/tela-chat-cuda.log) ok, $(grep -c '^FAIL' /tmp/tela-chat-cuda.log) failed)"
 
 for dev in cpu cuda; do
     out=$(TELA_DEVICE=$dev ./build-cuda/bin/tela run -p "And God said" -n 24 --temp 0 2>/tmp/tela-run-$dev.log)

@@ -1010,7 +1010,7 @@ static int qwen35_layer_kind(const tela_model *m, int layer) {
 
 const tela_arch tela_arch_qwen35 = {
     .name = "qwen35",
-    .backends = 1u << TELA_BACKEND_CPU, /* the CUDA forward pass is issue 15 */
+    .backends = 1u << TELA_BACKEND_CPU | 1u << TELA_BACKEND_CUDA,
     .hf_model_types = qwen35_hf_types,
     .load = qwen35_load,
     .free = qwen35_free,

@@ -2,9 +2,10 @@
  * memory (weights uploaded once in the GPU layouts, with a check that
  * they fit), execs (a stream, a cuBLAS handle, scratch, and the captured
  * decode graphs), KV caches in device memory, and the operations, each
- * handed to the kernels of cuda_matvec.cu, cuda_elementwise.cu and
- * cuda_attention.cu. Errors of the asynchronous operations are kept on
- * the exec and reported by the next sync, download or graph_end. */
+ * handed to the kernels of cuda_matvec.cu, cuda_elementwise.cu,
+ * cuda_attention.cu and cuda_gdn.cu. Errors of the asynchronous operations
+ * are kept on the exec and reported by the next sync, download or
+ * graph_end. */
 #include "backend/cuda/cuda_common.cuh"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -671,35 +672,21 @@ static void cuda_zero(tela_exec *e, void *p, size_t bytes) {
     tela_cuda_check(ex, cudaMemsetAsync(p, 0, bytes, ex->stream), "clearing state");
 }
 
-/* The Gated DeltaNet kernels are issue 15's; until then the qwen35
- * architecture declares the CPU only (tela_arch.backends), so these are
- * never reached, and say so if they are. */
-static void gdn_not_yet(tela_exec *e, const char *what) {
-    tela_cuda_check(as_ex(e), cudaErrorNotSupported, what);
-}
-
 static void cuda_sigmoid_gate(tela_exec *e, float *out, int64_t os, const float *gate, int64_t gs, int n_rows, int n) {
-    (void)out, (void)os, (void)gate, (void)gs, (void)n_rows, (void)n;
-    gdn_not_yet(e, "the attention output gate has no CUDA kernel yet");
+    tela_cuda_sigmoid_gate(as_ex(e), out, os, gate, gs, n_rows, n);
 }
 
 static void cuda_conv1d_silu(tela_exec *e, const float *x, int64_t xs, int n_tok, int channels, int kernel,
                              const float *w, float *state, float *out, int64_t os) {
-    (void)x, (void)xs, (void)n_tok, (void)channels, (void)kernel, (void)w, (void)state, (void)out, (void)os;
-    gdn_not_yet(e, "conv1d has no CUDA kernel yet");
+    tela_cuda_conv1d_silu(as_ex(e), x, xs, n_tok, channels, kernel, w, state, out, os);
 }
 
 static void cuda_gdn_gates(tela_exec *e, float *qkv, int64_t qs, int n_qk_heads, int dk, float *beta, float *g, int nv,
                            int n_tok, const float *a, const float *dt_bias, float eps) {
-    (void)qkv, (void)qs, (void)n_qk_heads, (void)dk, (void)beta, (void)g, (void)nv, (void)n_tok, (void)a,
-        (void)dt_bias, (void)eps;
-    gdn_not_yet(e, "the Gated DeltaNet gates have no CUDA kernel yet");
+    tela_cuda_gdn_gates(as_ex(e), qkv, qs, n_qk_heads, dk, beta, g, nv, n_tok, a, dt_bias, eps);
 }
 
-static void cuda_gdn_delta(tela_exec *e, const tela_gdn_args *a) {
-    (void)a;
-    gdn_not_yet(e, "the Gated DeltaNet delta rule has no CUDA kernel yet");
-}
+static void cuda_gdn_delta(tela_exec *e, const tela_gdn_args *a) { tela_cuda_gdn_delta(as_ex(e), a); }
 
 /* ------------------------------------------------------------ profiling */
 

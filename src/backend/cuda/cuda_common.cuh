@@ -159,6 +159,15 @@ void tela_cuda_rope_store(cuda_exec *ex, cuda_kv *kv, int layer, float *q, int64
                           const float *k, int64_t k_stride, const float *v, int64_t v_stride, const int32_t *pos,
                           int n_tok, const float *cs, int n_rot, tela_rope_mode mode);
 
+/* ---- launchers (cuda_gdn.cu): backend.h's Gated DeltaNet operations ---- */
+void tela_cuda_sigmoid_gate(cuda_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,
+                            int n_rows, int n);
+void tela_cuda_conv1d_silu(cuda_exec *ex, const float *x, int64_t x_stride, int n_tok, int channels, int kernel,
+                           const float *w, float *state, float *out, int64_t out_stride);
+void tela_cuda_gdn_gates(cuda_exec *ex, float *qkv, int64_t qkv_stride, int n_qk_heads, int dk, float *beta, float *g,
+                         int nv, int n_tok, const float *a, const float *dt_bias, float eps);
+void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a);
+
 /* ---- launchers (cuda_attention.cu) ---- */
 /* bucket_len: the upper bound of the context length this launch may see
  * (the decode graphs' length bucket), which fixes the split count. */

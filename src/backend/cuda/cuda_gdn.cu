@@ -1,0 +1,285 @@
+/* cuda_gdn.cu: the kernels of Qwen3.5's Gated DeltaNet layers and of its
+ * gated attention on the GPU: the attention output gate, the causal
+ * depthwise conv1d with its rolling state (fused with SiLU), the gates
+ * (L2 norm of q and k, sigmoid of beta, the decay g), the delta rule and
+ * the gated RMSNorm of its output. The math is backend/cpu/gdn.h's; every
+ * kernel works in f32, with the recurrent state in f32 device memory.
+ *
+ * The delta rule as a scan. Per value head the state S is dk x dv, and
+ * column j of S evolves on its own: with k, q (dk) and the scalars g,
+ * beta, v_j of a token,
+ *     kS    = exp(g) (k . S_j)
+ *     S_j  <- exp(g) S_j + k (beta (v_j - kS))
+ *     o_j   = q_scale (q . S_j)
+ * so the columns are spread over the GPU: a warp holds 32/G columns, G
+ * lanes per column each keeping dk/G of its rows in registers, and the
+ * two dots per token are sums over those G lanes (log2 G shuffles). The
+ * tokens then run in order inside the warp, with the next token's k, q
+ * loaded while the current one computes. A step of n tokens costs about n
+ * times a few hundred cycles per warp, whatever the length; the chunked
+ * (WY) form that the CPU uses for prefill would move that work onto tensor
+ * cores (docs/PERF-NOTES.md says where the scan stands against it). */
+#include "backend/cuda/cuda_common.cuh"
+
+static __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+static __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+/* torch.nn.functional.softplus (beta 1, threshold 20), as the CPU's */
+static __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* Blocks of a grid-stride loop over n items, `per_block` a block. */
+static unsigned blocks_for(int64_t n, int per_block) {
+    const int64_t b = (n + per_block - 1) / per_block;
+    return (unsigned)(b > 65535 ? 65535 : (b < 1 ? 1 : b));
+}
+
+/* ------------------------------------------------------ output gate */
+
+static __global__ void sigmoid_gate_kernel(float *out, int64_t os, const float *gate, int64_t gs, int n_rows, int n) {
+    const int64_t total = (int64_t)n_rows * n;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / n, c = i % n;
+        out[r * os + c] *= sigmoid_f(gate[r * gs + c]);
+    }
+}
+
+void tela_cuda_sigmoid_gate(cuda_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,
+                            int n_rows, int n) {
+    if (n_rows <= 0 || n <= 0) return;
+    sigmoid_gate_kernel<<<blocks_for((int64_t)n_rows * n, 256), 256, 0, ex->stream>>>(out, out_stride, gate,
+                                                                                      gate_stride, n_rows, n);
+    tela_cuda_launched(ex, "attention output gate");
+}
+
+/* ----------------------------------------------------------- conv1d */
+
+/* Input row s of a channel: from x, or for s < 0 from the state (whose
+ * row hist + s is the input s steps back). */
+static __device__ __forceinline__ float conv_in(const float *x, int64_t xs, const float *state, int channels, int hist,
+                                                int64_t s, int c) {
+    return s < 0 ? state[(s + hist) * channels + c] : x[s * xs + c];
+}
+
+/* Output (t, c): the taps summed in the CPU's order (newest first, then
+ * oldest to newest), then SiLU. Reads the state, never writes it. */
+static __global__ void conv1d_kernel(const float *x, int64_t xs, int n_tok, int channels, int kernel, const float *w,
+                                     const float *state, float *out, int64_t os) {
+    const int hist = kernel - 1;
+    const int64_t total = (int64_t)n_tok * channels;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / channels;
+        const int c = (int)(i % channels);
+        const float *wc = w + (size_t)c * kernel;
+        float acc = wc[hist] * x[t * xs + c];
+        for (int k = 0; k < hist; k++) acc += wc[k] * conv_in(x, xs, state, channels, hist, t - hist + k, c);
+        out[t * os + c] = silu_f(acc);
+    }
+}
+
+/* The state keeps the last hist inputs; rows only move towards the front,
+ * so one thread per channel, ascending, reads each old row before it is
+ * overwritten. */
+static __global__ void conv1d_state_kernel(const float *x, int64_t xs, int n_tok, int channels, int kernel,
+                                           float *state) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    const int hist = kernel - 1;
+    for (int r = 0; r < hist; r++)
+        state[(size_t)r * channels + c] = conv_in(x, xs, state, channels, hist, (int64_t)n_tok - hist + r, c);
+}
+
+/* Decode steps (a few tokens): outputs and state in one kernel, one thread
+ * per channel. */
+static __global__ void conv1d_step_kernel(const float *x, int64_t xs, int n_tok, int channels, int kernel,
+                                          const float *w, float *state, float *out, int64_t os) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    const int hist = kernel - 1;
+    const float *wc = w + (size_t)c * kernel;
+    for (int t = 0; t < n_tok; t++) {
+        float acc = wc[hist] * x[(int64_t)t * xs + c];
+        for (int k = 0; k < hist; k++) acc += wc[k] * conv_in(x, xs, state, channels, hist, t - hist + k, c);
+        out[(int64_t)t * os + c] = silu_f(acc);
+    }
+    for (int r = 0; r < hist; r++)
+        state[(size_t)r * channels + c] = conv_in(x, xs, state, channels, hist, (int64_t)n_tok - hist + r, c);
+}
+
+void tela_cuda_conv1d_silu(cuda_exec *ex, const float *x, int64_t x_stride, int n_tok, int channels, int kernel,
+                           const float *w, float *state, float *out, int64_t out_stride) {
+    if (n_tok <= 0 || channels <= 0 || kernel < 1) return;
+    const unsigned per_channel = (unsigned)((channels + 127) / 128);
+    if (n_tok <= 8) {
+        conv1d_step_kernel<<<per_channel, 128, 0, ex->stream>>>(x, x_stride, n_tok, channels, kernel, w, state, out,
+                                                                 out_stride);
+    } else {
+        conv1d_kernel<<<blocks_for((int64_t)n_tok * channels, 256), 256, 0, ex->stream>>>(
+            x, x_stride, n_tok, channels, kernel, w, state, out, out_stride);
+        if (kernel > 1)
+            conv1d_state_kernel<<<per_channel, 128, 0, ex->stream>>>(x, x_stride, n_tok, channels, kernel, state);
+    }
+    tela_cuda_launched(ex, "conv1d");
+}
+
+/* ------------------------------------------------------------- gates */
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* One block per token: each warp L2-normalizes heads of dk floats; then
+ * beta and g per value head. */
+static __global__ void gdn_gates_kernel(float *qkv, int64_t qs, int n_qk_heads, int dk, float *beta, float *g, int nv,
+                                        const float *a, const float *dt_bias, float eps) {
+    const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_warps = blockDim.x / 32;
+    float *row = qkv + (int64_t)t * qs;
+    for (int h = warp; h < n_qk_heads; h += n_warps) {
+        float *v = row + (size_t)h * dk;
+        float ss = 0.0f;
+        for (int i = lane; i < dk; i += 32) ss += v[i] * v[i];
+        const float inv = 1.0f / sqrtf(warp_sum(ss) + eps);
+        for (int i = lane; i < dk; i += 32) v[i] *= inv;
+    }
+    for (int h = threadIdx.x; h < nv; h += blockDim.x) {
+        float *b = beta + (int64_t)t * nv + h, *gg = g + (int64_t)t * nv + h;
+        *b = sigmoid_f(*b);
+        *gg = a[h] * softplus_f(*gg + dt_bias[h]);
+    }
+}
+
+void tela_cuda_gdn_gates(cuda_exec *ex, float *qkv, int64_t qkv_stride, int n_qk_heads, int dk, float *beta, float *g,
+                         int nv, int n_tok, const float *a, const float *dt_bias, float eps) {
+    if (n_tok <= 0) return;
+    gdn_gates_kernel<<<(unsigned)n_tok, 256, 0, ex->stream>>>(qkv, qkv_stride, n_qk_heads, dk, beta, g, nv, a, dt_bias,
+                                                              eps);
+    tela_cuda_launched(ex, "Gated DeltaNet gates");
+}
+
+/* -------------------------------------------------------- delta rule */
+
+#define GDN_WARPS 4 /* warps per block of the scan */
+
+/* The scan (see the top of the file). DK: the key head dim; G: lanes per
+ * column; a warp covers 32/G consecutive columns of one value head
+ * (blockIdx.y), lane = grp * (32/G) + col, so each row's loads and stores
+ * of the state are whole 32/G-float runs. */
+template <int DK, int G>
+static __global__ void __launch_bounds__(GDN_WARPS * 32)
+gdn_scan_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale, const float *beta,
+                const float *g, float *state, float *out, int64_t os, int n_tok) {
+    constexpr int C = 32 / G, R = DK / G; /* columns a warp, rows a lane */
+    const int lane = threadIdx.x & 31, col = lane % C, grp = lane / C;
+    const int h = blockIdx.y;
+    const int j = (blockIdx.x * GDN_WARPS + threadIdx.x / 32) * C + col;
+    if (j - col >= dv) return; /* a whole warp past the head's columns */
+    const int kh = v_tiled ? h % nk : h / (nv / nk);
+    const float *qp = qkv + (size_t)kh * DK + grp * R, *kp = qkv + (size_t)(nk + kh) * DK + grp * R;
+    const float *vp = qkv + (size_t)2 * nk * DK + (size_t)h * dv + j;
+    float *S = state + (size_t)h * DK * dv + (size_t)grp * R * dv + j;
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) s[r] = S[(size_t)r * dv];
+
+    float k[R], q[R];
+    auto load = [&](int t, float *kk, float *qq) {
+        const float4 *k4 = reinterpret_cast<const float4 *>(kp + (int64_t)t * qs);
+        const float4 *q4 = reinterpret_cast<const float4 *>(qp + (int64_t)t * qs);
+#pragma unroll
+        for (int r = 0; r < R / 4; r++) {
+            const float4 a = k4[r], b = q4[r];
+            kk[4 * r] = a.x, kk[4 * r + 1] = a.y, kk[4 * r + 2] = a.z, kk[4 * r + 3] = a.w;
+            qq[4 * r] = b.x, qq[4 * r + 1] = b.y, qq[4 * r + 2] = b.z, qq[4 * r + 3] = b.w;
+        }
+    };
+    load(0, k, q);
+    for (int t = 0; t < n_tok; t++) {
+        const float eg = expf(g[(int64_t)t * nv + h]), b = beta[(int64_t)t * nv + h];
+        const float vj = vp[(int64_t)t * qs];
+        /* k . S_j over this lane's rows, four partial sums for the latency */
+        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < R; r++) p[r & 3] = fmaf(k[r], s[r], p[r & 3]);
+        float ks = (p[0] + p[1]) + (p[2] + p[3]);
+#pragma unroll
+        for (int o = C; o < 32; o <<= 1) ks += __shfl_xor_sync(0xffffffffu, ks, o);
+        const float delta = b * (vj - eg * ks);
+#pragma unroll
+        for (int r = 0; r < R; r++) s[r] = fmaf(k[r], delta, s[r] * eg);
+        /* the next token's k and q, while this one's output is summed */
+        float kn[R], qn[R];
+        if (t + 1 < n_tok) load(t + 1, kn, qn);
+        float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < R; r++) o4[r & 3] = fmaf(q[r], s[r], o4[r & 3]);
+        float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
+#pragma unroll
+        for (int off = C; off < 32; off <<= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
+        if (grp == 0) out[(int64_t)t * os + (size_t)h * dv + j] = o * q_scale;
+        if (t + 1 < n_tok) {
+#pragma unroll
+            for (int r = 0; r < R; r++) k[r] = kn[r], q[r] = qn[r];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) S[(size_t)r * dv] = s[r];
+}
+
+/* out = rmsnorm(o) * norm_w * silu(z) per (token, value head): a warp each. */
+static __global__ void gdn_out_norm_kernel(float *out, int64_t os, const float *z, int64_t zs, const float *w, int nv,
+                                           int dv, int n_tok, float eps) {
+    const int lane = threadIdx.x & 31, per_block = blockDim.x / 32;
+    for (int64_t item = (int64_t)blockIdx.x * per_block + threadIdx.x / 32; item < (int64_t)n_tok * nv;
+         item += (int64_t)gridDim.x * per_block) {
+        const int64_t t = item / nv;
+        const int h = (int)(item % nv);
+        float *o = out + t * os + (size_t)h * dv;
+        const float *zz = z + t * zs + (size_t)h * dv;
+        float ss = 0.0f;
+        for (int i = lane; i < dv; i += 32) ss += o[i] * o[i];
+        const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)dv + eps);
+        for (int i = lane; i < dv; i += 32) o[i] = (w[i] * (o[i] * inv)) * silu_f(zz[i]);
+    }
+}
+
+typedef void (*gdn_scan_fn)(const float *, int64_t, int, int, int, int, float, const float *, const float *, float *,
+                            float *, int64_t, int);
+
+/* The scan instance for a key head dim (NULL: none): 4 lanes per column,
+ * 8 for dk 256 (whose 64 rows a lane would not fit in registers). */
+static gdn_scan_fn scan_for(int dk) {
+    switch (dk) {
+    case 16: return gdn_scan_kernel<16, 4>;
+    case 32: return gdn_scan_kernel<32, 4>;
+    case 64: return gdn_scan_kernel<64, 4>;
+    case 128: return gdn_scan_kernel<128, 4>;
+    case 256: return gdn_scan_kernel<256, 8>;
+    default: return NULL;
+    }
+}
+
+static int lanes_for(int dk) { return dk == 256 ? 8 : 4; }
+
+
+void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a) {
+    if (a->n_tok <= 0) return;
+    gdn_scan_fn fn = scan_for(a->dk);
+    /* whole warps of columns; k and q read as float4 */
+    if (!fn || a->dv <= 0 || a->dv % 8 != 0 || a->qkv_stride % 4 != 0 || ((uintptr_t)a->qkv & 15) != 0 ||
+        a->nk <= 0 || a->nv % a->nk != 0) {
+        tela_cuda_check(ex, cudaErrorNotSupported,
+                        "Gated DeltaNet heads of this shape (key dim 16, 32, 64, 128 or 256; value dim a multiple "
+                        "of 8) have no CUDA kernel");
+        return;
+    }
+    const int cols_per_block = GDN_WARPS * (32 / lanes_for(a->dk));
+    const dim3 grid((unsigned)((a->dv + cols_per_block - 1) / cols_per_block), (unsigned)a->nv);
+    const int64_t vd = (int64_t)a->nv * a->dv;
+    fn<<<grid, GDN_WARPS * 32, 0, ex->stream>>>(a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0,
+                                                a->q_scale, a->beta, a->g, a->state, a->out, vd, a->n_tok);
+    tela_cuda_launched(ex, "Gated DeltaNet delta rule");
+    const int64_t items = (int64_t)a->n_tok * a->nv;
+    gdn_out_norm_kernel<<<blocks_for(items, 4), 128, 0, ex->stream>>>(a->out, vd, a->z, vd, a->norm_w, a->nv, a->dv,
+                                                                      a->n_tok, a->eps);
+    tela_cuda_launched(ex, "Gated DeltaNet output norm");
+}

@@ -1,0 +1,314 @@
+/* test_cuda_gdn.c: the CUDA backend's Gated DeltaNet operations (Qwen3.5's
+ * linear-attention layers) and the attention output gate, through
+ * backend.h, each against a float64 model computed here on the host from
+ * the formulas of backend/cpu/gdn.h, on random inputs, with the outputs
+ * poisoned (NaN) before each call:
+ *   - the delta rule with its gated output norm at the head shapes of the
+ *     fixtures (dk = dv = 16, 2 key / 4 value heads), of Qwen3.5-2B
+ *     (128 x 128, as many key as value heads) and of the 27B (128 x 128,
+ *     three value heads per key head, both value-head orders), plus dk 64
+ *     and 256; single decode steps, prefills of lengths that are not
+ *     multiples of anything, a run split in two (the state carried), and
+ *     one sequence of 8192 tokens; the final state is checked too;
+ *   - conv1d + SiLU with its rolling state, fed in pieces of 1, 3 and 37
+ *     tokens (both kernels);
+ *   - the gates (L2 norm of the q/k heads, sigmoid, softplus decay) and the
+ *     sigmoid output gate with strided rows.
+ * Fewer heads than the real models have: each head is computed alone, so
+ * the per-head shape and the key/value head ratio are what matter.
+ * Skipped (77) without CUDA or a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "test.h"
+
+static tela_backend *gpu;
+static tela_exec *gx;
+
+static void *dmalloc(size_t bytes) {
+    void *p = NULL;
+    if (tela_backend_alloc(gpu, bytes, "test", &p) != TELA_OK) {
+        fprintf(stderr, "%s\n", tela_last_error());
+        exit(1);
+    }
+    return p;
+}
+
+static void *dcopy(const float *h, size_t n) {
+    void *d = dmalloc(n * sizeof(float));
+    CHECK_OK(tela_exec_upload(gx, d, h, n * sizeof(float)));
+    return d;
+}
+
+static void down(float *h, const void *d, size_t n) { CHECK_OK(tela_exec_download(gx, h, d, n * sizeof(float))); }
+
+static void poison(void *d, size_t n) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    CHECK_OK(tela_exec_upload(gx, d, p, n * sizeof(float)));
+    free(p);
+}
+
+static float *rand_floats(size_t n, float scale) {
+    float *v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = test_gauss() * scale;
+    return v;
+}
+
+/* ||a - b|| / ||b|| over n values; NaN anywhere gives +inf. */
+static double rel_err(const float *a, const double *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double silu_d(double x) { return x / (1.0 + exp(-x)); }
+
+/* ------------------------------------------------------------ delta rule */
+
+typedef struct gdn_case {
+    int nk, nv, dk, dv;
+    bool v_tiled;
+    int n1, n2;                  /* tokens of the first call, then of a second (0: none) */
+} gdn_case;
+
+/* The float64 model of one value head over n tokens: state S (dk x dv,
+ * row-major) updated in place, raw outputs o (before the norm). */
+static void ref_head(const float *qkv, int64_t qs, int kh, int h, const gdn_case *c, const float *beta, const float *g,
+                     int n, double *S, double *o, int64_t os) {
+    const int dk = c->dk, dv = c->dv;
+    const double scale = 1.0 / sqrt((double)dk);
+    double *ks = malloc(sizeof(double) * (size_t)dv);
+    for (int t = 0; t < n; t++) {
+        const float *row = qkv + (int64_t)t * qs;
+        const float *q = row + (size_t)kh * dk, *k = row + (size_t)(c->nk + kh) * dk;
+        const float *v = row + (size_t)2 * c->nk * dk + (size_t)h * dv;
+        const double eg = exp((double)g[(size_t)t * c->nv + h]), b = beta[(size_t)t * c->nv + h];
+        for (int j = 0; j < dv; j++) ks[j] = 0;
+        for (int i = 0; i < dk; i++)
+            for (int j = 0; j < dv; j++) {
+                S[(size_t)i * dv + j] *= eg;
+                ks[j] += (double)k[i] * S[(size_t)i * dv + j];
+            }
+        for (int j = 0; j < dv; j++) ks[j] = b * ((double)v[j] - ks[j]);
+        for (int i = 0; i < dk; i++)
+            for (int j = 0; j < dv; j++) S[(size_t)i * dv + j] += (double)k[i] * ks[j];
+        for (int j = 0; j < dv; j++) {
+            double s = 0;
+            for (int i = 0; i < dk; i++) s += (double)q[i] * scale * S[(size_t)i * dv + j];
+            o[(int64_t)t * os + (size_t)h * dv + j] = s;
+        }
+    }
+    free(ks);
+}
+
+static void check_delta(const gdn_case *c) {
+    const int n = c->n1 + c->n2, nk = c->nk, nv = c->nv, dk = c->dk, dv = c->dv;
+    const int64_t qs = (int64_t)2 * nk * dk + (int64_t)nv * dv, vd = (int64_t)nv * dv;
+    const size_t state_n = (size_t)nv * dk * dv;
+    /* q and k L2-normalized (as the gates leave them), v ~ N(0, 1) */
+    float *qkv = rand_floats((size_t)n * qs, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int hh = 0; hh < 2 * nk; hh++) {
+            float *x = qkv + (size_t)t * qs + (size_t)hh * dk;
+            double ss = 0;
+            for (int i = 0; i < dk; i++) ss += (double)x[i] * x[i];
+            for (int i = 0; i < dk; i++) x[i] = (float)(x[i] / sqrt(ss + 1e-6));
+        }
+    float *beta = malloc(sizeof(float) * (size_t)n * nv), *g = malloc(sizeof(float) * (size_t)n * nv);
+    for (size_t i = 0; i < (size_t)n * nv; i++) {
+        beta[i] = (float)sigmoid_d(test_gauss());
+        g[i] = (float)(-0.5 * log1p(exp(test_gauss() * 2.0))); /* log decays in about (-3, 0) */
+    }
+    float *z = rand_floats((size_t)n * vd, 1.0f), *nw = rand_floats((size_t)dv, 0.5f);
+    float *s0 = rand_floats(state_n, 0.3f);
+    for (int j = 0; j < dv; j++) nw[j] += 1.0f;
+
+    /* reference */
+    double *S = malloc(sizeof(double) * state_n), *o = malloc(sizeof(double) * (size_t)n * vd);
+    for (size_t i = 0; i < state_n; i++) S[i] = s0[i];
+    const int group = nv / nk;
+    for (int h = 0; h < nv; h++) {
+        const int kh = c->v_tiled ? h % nk : h / group;
+        ref_head(qkv, qs, kh, h, c, beta, g, n, S + (size_t)h * dk * dv, o, vd);
+    }
+    const float eps = 1e-6f;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nv; h++) {
+            double *x = o + (size_t)t * vd + (size_t)h * dv;
+            double ss = 0;
+            for (int j = 0; j < dv; j++) ss += x[j] * x[j];
+            const double inv = 1.0 / sqrt(ss / dv + eps);
+            for (int j = 0; j < dv; j++) x[j] = nw[j] * x[j] * inv * silu_d(z[(size_t)t * vd + (size_t)h * dv + j]);
+        }
+
+    /* the GPU, in one or two calls */
+    float *d_qkv = dcopy(qkv, (size_t)n * qs), *d_beta = dcopy(beta, (size_t)n * nv), *d_g = dcopy(g, (size_t)n * nv);
+    float *d_z = dcopy(z, (size_t)n * vd), *d_nw = dcopy(nw, (size_t)dv), *d_s = dcopy(s0, state_n);
+    float *d_out = dmalloc(sizeof(float) * (size_t)n * vd);
+    poison(d_out, (size_t)n * vd);
+    int t0 = 0;
+    for (int part = 0; part < 2; part++) {
+        const int nt = part ? c->n2 : c->n1;
+        if (nt == 0) continue;
+        const tela_gdn_args a = {
+            .qkv = d_qkv + (size_t)t0 * qs, .qkv_stride = qs, .nk = nk, .nv = nv, .dk = dk, .dv = dv,
+            .v_tiled = c->v_tiled, .q_scale = (float)(1.0 / sqrt((double)dk)), .beta = d_beta + (size_t)t0 * nv,
+            .g = d_g + (size_t)t0 * nv, .z = d_z + (size_t)t0 * vd, .norm_w = d_nw, .eps = eps, .state = d_s,
+            .out = d_out + (size_t)t0 * vd, .n_tok = nt,
+        };
+        tela_exec_gdn_delta(gx, &a);
+        t0 += nt;
+    }
+    float *got = malloc(sizeof(float) * (size_t)n * vd), *got_s = malloc(sizeof(float) * state_n);
+    down(got, d_out, (size_t)n * vd);
+    down(got_s, d_s, state_n);
+    const double e_out = rel_err(got, o, (size_t)n * vd), e_state = rel_err(got_s, S, state_n);
+    /* f32 sums of 16..256 products per step, errors that the decay keeps
+     * from growing over the sequence */
+    const double tol = 2e-5;
+    printf("delta rule nk %d nv %d dk %d dv %d %s, %d+%d tokens: outputs %.2e, state %.2e\n", nk, nv, dk, dv,
+           c->v_tiled ? "tiled" : "grouped", c->n1, c->n2, e_out, e_state);
+    CHECK_MSG(e_out <= tol && e_state <= tol,
+              "delta rule (nk %d, nv %d, dk %d, dv %d, %d+%d tokens): outputs off by %g, state by %g (bound %g)", nk,
+              nv, dk, dv, c->n1, c->n2, e_out, e_state, tol);
+    void *bufs[] = {d_qkv, d_beta, d_g, d_z, d_nw, d_s, d_out};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(gpu, bufs[i]);
+    free(qkv), free(beta), free(g), free(z), free(nw), free(s0), free(S), free(o), free(got), free(got_s);
+}
+
+static void test_delta(void) {
+    const gdn_case cases[] = {
+        {2, 4, 16, 16, false, 1, 0},    {2, 4, 16, 16, true, 7, 1},     {2, 4, 16, 16, false, 100, 37},
+        {2, 2, 128, 128, false, 1, 0},  {2, 2, 128, 128, false, 1, 1},  {2, 2, 128, 128, false, 64, 0},
+        {2, 2, 128, 128, false, 300, 5}, {2, 6, 128, 128, true, 1, 0},  {2, 6, 128, 128, true, 513, 0},
+        {2, 6, 128, 128, false, 77, 1}, {1, 2, 64, 64, false, 33, 2},   {1, 1, 256, 128, false, 45, 1},
+        {1, 2, 128, 128, false, 8192, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_delta(&cases[i]);
+}
+
+/* -------------------------------------------------------------- conv1d */
+
+static void test_conv(void) {
+    const int C = 200, K = 4, hist = K - 1, pieces[] = {1, 3, 37, 1, 20};
+    int n = 0;
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) n += pieces[i];
+    const int xs = C + 8, os = C + 4;
+    float *x = rand_floats((size_t)n * xs, 1.0f), *w = rand_floats((size_t)C * K, 0.5f);
+    float *st = rand_floats((size_t)hist * C, 1.0f);
+    /* reference: the whole sequence after the initial state rows */
+    double *ref = malloc(sizeof(double) * (size_t)n * C);
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < C; c++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) {
+                const int s = t - hist + k;
+                acc += (double)w[c * K + k] * (s < 0 ? st[(s + hist) * C + c] : x[(size_t)s * xs + c]);
+            }
+            ref[(size_t)t * C + c] = silu_d(acc);
+        }
+    float *d_x = dcopy(x, (size_t)n * xs), *d_w = dcopy(w, (size_t)C * K), *d_st = dcopy(st, (size_t)hist * C);
+    float *d_o = dmalloc(sizeof(float) * (size_t)n * os);
+    poison(d_o, (size_t)n * os);
+    int t0 = 0;
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        tela_exec_conv1d_silu(gx, d_x + (size_t)t0 * xs, xs, pieces[i], C, K, d_w, d_st, d_o + (size_t)t0 * os, os);
+        t0 += pieces[i];
+    }
+    float *o = malloc(sizeof(float) * (size_t)n * os), *got = malloc(sizeof(float) * (size_t)n * C);
+    float *got_st = malloc(sizeof(float) * (size_t)hist * C);
+    double *ref_st = malloc(sizeof(double) * (size_t)hist * C);
+    down(o, d_o, (size_t)n * os);
+    down(got_st, d_st, (size_t)hist * C);
+    for (int t = 0; t < n; t++) memcpy(got + (size_t)t * C, o + (size_t)t * os, sizeof(float) * C);
+    for (int r = 0; r < hist; r++)
+        for (int c = 0; c < C; c++) ref_st[r * C + c] = x[(size_t)(n - hist + r) * xs + c];
+    const double e = rel_err(got, ref, (size_t)n * C), es = rel_err(got_st, ref_st, (size_t)hist * C);
+    printf("conv1d: outputs %.2e, state %.2e\n", e, es);
+    CHECK_MSG(e <= 1e-6 && es == 0, "conv1d: outputs off by %g, final state by %g", e, es);
+    void *bufs[] = {d_x, d_w, d_st, d_o};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(gpu, bufs[i]);
+    free(x), free(w), free(st), free(ref), free(o), free(got), free(got_st), free(ref_st);
+}
+
+/* ------------------------------------------------------ gates and gate */
+
+static void test_gates(void) {
+    const int nt = 5, nk = 3, dk = 128, nv = 6, qs = 2 * nk * dk + nv * dk + 4;
+    const float eps = 1e-6f;
+    float *qkv = rand_floats((size_t)nt * qs, 2.0f), *beta = rand_floats((size_t)nt * nv, 3.0f);
+    float *g = rand_floats((size_t)nt * nv, 10.0f), *a = rand_floats(nv, 1.0f), *dt = rand_floats(nv, 1.0f);
+    g[3] = 30.0f; /* softplus above its threshold: the identity */
+    for (int i = 0; i < nv; i++) a[i] = -expf(a[i]);
+    double *rq = malloc(sizeof(double) * (size_t)nt * qs), *rb = malloc(sizeof(double) * (size_t)nt * nv);
+    double *rg = malloc(sizeof(double) * (size_t)nt * nv);
+    for (int t = 0; t < nt; t++) {
+        for (int i = 0; i < qs; i++) rq[(size_t)t * qs + i] = qkv[(size_t)t * qs + i];
+        for (int h = 0; h < 2 * nk; h++) {
+            double ss = 0, *x = rq + (size_t)t * qs + (size_t)h * dk;
+            for (int i = 0; i < dk; i++) ss += x[i] * x[i];
+            for (int i = 0; i < dk; i++) x[i] /= sqrt(ss + eps);
+        }
+        for (int h = 0; h < nv; h++) {
+            const size_t i = (size_t)t * nv + h;
+            const double xg = (double)g[i] + dt[h];
+            rb[i] = sigmoid_d(beta[i]);
+            rg[i] = a[h] * (xg > 20 ? xg : log1p(exp(xg)));
+        }
+    }
+    float *d_qkv = dcopy(qkv, (size_t)nt * qs), *d_b = dcopy(beta, (size_t)nt * nv), *d_g = dcopy(g, (size_t)nt * nv);
+    float *d_a = dcopy(a, nv), *d_dt = dcopy(dt, nv);
+    tela_exec_gdn_gates(gx, d_qkv, qs, 2 * nk, dk, d_b, d_g, nv, nt, d_a, d_dt, eps);
+    down(qkv, d_qkv, (size_t)nt * qs);
+    down(beta, d_b, (size_t)nt * nv);
+    down(g, d_g, (size_t)nt * nv);
+    const double eq = rel_err(qkv, rq, (size_t)nt * qs), eb = rel_err(beta, rb, (size_t)nt * nv);
+    const double eg = rel_err(g, rg, (size_t)nt * nv);
+    printf("gates: q/k %.2e, beta %.2e, g %.2e\n", eq, eb, eg);
+    CHECK_MSG(eq <= 1e-6 && eb <= 1e-6 && eg <= 1e-6, "gates: q/k off by %g, beta by %g, g by %g", eq, eb, eg);
+
+    /* the output gate: rows of 2 * 24 floats, gates in the second half */
+    const int rows = 9, n = 24;
+    float *o = rand_floats((size_t)rows * 2 * n, 1.0f), *r = malloc(sizeof(float) * (size_t)rows * 2 * n);
+    double *ro = malloc(sizeof(double) * (size_t)rows * 2 * n);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < 2 * n; j++)
+            ro[(size_t)i * 2 * n + j] =
+                j < n ? o[(size_t)i * 2 * n + j] * sigmoid_d(o[(size_t)i * 2 * n + n + j]) : o[(size_t)i * 2 * n + j];
+    float *d_o = dcopy(o, (size_t)rows * 2 * n);
+    tela_exec_sigmoid_gate(gx, d_o, 2 * n, d_o + n, 2 * n, rows, n);
+    down(r, d_o, (size_t)rows * 2 * n);
+    const double e = rel_err(r, ro, (size_t)rows * 2 * n);
+    CHECK_MSG(e <= 1e-6, "sigmoid gate: off by %g", e);
+    void *bufs[] = {d_qkv, d_b, d_g, d_a, d_dt, d_o};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(gpu, bufs[i]);
+    free(qkv), free(beta), free(g), free(a), free(dt), free(rq), free(rb), free(rg), free(o), free(r), free(ro);
+}
+
+int main(void) {
+    if (!tela_backend_cuda_built()) test_skip("built without CUDA");
+    if (tela_backend_cuda_device_count() == 0) test_skip("no CUDA GPU");
+    test_rng_seed(20261202);
+    if (tela_backend_create("cuda", 0, &gpu) != TELA_OK) {
+        fprintf(stderr, "%s\n", tela_last_error());
+        return 1;
+    }
+    CHECK_OK(tela_exec_create(gpu, 0, &gx));
+    printf("device: %s\n", tela_backend_description(gpu));
+    test_gates();
+    test_conv();
+    test_delta();
+    CHECK_OK(tela_exec_sync(gx));
+    tela_exec_free(gx);
+    tela_backend_free(gpu);
+    return test_finish();
+}
