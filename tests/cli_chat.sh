@@ -124,7 +124,8 @@ EOF
     then ok "$model: two turns with reuse, /reset, /exit: renderings, counts and replies"; else bad "$model: chat"; fi
 done
 
-M="$FIX/llama-d1.gguf"
+set -- $models
+M="$FIX/$1.gguf" # llama-d1 when there
 # a context that fills up: reported with a hint, and /reset recovers
 printf 'first message\nsecond message that is a bit longer\nthird\n/reset\nagain\n' |
     "$TELA" chat -m "$M" -c 48 -n 12 --temp 0 -t 1 >"$tmp/full.out" 2>"$tmp/full.err"
