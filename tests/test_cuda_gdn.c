@@ -6,10 +6,13 @@
  *   - the delta rule with its gated output norm at the head shapes of the
  *     fixtures (dk = dv = 16, 2 key / 4 value heads), of Qwen3.5-2B
  *     (128 x 128, as many key as value heads) and of the 27B (128 x 128,
- *     three value heads per key head, both value-head orders), plus dk 64
- *     and 256; single decode steps, prefills of lengths that are not
- *     multiples of anything, a run split in two (the state carried), and
- *     one sequence of 8192 tokens; the final state is checked too;
+ *     three value heads per key head, both value-head orders), plus dk 32,
+ *     64 and 256; decode steps of 1 to 4 tokens (the fused step kernel),
+ *     prefills of lengths that are not multiples of anything (the scan), a
+ *     run split in two (the state carried), one sequence of 8192 tokens;
+ *     inputs already gated or raw with the gates applied by the op; the
+ *     final state checked too; again with decode steps through the scan
+ *     (TELA_CUDA_GDN_STEP=0) and with 4 lanes a column (TELA_CUDA_GDN_LANES=4);
  *   - conv1d + SiLU with its rolling state, fed in pieces of 1, 3 and 37
  *     tokens (both kernels);
  *   - the gates (L2 norm of the q/k heads, sigmoid, softplus decay) and the
@@ -78,32 +81,33 @@ typedef struct gdn_case {
     int nk, nv, dk, dv;
     bool v_tiled;
     int n1, n2;                  /* tokens of the first call, then of a second (0: none) */
+    bool gates;                  /* raw inputs, the gates applied by the op */
 } gdn_case;
 
 /* The float64 model of one value head over n tokens: state S (dk x dv,
  * row-major) updated in place, raw outputs o (before the norm). */
-static void ref_head(const float *qkv, int64_t qs, int kh, int h, const gdn_case *c, const float *beta, const float *g,
-                     int n, double *S, double *o, int64_t os) {
+static void ref_head(const double *qkv, int64_t qs, int kh, int h, const gdn_case *c, const double *beta,
+                     const double *g, int n, double *S, double *o, int64_t os) {
     const int dk = c->dk, dv = c->dv;
     const double scale = 1.0 / sqrt((double)dk);
     double *ks = malloc(sizeof(double) * (size_t)dv);
     for (int t = 0; t < n; t++) {
-        const float *row = qkv + (int64_t)t * qs;
-        const float *q = row + (size_t)kh * dk, *k = row + (size_t)(c->nk + kh) * dk;
-        const float *v = row + (size_t)2 * c->nk * dk + (size_t)h * dv;
-        const double eg = exp((double)g[(size_t)t * c->nv + h]), b = beta[(size_t)t * c->nv + h];
+        const double *row = qkv + (int64_t)t * qs;
+        const double *q = row + (size_t)kh * dk, *k = row + (size_t)(c->nk + kh) * dk;
+        const double *v = row + (size_t)2 * c->nk * dk + (size_t)h * dv;
+        const double eg = exp(g[(size_t)t * c->nv + h]), b = beta[(size_t)t * c->nv + h];
         for (int j = 0; j < dv; j++) ks[j] = 0;
         for (int i = 0; i < dk; i++)
             for (int j = 0; j < dv; j++) {
                 S[(size_t)i * dv + j] *= eg;
-                ks[j] += (double)k[i] * S[(size_t)i * dv + j];
+                ks[j] += k[i] * S[(size_t)i * dv + j];
             }
-        for (int j = 0; j < dv; j++) ks[j] = b * ((double)v[j] - ks[j]);
+        for (int j = 0; j < dv; j++) ks[j] = b * (v[j] - ks[j]);
         for (int i = 0; i < dk; i++)
-            for (int j = 0; j < dv; j++) S[(size_t)i * dv + j] += (double)k[i] * ks[j];
+            for (int j = 0; j < dv; j++) S[(size_t)i * dv + j] += k[i] * ks[j];
         for (int j = 0; j < dv; j++) {
             double s = 0;
-            for (int i = 0; i < dk; i++) s += (double)q[i] * scale * S[(size_t)i * dv + j];
+            for (int i = 0; i < dk; i++) s += q[i] * scale * S[(size_t)i * dv + j];
             o[(int64_t)t * os + (size_t)h * dv + j] = s;
         }
     }
@@ -114,19 +118,42 @@ static void check_delta(const gdn_case *c) {
     const int n = c->n1 + c->n2, nk = c->nk, nv = c->nv, dk = c->dk, dv = c->dv;
     const int64_t qs = (int64_t)2 * nk * dk + (int64_t)nv * dv, vd = (int64_t)nv * dv;
     const size_t state_n = (size_t)nv * dk * dv;
-    /* q and k L2-normalized (as the gates leave them), v ~ N(0, 1) */
+    /* without gates: q and k L2-normalized (as the gates leave them), beta
+     * in (0, 1), log decays g in about (-3, 0); with them: the raw
+     * projections, which the reference gates in double (a = -exp(A_log)) */
+    const float l2_eps = 1e-6f;
     float *qkv = rand_floats((size_t)n * qs, 1.0f);
+    double *qkv_d = malloc(sizeof(double) * (size_t)n * qs);
+    for (size_t i = 0; i < (size_t)n * qs; i++) qkv_d[i] = qkv[i];
     for (int t = 0; t < n; t++)
         for (int hh = 0; hh < 2 * nk; hh++) {
             float *x = qkv + (size_t)t * qs + (size_t)hh * dk;
+            double *xd = qkv_d + (size_t)t * qs + (size_t)hh * dk;
             double ss = 0;
             for (int i = 0; i < dk; i++) ss += (double)x[i] * x[i];
-            for (int i = 0; i < dk; i++) x[i] = (float)(x[i] / sqrt(ss + 1e-6));
+            for (int i = 0; i < dk; i++) {
+                if (!c->gates) x[i] = (float)(x[i] / sqrt(ss + l2_eps));
+                xd[i] = c->gates ? x[i] / sqrt(ss + l2_eps) : x[i];
+            }
         }
     float *beta = malloc(sizeof(float) * (size_t)n * nv), *g = malloc(sizeof(float) * (size_t)n * nv);
+    double *beta_d = malloc(sizeof(double) * (size_t)n * nv), *g_d = malloc(sizeof(double) * (size_t)n * nv);
+    float *ga = rand_floats((size_t)nv, 1.0f), *gdt = rand_floats((size_t)nv, 1.0f);
+    for (int h = 0; h < nv; h++) ga[h] = -expf(ga[h]);
     for (size_t i = 0; i < (size_t)n * nv; i++) {
-        beta[i] = (float)sigmoid_d(test_gauss());
-        g[i] = (float)(-0.5 * log1p(exp(test_gauss() * 2.0))); /* log decays in about (-3, 0) */
+        const int h = (int)(i % (size_t)nv);
+        if (c->gates) {
+            beta[i] = test_gauss() * 2.0f;
+            g[i] = test_gauss() * 2.0f;
+            const double xg = (double)g[i] + gdt[h];
+            beta_d[i] = sigmoid_d(beta[i]);
+            g_d[i] = ga[h] * (xg > 20 ? xg : log1p(exp(xg)));
+        } else {
+            beta[i] = (float)sigmoid_d(test_gauss());
+            g[i] = (float)(-0.5 * log1p(exp(test_gauss() * 2.0)));
+            beta_d[i] = beta[i];
+            g_d[i] = g[i];
+        }
     }
     float *z = rand_floats((size_t)n * vd, 1.0f), *nw = rand_floats((size_t)dv, 0.5f);
     float *s0 = rand_floats(state_n, 0.3f);
@@ -138,7 +165,7 @@ static void check_delta(const gdn_case *c) {
     const int group = nv / nk;
     for (int h = 0; h < nv; h++) {
         const int kh = c->v_tiled ? h % nk : h / group;
-        ref_head(qkv, qs, kh, h, c, beta, g, n, S + (size_t)h * dk * dv, o, vd);
+        ref_head(qkv_d, qs, kh, h, c, beta_d, g_d, n, S + (size_t)h * dk * dv, o, vd);
     }
     const float eps = 1e-6f;
     for (int t = 0; t < n; t++)
@@ -153,8 +180,9 @@ static void check_delta(const gdn_case *c) {
     /* the GPU, in one or two calls */
     float *d_qkv = dcopy(qkv, (size_t)n * qs), *d_beta = dcopy(beta, (size_t)n * nv), *d_g = dcopy(g, (size_t)n * nv);
     float *d_z = dcopy(z, (size_t)n * vd), *d_nw = dcopy(nw, (size_t)dv), *d_s = dcopy(s0, state_n);
-    float *d_out = dmalloc(sizeof(float) * (size_t)n * vd);
+    float *d_out = dmalloc(sizeof(float) * (size_t)n * vd), *d_ga = dcopy(ga, (size_t)nv), *d_gdt = dcopy(gdt, (size_t)nv);
     poison(d_out, (size_t)n * vd);
+    const tela_gdn_gates_in gates = {d_ga, d_gdt, l2_eps};
     int t0 = 0;
     for (int part = 0; part < 2; part++) {
         const int nt = part ? c->n2 : c->n1;
@@ -163,7 +191,7 @@ static void check_delta(const gdn_case *c) {
             .qkv = d_qkv + (size_t)t0 * qs, .qkv_stride = qs, .nk = nk, .nv = nv, .dk = dk, .dv = dv,
             .v_tiled = c->v_tiled, .q_scale = (float)(1.0 / sqrt((double)dk)), .beta = d_beta + (size_t)t0 * nv,
             .g = d_g + (size_t)t0 * nv, .z = d_z + (size_t)t0 * vd, .norm_w = d_nw, .eps = eps, .state = d_s,
-            .out = d_out + (size_t)t0 * vd, .n_tok = nt,
+            .out = d_out + (size_t)t0 * vd, .n_tok = nt, .gates = c->gates ? &gates : NULL,
         };
         tela_exec_gdn_delta(gx, &a);
         t0 += nt;
@@ -175,25 +203,47 @@ static void check_delta(const gdn_case *c) {
     /* f32 sums of 16..256 products per step, errors that the decay keeps
      * from growing over the sequence */
     const double tol = 2e-5;
-    printf("delta rule nk %d nv %d dk %d dv %d %s, %d+%d tokens: outputs %.2e, state %.2e\n", nk, nv, dk, dv,
-           c->v_tiled ? "tiled" : "grouped", c->n1, c->n2, e_out, e_state);
+    printf("delta rule%s nk %d nv %d dk %d dv %d %s, %d+%d tokens: outputs %.2e, state %.2e\n",
+           c->gates ? " with gates" : "", nk, nv, dk, dv, c->v_tiled ? "tiled" : "grouped", c->n1, c->n2, e_out, e_state);
     CHECK_MSG(e_out <= tol && e_state <= tol,
               "delta rule (nk %d, nv %d, dk %d, dv %d, %d+%d tokens): outputs off by %g, state by %g (bound %g)", nk,
               nv, dk, dv, c->n1, c->n2, e_out, e_state, tol);
-    void *bufs[] = {d_qkv, d_beta, d_g, d_z, d_nw, d_s, d_out};
+    void *bufs[] = {d_qkv, d_beta, d_g, d_z, d_nw, d_s, d_out, d_ga, d_gdt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(gpu, bufs[i]);
     free(qkv), free(beta), free(g), free(z), free(nw), free(s0), free(S), free(o), free(got), free(got_s);
+    free(qkv_d), free(beta_d), free(g_d), free(ga), free(gdt);
 }
 
-static void test_delta(void) {
+/* Decode steps (1 to 4 tokens: the fused step kernel, which takes dk up
+ * to 128), prefills (the scan), with and without the gates in the op. */
+static void test_delta(bool long_run) {
     const gdn_case cases[] = {
-        {2, 4, 16, 16, false, 1, 0},    {2, 4, 16, 16, true, 7, 1},     {2, 4, 16, 16, false, 100, 37},
-        {2, 2, 128, 128, false, 1, 0},  {2, 2, 128, 128, false, 1, 1},  {2, 2, 128, 128, false, 64, 0},
-        {2, 2, 128, 128, false, 300, 5}, {2, 6, 128, 128, true, 1, 0},  {2, 6, 128, 128, true, 513, 0},
-        {2, 6, 128, 128, false, 77, 1}, {1, 2, 64, 64, false, 33, 2},   {1, 1, 256, 128, false, 45, 1},
-        {1, 2, 128, 128, false, 8192, 0},
+        {2, 4, 16, 16, false, 1, 0, false},    {2, 4, 16, 16, true, 7, 1, true},
+        {2, 4, 16, 16, false, 100, 37, false}, {2, 4, 16, 16, false, 1, 3, true},
+        {2, 2, 128, 128, false, 1, 0, false},  {2, 2, 128, 128, false, 1, 1, true},
+        {2, 2, 128, 128, false, 4, 0, true},   {2, 2, 128, 128, false, 64, 0, false},
+        {2, 2, 128, 128, false, 300, 5, true}, {2, 6, 128, 128, true, 1, 0, true},
+        {2, 6, 128, 128, true, 513, 0, false}, {2, 6, 128, 128, false, 77, 1, true},
+        {2, 6, 128, 128, false, 2, 1, false},  {1, 2, 64, 64, false, 33, 2, true},
+        {1, 1, 256, 128, false, 45, 1, false}, {1, 1, 256, 128, false, 1, 0, true},
+        {1, 2, 32, 32, true, 3, 1, true},      {1, 2, 128, 128, false, 8192, 0, false},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_delta(&cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (long_run || cases[i].n1 + cases[i].n2 < 1000) check_delta(&cases[i]);
+}
+
+/* test_delta again on an exec with a variant setting (NAME=VALUE). */
+static void test_delta_variant(const char *name, const char *value) {
+    printf("the delta rule with %s=%s:\n", name, value);
+    setenv(name, value, 1);
+    tela_exec *def = gx;
+    CHECK_OK(tela_exec_create(gpu, 0, &gx));
+    unsetenv(name);
+    if (gx) {
+        test_delta(false);
+        tela_exec_free(gx);
+    }
+    gx = def;
 }
 
 /* -------------------------------------------------------------- conv1d */
@@ -306,7 +356,9 @@ int main(void) {
     printf("device: %s\n", tela_backend_description(gpu));
     test_gates();
     test_conv();
-    test_delta();
+    test_delta(true);
+    test_delta_variant("TELA_CUDA_GDN_STEP", "0"); /* decode steps through the scan */
+    test_delta_variant("TELA_CUDA_GDN_LANES", "4");
     CHECK_OK(tela_exec_sync(gx));
     tela_exec_free(gx);
     tela_backend_free(gpu);

@@ -372,20 +372,30 @@ void tela_exec_gdn_gates(tela_exec *ex, float *qkv, int64_t qkv_stride, int n_qk
  * q and k from the qkv rows (q heads first, then k heads, then nv value
  * heads of dv), beta and g per head, the state (nv x dk x dv, f32) updated;
  * then out = rmsnorm(o) * norm_w * silu(z) per head (eps). Decode steps use
- * the recurrence, longer runs the chunked form (backend/cpu/gdn.h). */
+ * the recurrence, longer runs the chunked form (backend/cpu/gdn.h).
+ * gates non-NULL: q, k, beta and g are still the raw projections, and the
+ * op first applies tela_exec_gdn_gates' transform (with gates->a,
+ * dt_bias, eps), which a GPU fuses into a decode step; qkv, beta and g may
+ * then be overwritten. */
+typedef struct tela_gdn_gates_in {
+    const float *a, *dt_bias;    /* nv floats each */
+    float eps;                   /* of the q/k L2 norms */
+} tela_gdn_gates_in;
+
 typedef struct tela_gdn_args {
-    const float *qkv;
+    float *qkv;
     int64_t qkv_stride;
     int nk, nv, dk, dv;
     bool v_tiled;
     float q_scale;
-    const float *beta, *g;       /* rows of nv */
+    float *beta, *g;             /* rows of nv */
     const float *z;              /* rows of nv * dv */
     const float *norm_w;         /* dv */
     float eps;
     float *state;
     float *out;                  /* rows of nv * dv */
     int n_tok;
+    const tela_gdn_gates_in *gates;
 } tela_gdn_args;
 
 void tela_exec_gdn_delta(tela_exec *ex, const tela_gdn_args *a);

@@ -943,8 +943,7 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
         tela_exec_conv1d_silu(ex, s->qkv_in + (size_t)q->tok0 * cd, cd, q->n_tok, (int)cd, Q->conv_k, G->conv_w_b,
                               conv_state, s->qkv + (size_t)q->tok0 * cd, cd);
     }
-    tela_exec_gdn_gates(ex, s->qkv, cd, 2 * Q->nk, Q->dk, s->beta, s->g, nv, nt, G->ssm_a_b, G->dt_bias_b,
-                        QWEN35_L2_EPS);
+    const tela_gdn_gates_in gates = {G->ssm_a_b, G->dt_bias_b, QWEN35_L2_EPS};
     for (int i = 0; i < b->n_seq; i++) {
         const tela_batch_seq *q = &seqs[i];
         const size_t t0 = (size_t)q->tok0;
@@ -953,7 +952,7 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
             .v_tiled = Q->v_tiled, .q_scale = (float)(1.0 / sqrt((double)Q->dk)), .beta = s->beta + t0 * nv,
             .g = s->g + t0 * nv, .z = s->z + t0 * vd, .norm_w = G->norm_b, .eps = Q->eps,
             .state = slot_rec(Q, s, q->slot) + (size_t)ly->slot * s->rec_floats, .out = s->core + t0 * vd,
-            .n_tok = q->n_tok,
+            .n_tok = q->n_tok, .gates = &gates,
         };
         tela_exec_gdn_delta(ex, &a);
     }

@@ -577,6 +577,9 @@ static void gdn_heads_task(void *arg, int ith, int nth) {
 
 static void cpu_gdn_delta(tela_exec *ex, const tela_gdn_args *a) {
     cpu_exec *c = as_cpu(ex);
+    if (a->gates)
+        cpu_gdn_gates(ex, a->qkv, a->qkv_stride, 2 * a->nk, a->dk, a->beta, a->g, a->nv, a->n_tok, a->gates->a,
+                      a->gates->dt_bias, a->gates->eps);
     tela_status s = tela_threadpool_reserve(c->pool, tela_gdn_chunked_work_floats(a->dk, a->dv));
     if (s != TELA_OK) {
         if (c->failed == TELA_OK) c->failed = s;

@@ -265,6 +265,10 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_q_rows = gq && (!strcmp(gq, "1") || !strcmp(gq, "2")) ? atoi(gq) : -1;
     const char *gr = getenv("TELA_CUDA_GEMV_ROWS");
     ex->gemv_f_rows = gr && (!strcmp(gr, "0") || !strcmp(gr, "1") || !strcmp(gr, "2") || !strcmp(gr, "4")) ? atoi(gr) : -1;
+    const char *gl = getenv("TELA_CUDA_GDN_LANES");
+    ex->gdn_lanes = gl && (!strcmp(gl, "4") || !strcmp(gl, "8")) ? atoi(gl) : 0;
+    const char *gs = getenv("TELA_CUDA_GDN_STEP");
+    ex->gdn_step = !(gs && !strcmp(gs, "0"));
     const char *dbg = getenv("TELA_CUDA_DEBUG");
     ex->debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
     cudaError_t e = cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking);

@@ -75,6 +75,8 @@ typedef struct cuda_exec {
     bool attn_v2;                /* decode attention's second variant (default; TELA_CUDA_ATTN=1: the first) */
     int attn_short;              /* decode attention unsplit up to this length bucket (256; TELA_CUDA_ATTN_SHORT) */
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
+    int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
+    bool gdn_step;               /* fused decode steps of the delta rule (default; TELA_CUDA_GDN_STEP=0: off) */
     void *pinned;                /* host staging for downloads */
     size_t pinned_bytes;
     void *ring;                  /* pinned staging for small uploads */

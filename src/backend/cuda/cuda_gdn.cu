@@ -163,7 +163,9 @@ void tela_cuda_gdn_gates(cuda_exec *ex, float *qkv, int64_t qkv_stride, int n_qk
 /* The scan (see the top of the file). DK: the key head dim; G: lanes per
  * column; a warp covers 32/G consecutive columns of one value head
  * (blockIdx.y), lane = grp * (32/G) + col, so each row's loads and stores
- * of the state are whole 32/G-float runs. */
+ * of the state are whole 32/G-float runs. The next token's inputs are
+ * loaded while the current one computes: the tokens are a chain of
+ * dependent steps, so the warp would otherwise wait for memory at each. */
 template <int DK, int G>
 static __global__ void __launch_bounds__(GDN_WARPS * 32)
 gdn_scan_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale, const float *beta,
@@ -181,45 +183,131 @@ gdn_scan_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
 #pragma unroll
     for (int r = 0; r < R; r++) s[r] = S[(size_t)r * dv];
 
-    float k[R], q[R];
-    auto load = [&](int t, float *kk, float *qq) {
+    struct step_in {
+        float k[R], q[R], g, b, v;
+    };
+    auto load = [&](int t, step_in &in) {
         const float4 *k4 = reinterpret_cast<const float4 *>(kp + (int64_t)t * qs);
         const float4 *q4 = reinterpret_cast<const float4 *>(qp + (int64_t)t * qs);
 #pragma unroll
         for (int r = 0; r < R / 4; r++) {
             const float4 a = k4[r], b = q4[r];
-            kk[4 * r] = a.x, kk[4 * r + 1] = a.y, kk[4 * r + 2] = a.z, kk[4 * r + 3] = a.w;
-            qq[4 * r] = b.x, qq[4 * r + 1] = b.y, qq[4 * r + 2] = b.z, qq[4 * r + 3] = b.w;
+            in.k[4 * r] = a.x, in.k[4 * r + 1] = a.y, in.k[4 * r + 2] = a.z, in.k[4 * r + 3] = a.w;
+            in.q[4 * r] = b.x, in.q[4 * r + 1] = b.y, in.q[4 * r + 2] = b.z, in.q[4 * r + 3] = b.w;
         }
+        in.g = g[(int64_t)t * nv + h];
+        in.b = beta[(int64_t)t * nv + h];
+        in.v = vp[(int64_t)t * qs];
     };
-    load(0, k, q);
+    step_in cur, nxt;
+    load(0, cur);
     for (int t = 0; t < n_tok; t++) {
-        const float eg = expf(g[(int64_t)t * nv + h]), b = beta[(int64_t)t * nv + h];
-        const float vj = vp[(int64_t)t * qs];
+        if (t + 1 < n_tok) load(t + 1, nxt);
+        const float eg = expf(cur.g);
         /* k . S_j over this lane's rows, four partial sums for the latency */
         float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int r = 0; r < R; r++) p[r & 3] = fmaf(k[r], s[r], p[r & 3]);
+        for (int r = 0; r < R; r++) p[r & 3] = fmaf(cur.k[r], s[r], p[r & 3]);
         float ks = (p[0] + p[1]) + (p[2] + p[3]);
 #pragma unroll
         for (int o = C; o < 32; o <<= 1) ks += __shfl_xor_sync(0xffffffffu, ks, o);
-        const float delta = b * (vj - eg * ks);
+        const float delta = cur.b * (cur.v - eg * ks);
 #pragma unroll
-        for (int r = 0; r < R; r++) s[r] = fmaf(k[r], delta, s[r] * eg);
-        /* the next token's k and q, while this one's output is summed */
-        float kn[R], qn[R];
-        if (t + 1 < n_tok) load(t + 1, kn, qn);
+        for (int r = 0; r < R; r++) s[r] = fmaf(cur.k[r], delta, s[r] * eg);
         float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int r = 0; r < R; r++) o4[r & 3] = fmaf(q[r], s[r], o4[r & 3]);
+        for (int r = 0; r < R; r++) o4[r & 3] = fmaf(cur.q[r], s[r], o4[r & 3]);
         float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
 #pragma unroll
         for (int off = C; off < 32; off <<= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
         if (grp == 0) out[(int64_t)t * os + (size_t)h * dv + j] = o * q_scale;
-        if (t + 1 < n_tok) {
+        if (t + 1 < n_tok) cur = nxt;
+    }
 #pragma unroll
-            for (int r = 0; r < R; r++) k[r] = kn[r], q[r] = qn[r];
+    for (int r = 0; r < R; r++) S[(size_t)r * dv] = s[r];
+}
+
+/* A decode step (n_tok <= GDN_STEP_MAX_TOK tokens, in order) of one value
+ * head per block, everything of the op in one kernel: the gates (the q and
+ * k heads L2-normalized into shared memory, not written back, since the
+ * blocks of the value heads sharing a key head read them at once; beta,
+ * g), the rule (4 lanes a column, dv / 8 warps), and the gated output norm
+ * over the head, summed across the block. */
+#define GDN_STEP_MAX_TOK 4
+template <int DK>
+static __global__ void __launch_bounds__(512)
+gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale, const float *beta,
+                const float *g, const float *a_gate, const float *dt_bias, float l2_eps, const float *z,
+                const float *norm_w, float eps, float *state, float *out, int64_t os, int n_tok) {
+    constexpr int G = 4, C = 8, R = DK / G;
+    __shared__ float4 qk4[2 * DK / 4]; /* q, then k */
+    __shared__ float red[2][16];
+    __shared__ float sc[2];           /* exp(g), beta */
+    float *qk = reinterpret_cast<float *>(qk4);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, col = lane % C, grp = lane / C;
+    const int n_warps = blockDim.x / 32;
+    const int h = blockIdx.x, j = warp * C + col;
+    const int kh = v_tiled ? h % nk : h / (nv / nk);
+    float *S = state + (size_t)h * DK * dv + (size_t)grp * R * dv + j;
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) s[r] = S[(size_t)r * dv];
+    for (int t = 0; t < n_tok; t++) {
+        const float *row = qkv + (int64_t)t * qs;
+        if (warp < 2) { /* warp 0: q, warp 1: k */
+            const float *x = row + (size_t)(warp * nk + kh) * DK;
+            float v[DK / 32 > 0 ? DK / 32 : 1];
+            float ss = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DK / 32; i++) v[i] = x[lane + 32 * i], ss += v[i] * v[i];
+            if (DK < 32) v[0] = lane < DK ? x[lane] : 0.0f, ss = v[0] * v[0];
+            const float inv = a_gate ? 1.0f / sqrtf(warp_sum(ss) + l2_eps) : 1.0f;
+#pragma unroll
+            for (int i = 0; i < (DK / 32 > 0 ? DK / 32 : 1); i++)
+                if (lane + 32 * i < DK) qk[warp * DK + lane + 32 * i] = v[i] * inv;
+        } else if (warp == 2 && lane == 0) {
+            float b = beta[(int64_t)t * nv + h], gg = g[(int64_t)t * nv + h];
+            if (a_gate) b = sigmoid_f(b), gg = a_gate[h] * softplus_f(gg + dt_bias[h]);
+            sc[0] = expf(gg), sc[1] = b;
         }
+        if (n_warps < 3 && threadIdx.x == 0) { /* fewer than three warps (dv < 24): thread 0 does the scalars */
+            float b = beta[(int64_t)t * nv + h], gg = g[(int64_t)t * nv + h];
+            if (a_gate) b = sigmoid_f(b), gg = a_gate[h] * softplus_f(gg + dt_bias[h]);
+            sc[0] = expf(gg), sc[1] = b;
+        }
+        __syncthreads();
+        const float eg = sc[0], b = sc[1], vj = row[(size_t)2 * nk * DK + (size_t)h * dv + j];
+        const float *qs_ = qk + grp * R, *ks_ = qk + DK + grp * R;
+        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < R; r++) p[r & 3] = fmaf(ks_[r], s[r], p[r & 3]);
+        float ks = (p[0] + p[1]) + (p[2] + p[3]);
+        ks += __shfl_xor_sync(0xffffffffu, ks, 8);
+        ks += __shfl_xor_sync(0xffffffffu, ks, 16);
+        const float delta = b * (vj - eg * ks);
+#pragma unroll
+        for (int r = 0; r < R; r++) s[r] = fmaf(ks_[r], delta, s[r] * eg);
+        float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < R; r++) o4[r & 3] = fmaf(qs_[r], s[r], o4[r & 3]);
+        float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
+        o += __shfl_xor_sync(0xffffffffu, o, 8);
+        o += __shfl_xor_sync(0xffffffffu, o, 16);
+        o *= q_scale;
+        /* the norm over the head's dv outputs: each column once (grp 0) */
+        float sq = grp == 0 ? o * o : 0.0f;
+        sq = warp_sum(sq);
+        if (lane == 0) red[t & 1][warp] = sq;
+        __syncthreads();
+        float tot = 0.0f;
+        for (int w = 0; w < n_warps; w++) tot += red[t & 1][w];
+        if (grp == 0) {
+            const float inv = 1.0f / sqrtf(tot / (float)dv + eps);
+            const float zj = z[(int64_t)t * os + (size_t)h * dv + j];
+            out[(int64_t)t * os + (size_t)h * dv + j] = (norm_w[j] * (o * inv)) * silu_f(zj);
+        }
+        /* qk and sc are rewritten by the next token: everyone is past them
+         * (red alternates, so the sums of this token stay until read) */
     }
 #pragma unroll
     for (int r = 0; r < R; r++) S[(size_t)r * dv] = s[r];
@@ -244,37 +332,73 @@ static __global__ void gdn_out_norm_kernel(float *out, int64_t os, const float *
 
 typedef void (*gdn_scan_fn)(const float *, int64_t, int, int, int, int, float, const float *, const float *, float *,
                             float *, int64_t, int);
+typedef void (*gdn_step_fn)(const float *, int64_t, int, int, int, int, float, const float *, const float *,
+                            const float *, const float *, float, const float *, const float *, float, float *, float *,
+                            int64_t, int);
 
-/* The scan instance for a key head dim (NULL: none): 4 lanes per column,
- * 8 for dk 256 (whose 64 rows a lane would not fit in registers). */
-static gdn_scan_fn scan_for(int dk) {
-    switch (dk) {
-    case 16: return gdn_scan_kernel<16, 4>;
-    case 32: return gdn_scan_kernel<32, 4>;
-    case 64: return gdn_scan_kernel<64, 4>;
-    case 128: return gdn_scan_kernel<128, 4>;
-    case 256: return gdn_scan_kernel<256, 8>;
+/* Lanes per column of the scan: 8 for the key dims of 64 and up (more,
+ * shorter chains per token: a prefill's steps are latency-bound), 4 for
+ * the small ones; TELA_CUDA_GDN_LANES=4|8 chooses for dk 64 and 128 (256
+ * takes 8: its rows would not fit in registers at 4). */
+static int lanes_for(const cuda_exec *ex, int dk) {
+    if (dk == 256) return 8;
+    if (dk < 64) return 4;
+    return ex->gdn_lanes ? ex->gdn_lanes : 8;
+}
+
+/* The scan instance for a key head dim and lanes a column (NULL: none). */
+static gdn_scan_fn scan_for(int dk, int lanes) {
+    switch (dk * 16 + lanes) {
+    case 16 * 16 + 4: return gdn_scan_kernel<16, 4>;
+    case 32 * 16 + 4: return gdn_scan_kernel<32, 4>;
+    case 64 * 16 + 4: return gdn_scan_kernel<64, 4>;
+    case 64 * 16 + 8: return gdn_scan_kernel<64, 8>;
+    case 128 * 16 + 4: return gdn_scan_kernel<128, 4>;
+    case 128 * 16 + 8: return gdn_scan_kernel<128, 8>;
+    case 256 * 16 + 8: return gdn_scan_kernel<256, 8>;
     default: return NULL;
     }
 }
 
-static int lanes_for(int dk) { return dk == 256 ? 8 : 4; }
-
+static gdn_step_fn step_for(int dk) {
+    switch (dk) {
+    case 16: return gdn_step_kernel<16>;
+    case 32: return gdn_step_kernel<32>;
+    case 64: return gdn_step_kernel<64>;
+    case 128: return gdn_step_kernel<128>;
+    default: return NULL; /* 256: its rows would spill; decode steps take the scan */
+    }
+}
 
 void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a) {
     if (a->n_tok <= 0) return;
-    gdn_scan_fn fn = scan_for(a->dk);
-    /* whole warps of columns; k and q read as float4 */
-    if (!fn || a->dv <= 0 || a->dv % 8 != 0 || a->qkv_stride % 4 != 0 || ((uintptr_t)a->qkv & 15) != 0 ||
-        a->nk <= 0 || a->nv % a->nk != 0) {
+    const int lanes = lanes_for(ex, a->dk);
+    gdn_scan_fn fn = scan_for(a->dk, lanes);
+    /* whole warps of columns (at most 16 a block in the step kernel); k and
+     * q read as float4 */
+    if (!fn || a->dv <= 0 || a->dv % 8 != 0 || a->dv > 128 || a->qkv_stride % 4 != 0 ||
+        ((uintptr_t)a->qkv & 15) != 0 || a->nk <= 0 || a->nv % a->nk != 0) {
         tela_cuda_check(ex, cudaErrorNotSupported,
                         "Gated DeltaNet heads of this shape (key dim 16, 32, 64, 128 or 256; value dim a multiple "
-                        "of 8) have no CUDA kernel");
+                        "of 8 up to 128) have no CUDA kernel");
         return;
     }
-    const int cols_per_block = GDN_WARPS * (32 / lanes_for(a->dk));
-    const dim3 grid((unsigned)((a->dv + cols_per_block - 1) / cols_per_block), (unsigned)a->nv);
     const int64_t vd = (int64_t)a->nv * a->dv;
+    const tela_gdn_gates_in *gt = a->gates;
+    gdn_step_fn step = ex->gdn_step && a->n_tok <= GDN_STEP_MAX_TOK ? step_for(a->dk) : NULL;
+    if (step) {
+        step<<<(unsigned)a->nv, (unsigned)(a->dv / 8 * 32), 0, ex->stream>>>(
+            a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0, a->q_scale, a->beta, a->g,
+            gt ? gt->a : NULL, gt ? gt->dt_bias : NULL, gt ? gt->eps : 0.0f, a->z, a->norm_w, a->eps, a->state,
+            a->out, vd, a->n_tok);
+        tela_cuda_launched(ex, "Gated DeltaNet decode step");
+        return;
+    }
+    if (gt)
+        tela_cuda_gdn_gates(ex, a->qkv, a->qkv_stride, 2 * a->nk, a->dk, a->beta, a->g, a->nv, a->n_tok, gt->a,
+                            gt->dt_bias, gt->eps);
+    const int cols_per_block = GDN_WARPS * (32 / lanes);
+    const dim3 grid((unsigned)((a->dv + cols_per_block - 1) / cols_per_block), (unsigned)a->nv);
     fn<<<grid, GDN_WARPS * 32, 0, ex->stream>>>(a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0,
                                                 a->q_scale, a->beta, a->g, a->state, a->out, vd, a->n_tok);
     tela_cuda_launched(ex, "Gated DeltaNet delta rule");
