@@ -194,6 +194,25 @@ static void test_matmul(void) {
                     CHECK_MSG(e1 <= bound(type, nt, exact) && e2 <= bound(type, nt, exact),
                               "norm + matmul of two %s n_tok %d exact %d: rel err %.3g, %.3g", tela_type_name(type), nt,
                               exact, e1, e2);
+                    /* four targets in one call (a Gated DeltaNet layer's input projections) */
+                    {
+                        float *dy3 = dmalloc((size_t)nt * R * 4), *dy4 = dmalloc((size_t)nt * R * 4);
+                        float *yy[4] = {dy, dy2, dy3, dy4};
+                        for (int i = 0; i < 4; i++) poison(yy[i], (size_t)nt * R);
+                        const tela_matmul_target t4[4] = {{&w.m, dy, R}, {&w2.m, dy2, R}, {&w2.m, dy3, R},
+                                                          {&w.m, dy4, R}};
+                        tela_exec_norm_matmul_many(gx, &norm, t4, 4, dx, K, nt);
+                        double e4 = 0;
+                        for (int i = 0; i < 4; i++) {
+                            down(y, yy[i], (size_t)nt * R * 4);
+                            const double ei = rel_err(y, i == 0 || i == 3 ? ref : ref2, (size_t)nt * R);
+                            if (!(ei <= e4)) e4 = ei;
+                        }
+                        CHECK_MSG(e4 <= bound(type, nt, exact), "norm + matmul of four %s n_tok %d exact %d: rel err %.3g",
+                                  tela_type_name(type), nt, exact, e4);
+                        tela_backend_free_mem(gpu, dy3);
+                        tela_backend_free_mem(gpu, dy4);
+                    }
                     for (size_t i = 0; i < (size_t)nt * R; i++) ref2[i] = ref[i] / (1.0 + exp(-ref[i])) * ref2[i];
                     poison(dy, (size_t)nt * R);
                     tela_exec_norm_matmul_swiglu(gx, &norm, &w.m, &w2.m, dx, K, dy, R, nt);

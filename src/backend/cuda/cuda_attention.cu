@@ -75,6 +75,7 @@ static __device__ __forceinline__ void ld8(const float *p, float *f) {
 
 template <int DT, typename KT, bool VEC>
 static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(const dec_params p) {
+    TELA_PDL_ENTRY();
     __shared__ __align__(16) float sq[DEC_HEADS][DT];
     __shared__ float wm[DEC_WARPS][DEC_HEADS], wl[DEC_WARPS][DEC_HEADS];
     __shared__ float wo[DEC_WARPS][DEC_HEADS][DT];
@@ -222,6 +223,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(cons
 
 static __global__ void attn_combine_kernel(const float *part, int n_head, int n_split, int vd, float *out,
                                            int64_t out_stride) {
+    TELA_PDL_ENTRY();
     const int h = blockIdx.x, t = blockIdx.y;
     const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(vd + 2);
     float M = -INFINITY;
@@ -250,6 +252,7 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int n_
  * they are used. Same splits and combine as the first variant. */
 template <int DT, int NH>
 static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode2_kernel(const dec_params p) {
+    TELA_PDL_ENTRY();
     constexpr int G = DT / 8, KPW = 32 / G, U = 4;
     __shared__ float wm[DEC_WARPS][NH], wl[DEC_WARPS][NH];
     __shared__ float wo[DEC_WARPS][NH][DT];
@@ -433,10 +436,10 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     p.out = out;
     p.out_stride = out_stride;
     dim3 grid((unsigned)(s->n_kv_head * p.n_sub), (unsigned)n_split, (unsigned)n_tok);
-    fn<<<grid, DEC_WARPS * 32, 0, ex->stream>>>(p);
+    tela_cuda_launch(ex, fn, grid, DEC_WARPS * 32, 0, p);
     if (!tela_cuda_launched(ex, "attention (decode)")) return;
     if (n_split > 1) {
-        attn_combine_kernel<<<dim3((unsigned)n_head, (unsigned)n_tok), 128, 0, ex->stream>>>(
+        tela_cuda_launch(ex, attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), 128, 0,
             p.part, n_head, (int)n_split, s->v_dim, out, out_stride);
         tela_cuda_launched(ex, "attention (combine)");
     }
@@ -472,6 +475,7 @@ static __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 
 template <int D>
 static __global__ void __launch_bounds__(128) attn_flash_kernel(const fa_params p) {
+    TELA_PDL_ENTRY();
     extern __shared__ __align__(16) unsigned char fa_smem[];
     const int QS = D + 8, VS = FA_KEYS + 8;
     __half *Qs = (__half *)fa_smem;
@@ -616,7 +620,7 @@ static void launch_flash(cuda_exec *ex, const fa_params &p, int n_head) {
         if (!tela_cuda_check(ex, e, "attention (flash): shared memory")) return;
     }
     dim3 grid((unsigned)((p.n_tok + FA_ROWS - 1) / FA_ROWS), (unsigned)n_head);
-    attn_flash_kernel<D><<<grid, 128, smem, ex->stream>>>(p);
+    tela_cuda_launch(ex, attn_flash_kernel<D>, grid, 128, smem, p);
     tela_cuda_launched(ex, "attention (flash)");
 }
 

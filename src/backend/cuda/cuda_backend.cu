@@ -269,6 +269,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gdn_lanes = gl && (!strcmp(gl, "4") || !strcmp(gl, "8")) ? atoi(gl) : 0;
     const char *gs = getenv("TELA_CUDA_GDN_STEP");
     ex->gdn_step = !(gs && !strcmp(gs, "0"));
+    const char *pd = getenv("TELA_CUDA_PDL");
+    ex->pdl = b->cc_major >= 9 && !(pd && !strcmp(pd, "0"));
     const char *dbg = getenv("TELA_CUDA_DEBUG");
     ex->debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
     cudaError_t e = cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking);
@@ -478,11 +480,11 @@ static void cuda_matmul_many(tela_exec *e, const tela_norm_in *norm, const tela_
         bool done[8] = {false};
         for (int i = 0; i < n && i < 8; i++) {
             if (done[i]) continue;
-            const tela_mat *ws[3];
-            float *ys[3];
-            int64_t ss[3];
+            const tela_mat *ws[TELA_CUDA_GEMV_MAX_W];
+            float *ys[TELA_CUDA_GEMV_MAX_W];
+            int64_t ss[TELA_CUDA_GEMV_MAX_W];
             int k = 0;
-            for (int j = i; j < n && j < 8 && k < 3; j++)
+            for (int j = i; j < n && j < 8 && k < TELA_CUDA_GEMV_MAX_W; j++)
                 if (!done[j] && t[j].w->type == t[i].w->type && t[j].w->n_cols == t[i].w->n_cols) {
                     ws[k] = t[j].w;
                     ys[k] = t[j].y;

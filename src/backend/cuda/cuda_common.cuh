@@ -76,6 +76,7 @@ typedef struct cuda_exec {
     int attn_short;              /* decode attention unsplit up to this length bucket (256; TELA_CUDA_ATTN_SHORT) */
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
+    bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
     bool gdn_step;               /* fused decode steps of the delta rule (default; TELA_CUDA_GDN_STEP=0: off) */
     void *pinned;                /* host staging for downloads */
     size_t pinned_bytes;
@@ -100,6 +101,21 @@ typedef struct cuda_kv {
     void *k, *v;
 } cuda_kv;
 
+/* Programmatic dependent launch (Hopper and newer): every kernel is
+ * launched allowed to start while the kernel before it in the stream is
+ * still running (the launch and block scheduling of one overlap the tail
+ * of the other, which in a decode step of a few hundred short kernels is
+ * a large part of the time). So every kernel begins with TELA_PDL_ENTRY:
+ * it lets the next kernel launch, then waits until the one before has
+ * finished and its writes are visible, before touching any memory. On
+ * older GPUs, or launched without the attribute, both are no-ops.
+ * TELA_CUDA_PDL=0 launches without it. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TELA_PDL_ENTRY() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#else
+#define TELA_PDL_ENTRY() ((void)0)
+#endif
+
 /* Records the first failure on the exec (a CUDA error naming what failed)
  * and returns false; true when err is cudaSuccess. */
 bool tela_cuda_check(cuda_exec *ex, cudaError_t err, const char *what);
@@ -115,6 +131,27 @@ void *tela_cuda_act(cuda_exec *ex, size_t bytes);
 /* Destroys the captured graphs (they are captured again on next use). */
 void tela_cuda_drop_graphs(cuda_exec *ex);
 
+/* Launches kernel<<<grid, block, smem, ex->stream>>>(args...), with the
+ * programmatic-dependent-launch attribute when the exec uses it (ex->pdl).
+ * Errors are read by tela_cuda_launched, as for <<<>>>. */
+template <typename... P, typename... A>
+static inline void tela_cuda_launch(cuda_exec *ex, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                    A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ex->stream;
+    cudaLaunchAttribute attr[1];
+    if (ex->pdl) {
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
+
 /* ---- launchers (cuda_matvec.cu) ---- */
 
 /* Products y[t] (+)= W x[t] for t < n_tok, n_tok <= TELA_CUDA_GEMV_MAX_TOK,
@@ -122,8 +159,10 @@ void tela_cuda_drop_graphs(cuda_exec *ex);
  * types) inside the kernel. With w_up: y[t] = silu(W x[t]) * (W_up x[t])
  * (same type and shape). */
 #define TELA_CUDA_GEMV_MAX_TOK 8
-/* y[i] (+)= W[i] x for n_w <= 3 matrices of one type and width in one
- * launch; norm_w != NULL: of rmsnorm(x) * norm_w instead (the norm done in
+#define TELA_CUDA_GEMV_MAX_W 4
+/* y[i] (+)= W[i] x for n_w <= TELA_CUDA_GEMV_MAX_W matrices of one type
+ * and width in one launch (a Gated DeltaNet layer's four input
+ * projections); norm_w != NULL: of rmsnorm(x) * norm_w instead (the norm done in
  * each block). gemv_ok: whether a kernel takes this type and width. */
 bool tela_cuda_gemv_ok(cuda_exec *ex, const tela_mat *w, int n_tok);
 void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,

@@ -8,6 +8,7 @@
 
 static __global__ void rmsnorm_kernel(float *out, int64_t out_stride, const float *x, int64_t x_stride,
                                       const float *w, int64_t n, float eps) {
+    TELA_PDL_ENTRY();
     const int64_t r = blockIdx.x;
     const float *xr = x + r * x_stride;
     float *orow = out + r * out_stride;
@@ -37,13 +38,14 @@ void tela_cuda_rmsnorm(cuda_exec *ex, float *out, int64_t out_stride, const floa
                        int64_t n, int n_rows, float eps) {
     if (n_rows <= 0) return;
     const int threads = n >= 1024 ? 1024 : n >= 256 ? 256 : 64;
-    rmsnorm_kernel<<<(unsigned)n_rows, threads, 0, ex->stream>>>(out, out_stride, x, x_stride, w, n, eps);
+    tela_cuda_launch(ex, rmsnorm_kernel, (unsigned)n_rows, threads, 0, out, out_stride, x, x_stride, w, n, eps);
     tela_cuda_launched(ex, "rmsnorm");
 }
 
 /* ------------------------------------------------------ add and SwiGLU */
 
 static __global__ void add_kernel(float *y, const float *x, int64_t n) {
+    TELA_PDL_ENTRY();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] += x[i];
 }
@@ -55,11 +57,12 @@ static unsigned grid_1d(int64_t n) {
 
 void tela_cuda_add(cuda_exec *ex, float *y, const float *x, int64_t n) {
     if (n <= 0) return;
-    add_kernel<<<grid_1d(n), 256, 0, ex->stream>>>(y, x, n);
+    tela_cuda_launch(ex, add_kernel, grid_1d(n), 256, 0, y, x, n);
     tela_cuda_launched(ex, "add");
 }
 
 static __global__ void swiglu_kernel(float *gate, int64_t gs, const float *up, int64_t us, int64_t n, int n_rows) {
+    TELA_PDL_ENTRY();
     const int64_t total = n * n_rows;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / n, c = i % n;
@@ -70,13 +73,14 @@ static __global__ void swiglu_kernel(float *gate, int64_t gs, const float *up, i
 
 void tela_cuda_swiglu(cuda_exec *ex, float *gate, int64_t gate_stride, const float *up, int64_t up_stride, int64_t n,
                       int n_rows) {
-    swiglu_kernel<<<grid_1d(n * n_rows), 256, 0, ex->stream>>>(gate, gate_stride, up, up_stride, n, n_rows);
+    tela_cuda_launch(ex, swiglu_kernel, grid_1d(n * n_rows), 256, 0, gate, gate_stride, up, up_stride, n, n_rows);
     tela_cuda_launched(ex, "swiglu");
 }
 
 /* ------------------------------------------------------------------ RoPE */
 
 static __global__ void rope_table_kernel(float *cs, const int32_t *pos, int n_tok, const double *inv_freq, int half) {
+    TELA_PDL_ENTRY();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_tok * half) return;
     const int t = i / half, f = i % half;
@@ -88,12 +92,13 @@ static __global__ void rope_table_kernel(float *cs, const int32_t *pos, int n_to
 void tela_cuda_rope_table(cuda_exec *ex, float *cs, const int32_t *pos, int n_tok, const double *inv_freq, int n_rot) {
     const int n = n_tok * (n_rot / 2);
     if (n <= 0) return;
-    rope_table_kernel<<<(unsigned)((n + 127) / 128), 128, 0, ex->stream>>>(cs, pos, n_tok, inv_freq, n_rot / 2);
+    tela_cuda_launch(ex, rope_table_kernel, (unsigned)((n + 127) / 128), 128, 0, cs, pos, n_tok, inv_freq, n_rot / 2);
     tela_cuda_launched(ex, "rope table");
 }
 
 static __global__ void rope_kernel(float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int half,
                                    const float *cs, int adjacent) {
+    TELA_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n_tok * n_heads * half) return;
     const int f = (int)(i % half);
@@ -111,7 +116,7 @@ void tela_cuda_rope(cuda_exec *ex, float *x, int64_t x_stride, int n_tok, int n_
                     const float *cs, tela_rope_mode mode) {
     const int64_t n = (int64_t)n_tok * n_heads * (n_rot / 2);
     if (n <= 0) return;
-    rope_kernel<<<(unsigned)((n + 255) / 256), 256, 0, ex->stream>>>(x, x_stride, n_tok, n_heads, head_dim, n_rot / 2,
+    tela_cuda_launch(ex, rope_kernel, (unsigned)((n + 255) / 256), 256, 0, x, x_stride, n_tok, n_heads, head_dim, n_rot / 2,
                                                                       cs, mode == TELA_ROPE_ADJACENT);
     tela_cuda_launched(ex, "rope");
 }
@@ -124,6 +129,7 @@ static __device__ __forceinline__ bool better(float v, int64_t i, float bv, int6
 }
 
 static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
+    TELA_PDL_ENTRY();
     float bv = -INFINITY;
     int64_t bi = n;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
@@ -153,7 +159,7 @@ static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
 }
 
 void tela_cuda_argmax(cuda_exec *ex, const float *x, int64_t n, int32_t *out) {
-    argmax_kernel<<<1, 1024, 0, ex->stream>>>(x, n, out);
+    tela_cuda_launch(ex, argmax_kernel, 1, 1024, 0, x, n, out);
     tela_cuda_launched(ex, "argmax");
 }
 
@@ -162,6 +168,7 @@ void tela_cuda_argmax(cuda_exec *ex, const float *x, int64_t n, int32_t *out) {
 template <typename T>
 static __global__ void kv_store_kernel(T *cache, int n_ctx, int n_kv_head, int dim, const float *src,
                                        int64_t src_stride, const int32_t *pos, int n_tok) {
+    TELA_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t row = (int64_t)n_kv_head * dim;
     if (i >= row * n_tok) return;
@@ -176,15 +183,15 @@ void tela_cuda_kv_store(cuda_exec *ex, cuda_kv *kv, int layer, const float *k, i
     const int64_t nk = (int64_t)n_tok * s->n_kv_head * s->k_dim, nv = (int64_t)n_tok * s->n_kv_head * s->v_dim;
     if (s->dtype == TELA_KV_DTYPE_F16) {
         __half *kc = (__half *)kv->k + layer * kl, *vc = (__half *)kv->v + layer * vl;
-        kv_store_kernel<__half><<<(unsigned)((nk + 255) / 256), 256, 0, ex->stream>>>(kc, s->n_ctx, s->n_kv_head,
+        tela_cuda_launch(ex, kv_store_kernel<__half>, (unsigned)((nk + 255) / 256), 256, 0, kc, s->n_ctx, s->n_kv_head,
                                                                                        s->k_dim, k, k_stride, pos, n_tok);
-        kv_store_kernel<__half><<<(unsigned)((nv + 255) / 256), 256, 0, ex->stream>>>(vc, s->n_ctx, s->n_kv_head,
+        tela_cuda_launch(ex, kv_store_kernel<__half>, (unsigned)((nv + 255) / 256), 256, 0, vc, s->n_ctx, s->n_kv_head,
                                                                                        s->v_dim, v, v_stride, pos, n_tok);
     } else {
         float *kc = (float *)kv->k + layer * kl, *vc = (float *)kv->v + layer * vl;
-        kv_store_kernel<float><<<(unsigned)((nk + 255) / 256), 256, 0, ex->stream>>>(kc, s->n_ctx, s->n_kv_head,
+        tela_cuda_launch(ex, kv_store_kernel<float>, (unsigned)((nk + 255) / 256), 256, 0, kc, s->n_ctx, s->n_kv_head,
                                                                                       s->k_dim, k, k_stride, pos, n_tok);
-        kv_store_kernel<float><<<(unsigned)((nv + 255) / 256), 256, 0, ex->stream>>>(vc, s->n_ctx, s->n_kv_head,
+        tela_cuda_launch(ex, kv_store_kernel<float>, (unsigned)((nv + 255) / 256), 256, 0, vc, s->n_ctx, s->n_kv_head,
                                                                                       s->v_dim, v, v_stride, pos, n_tok);
     }
     tela_cuda_launched(ex, "kv store");
@@ -200,6 +207,7 @@ static __global__ void rope_store_kernel(float *q, int64_t q_stride, int n_head,
                                          const float *v, int64_t v_stride, T *kc, T *vc, int n_ctx, int n_kv_head,
                                          int kd, int vd, const int32_t *pos, int n_tok, const float *cs, int n_rot,
                                          int adjacent) {
+    TELA_PDL_ENTRY();
     const int half = n_rot / 2;
     const int64_t nq = (int64_t)n_tok * n_head * half, nk = (int64_t)n_tok * n_kv_head * kd;
     const int64_t nv = (int64_t)n_tok * n_kv_head * vd;
@@ -245,11 +253,11 @@ void tela_cuda_rope_store(cuda_exec *ex, cuda_kv *kv, int layer, float *q, int64
     const unsigned blocks = (unsigned)((n + 255) / 256);
     const int adj = mode == TELA_ROPE_ADJACENT;
     if (s->dtype == TELA_KV_DTYPE_F16)
-        rope_store_kernel<__half><<<blocks, 256, 0, ex->stream>>>(
+        tela_cuda_launch(ex, rope_store_kernel<__half>, blocks, 256, 0,
             q, q_stride, n_head, k, k_stride, v, v_stride, (__half *)kv->k + layer * kl, (__half *)kv->v + layer * vl,
             s->n_ctx, s->n_kv_head, s->k_dim, s->v_dim, pos, n_tok, cs, n_rot, adj);
     else
-        rope_store_kernel<float><<<blocks, 256, 0, ex->stream>>>(
+        tela_cuda_launch(ex, rope_store_kernel<float>, blocks, 256, 0,
             q, q_stride, n_head, k, k_stride, v, v_stride, (float *)kv->k + layer * kl, (float *)kv->v + layer * vl,
             s->n_ctx, s->n_kv_head, s->k_dim, s->v_dim, pos, n_tok, cs, n_rot, adj);
     tela_cuda_launched(ex, "rope and store");

@@ -35,6 +35,7 @@ static unsigned blocks_for(int64_t n, int per_block) {
 /* ------------------------------------------------------ output gate */
 
 static __global__ void sigmoid_gate_kernel(float *out, int64_t os, const float *gate, int64_t gs, int n_rows, int n) {
+    TELA_PDL_ENTRY();
     const int64_t total = (int64_t)n_rows * n;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / n, c = i % n;
@@ -45,7 +46,7 @@ static __global__ void sigmoid_gate_kernel(float *out, int64_t os, const float *
 void tela_cuda_sigmoid_gate(cuda_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,
                             int n_rows, int n) {
     if (n_rows <= 0 || n <= 0) return;
-    sigmoid_gate_kernel<<<blocks_for((int64_t)n_rows * n, 256), 256, 0, ex->stream>>>(out, out_stride, gate,
+    tela_cuda_launch(ex, sigmoid_gate_kernel, blocks_for((int64_t)n_rows * n, 256), 256, 0, out, out_stride, gate,
                                                                                       gate_stride, n_rows, n);
     tela_cuda_launched(ex, "attention output gate");
 }
@@ -63,6 +64,7 @@ static __device__ __forceinline__ float conv_in(const float *x, int64_t xs, cons
  * oldest to newest), then SiLU. Reads the state, never writes it. */
 static __global__ void conv1d_kernel(const float *x, int64_t xs, int n_tok, int channels, int kernel, const float *w,
                                      const float *state, float *out, int64_t os) {
+    TELA_PDL_ENTRY();
     const int hist = kernel - 1;
     const int64_t total = (int64_t)n_tok * channels;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -80,6 +82,7 @@ static __global__ void conv1d_kernel(const float *x, int64_t xs, int n_tok, int 
  * overwritten. */
 static __global__ void conv1d_state_kernel(const float *x, int64_t xs, int n_tok, int channels, int kernel,
                                            float *state) {
+    TELA_PDL_ENTRY();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
     const int hist = kernel - 1;
@@ -91,6 +94,7 @@ static __global__ void conv1d_state_kernel(const float *x, int64_t xs, int n_tok
  * per channel. */
 static __global__ void conv1d_step_kernel(const float *x, int64_t xs, int n_tok, int channels, int kernel,
                                           const float *w, float *state, float *out, int64_t os) {
+    TELA_PDL_ENTRY();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
     const int hist = kernel - 1;
@@ -109,13 +113,13 @@ void tela_cuda_conv1d_silu(cuda_exec *ex, const float *x, int64_t x_stride, int 
     if (n_tok <= 0 || channels <= 0 || kernel < 1) return;
     const unsigned per_channel = (unsigned)((channels + 127) / 128);
     if (n_tok <= 8) {
-        conv1d_step_kernel<<<per_channel, 128, 0, ex->stream>>>(x, x_stride, n_tok, channels, kernel, w, state, out,
+        tela_cuda_launch(ex, conv1d_step_kernel, per_channel, 128, 0, x, x_stride, n_tok, channels, kernel, w, state, out,
                                                                  out_stride);
     } else {
-        conv1d_kernel<<<blocks_for((int64_t)n_tok * channels, 256), 256, 0, ex->stream>>>(
+        tela_cuda_launch(ex, conv1d_kernel, blocks_for((int64_t)n_tok * channels, 256), 256, 0,
             x, x_stride, n_tok, channels, kernel, w, state, out, out_stride);
         if (kernel > 1)
-            conv1d_state_kernel<<<per_channel, 128, 0, ex->stream>>>(x, x_stride, n_tok, channels, kernel, state);
+            tela_cuda_launch(ex, conv1d_state_kernel, per_channel, 128, 0, x, x_stride, n_tok, channels, kernel, state);
     }
     tela_cuda_launched(ex, "conv1d");
 }
@@ -132,6 +136,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
  * beta and g per value head. */
 static __global__ void gdn_gates_kernel(float *qkv, int64_t qs, int n_qk_heads, int dk, float *beta, float *g, int nv,
                                         const float *a, const float *dt_bias, float eps) {
+    TELA_PDL_ENTRY();
     const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_warps = blockDim.x / 32;
     float *row = qkv + (int64_t)t * qs;
     for (int h = warp; h < n_qk_heads; h += n_warps) {
@@ -151,7 +156,7 @@ static __global__ void gdn_gates_kernel(float *qkv, int64_t qs, int n_qk_heads, 
 void tela_cuda_gdn_gates(cuda_exec *ex, float *qkv, int64_t qkv_stride, int n_qk_heads, int dk, float *beta, float *g,
                          int nv, int n_tok, const float *a, const float *dt_bias, float eps) {
     if (n_tok <= 0) return;
-    gdn_gates_kernel<<<(unsigned)n_tok, 256, 0, ex->stream>>>(qkv, qkv_stride, n_qk_heads, dk, beta, g, nv, a, dt_bias,
+    tela_cuda_launch(ex, gdn_gates_kernel, (unsigned)n_tok, 256, 0, qkv, qkv_stride, n_qk_heads, dk, beta, g, nv, a, dt_bias,
                                                               eps);
     tela_cuda_launched(ex, "Gated DeltaNet gates");
 }
@@ -170,6 +175,7 @@ template <int DK, int G>
 static __global__ void __launch_bounds__(GDN_WARPS * 32)
 gdn_scan_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale, const float *beta,
                 const float *g, float *state, float *out, int64_t os, int n_tok) {
+    TELA_PDL_ENTRY();
     constexpr int C = 32 / G, R = DK / G; /* columns a warp, rows a lane */
     const int lane = threadIdx.x & 31, col = lane % C, grp = lane / C;
     const int h = blockIdx.y;
@@ -239,6 +245,7 @@ static __global__ void __launch_bounds__(512)
 gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale, const float *beta,
                 const float *g, const float *a_gate, const float *dt_bias, float l2_eps, const float *z,
                 const float *norm_w, float eps, float *state, float *out, int64_t os, int n_tok) {
+    TELA_PDL_ENTRY();
     constexpr int G = 4, C = 8, R = DK / G;
     __shared__ float4 qk4[2 * DK / 4]; /* q, then k */
     __shared__ float red[2][16];
@@ -316,6 +323,7 @@ gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
 /* out = rmsnorm(o) * norm_w * silu(z) per (token, value head): a warp each. */
 static __global__ void gdn_out_norm_kernel(float *out, int64_t os, const float *z, int64_t zs, const float *w, int nv,
                                            int dv, int n_tok, float eps) {
+    TELA_PDL_ENTRY();
     const int lane = threadIdx.x & 31, per_block = blockDim.x / 32;
     for (int64_t item = (int64_t)blockIdx.x * per_block + threadIdx.x / 32; item < (int64_t)n_tok * nv;
          item += (int64_t)gridDim.x * per_block) {
@@ -387,7 +395,7 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a) {
     const tela_gdn_gates_in *gt = a->gates;
     gdn_step_fn step = ex->gdn_step && a->n_tok <= GDN_STEP_MAX_TOK ? step_for(a->dk) : NULL;
     if (step) {
-        step<<<(unsigned)a->nv, (unsigned)(a->dv / 8 * 32), 0, ex->stream>>>(
+        tela_cuda_launch(ex, step, (unsigned)a->nv, (unsigned)(a->dv / 8 * 32), 0,
             a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0, a->q_scale, a->beta, a->g,
             gt ? gt->a : NULL, gt ? gt->dt_bias : NULL, gt ? gt->eps : 0.0f, a->z, a->norm_w, a->eps, a->state,
             a->out, vd, a->n_tok);
@@ -399,11 +407,11 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a) {
                             gt->dt_bias, gt->eps);
     const int cols_per_block = GDN_WARPS * (32 / lanes);
     const dim3 grid((unsigned)((a->dv + cols_per_block - 1) / cols_per_block), (unsigned)a->nv);
-    fn<<<grid, GDN_WARPS * 32, 0, ex->stream>>>(a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0,
+    tela_cuda_launch(ex, fn, grid, GDN_WARPS * 32, 0, a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0,
                                                 a->q_scale, a->beta, a->g, a->state, a->out, vd, a->n_tok);
     tela_cuda_launched(ex, "Gated DeltaNet delta rule");
     const int64_t items = (int64_t)a->n_tok * a->nv;
-    gdn_out_norm_kernel<<<blocks_for(items, 4), 128, 0, ex->stream>>>(a->out, vd, a->z, vd, a->norm_w, a->nv, a->dv,
+    tela_cuda_launch(ex, gdn_out_norm_kernel, blocks_for(items, 4), 128, 0, a->out, vd, a->z, vd, a->norm_w, a->nv, a->dv,
                                                                       a->n_tok, a->eps);
     tela_cuda_launched(ex, "Gated DeltaNet output norm");
 }

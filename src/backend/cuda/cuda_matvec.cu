@@ -469,7 +469,7 @@ struct qunits<TELA_TYPE_Q4_0> {
     }
 };
 
-#define GEMV_MAX_TARGETS 3
+#define GEMV_MAX_TARGETS TELA_CUDA_GEMV_MAX_W
 
 /* Up to three matrices of one type and width with the same input, one
  * launch: target i takes the blocks from block0[i] on. */
@@ -533,6 +533,7 @@ static __device__ __forceinline__ void gemv_write(const gemv_params &p, const ge
 
 template <int TYPE, int NT>
 static __global__ void __launch_bounds__(GEMV_Q_WARPS * 32) gemv_q_kernel(const gemv_params p) {
+    TELA_PDL_ENTRY();
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float part[GEMV_Q_WARPS][NT];
     const int ti = gemv_target_of(p);
@@ -677,6 +678,7 @@ static __device__ __forceinline__ void float_row_dot(const wview w, int64_t row,
 
 template <int TYPE, int NT, bool VEC>
 static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, NT == 1 ? 8 : 4) gemv_f_kernel(const gemv_params p) {
+    TELA_PDL_ENTRY();
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * GEMV_F_WARPS + threadIdx.x / 32;
@@ -731,6 +733,7 @@ static __device__ __forceinline__ float dot8(const uint4 v, const float *x, floa
 
 template <int TYPE, int R>
 static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, 6) gemv_fr_kernel(const gemv_params p) {
+    TELA_PDL_ENTRY();
     constexpr int U = R >= 4 ? 1 : 4 / R; /* steps in flight: R * U (x2 for SwiGLU) loads a lane */
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
@@ -882,7 +885,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
             const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, GEMV_F_WARPS * R);
             p.norm_w = norm_w;
             p.eps = eps;
-            gemv_fr_pick(w[0]->type, R)<<<nb, 32 * GEMV_F_WARPS, 0, ex->stream>>>(p);
+            tela_cuda_launch(ex, gemv_fr_pick(w[0]->type, R), nb, 32 * GEMV_F_WARPS, 0, p);
             tela_cuda_launched(ex, "gemv (float rows)");
             return;
         }
@@ -892,7 +895,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
                                       quant ? GEMV_Q_ROWS : GEMV_F_WARPS);
     p.norm_w = norm_w;
     p.eps = eps;
-    fn<<<blocks, threads, smem, ex->stream>>>(p);
+    tela_cuda_launch(ex, fn, blocks, threads, smem, p);
     tela_cuda_launched(ex, "gemv");
 }
 
@@ -913,6 +916,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
 static __global__ void __launch_bounds__(512) quantize_act_kernel(const float *x, int64_t x_stride, int K,
                                                                   const float *nw, float eps, int8_t *xq, float *xd,
                                                                   float *xs, float *nscale) {
+    TELA_PDL_ENTRY();
     const int t = blockIdx.x;
     float ss[1];
     quantize_x<1>(x + (size_t)t * x_stride, x_stride, K, 1, nw, xq + (size_t)t * K, xd + (size_t)t * (K / 32),
@@ -935,6 +939,7 @@ static __global__ void __launch_bounds__(512) quantize_act_kernel(const float *x
 template <int TYPE, int NT, int R>
 static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
                                                                   const float *xs, const float *nscale) {
+    TELA_PDL_ENTRY();
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     const int K = (int)tg.w.n_cols;
@@ -1005,11 +1010,11 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     if (!buf) return true; /* the failure is recorded */
     int8_t *xq = (int8_t *)buf;
     float *xd = (float *)(buf + qb), *xs = (float *)(buf + qb + sb), *ns = (float *)(buf + qb + 2 * sb);
-    quantize_act_kernel<<<(unsigned)n_tok, 512, 0, ex->stream>>>(x, x_stride, (int)K, norm_w, eps, xq, xd, xs, ns);
+    tela_cuda_launch(ex, quantize_act_kernel, (unsigned)n_tok, 512, 0, x, x_stride, (int)K, norm_w, eps, xq, xd, xs, ns);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
     gemv_params p;
     const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R);
-    fn<<<blocks, 128, 0, ex->stream>>>(p, xq, xd, xs, norm_w ? ns : NULL);
+    tela_cuda_launch(ex, fn, blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
     tela_cuda_launched(ex, "gemv (variant 2)");
     return true;
 }
@@ -1018,6 +1023,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
 
 static __global__ void matmul_exact_kernel(tela_type type, const wview w, const float *x, int64_t x_stride, float *y,
                                            int64_t y_stride, int n_tok, int accumulate) {
+    TELA_PDL_ENTRY();
     const int64_t row = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= w.n_rows) return;
     const int lane = threadIdx.x & 31;
@@ -1037,7 +1043,7 @@ void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, in
                             int64_t y_stride, int n_tok, bool accumulate) {
     const wview v = {(const uint8_t *)w->dev, w->n_rows, w->n_cols};
     const unsigned blocks = (unsigned)((w->n_rows + 7) / 8);
-    matmul_exact_kernel<<<blocks, 256, 0, ex->stream>>>(w->type, v, x, x_stride, y, y_stride, n_tok, accumulate);
+    tela_cuda_launch(ex, matmul_exact_kernel, blocks, 256, 0, w->type, v, x, x_stride, y, y_stride, n_tok, accumulate);
     tela_cuda_launched(ex, "matmul (exact)");
 }
 
@@ -1046,6 +1052,7 @@ void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, in
 /* rows [r0, r0 + nr) of W dequantized to f16 (or bf16), [nr][K]. */
 template <typename T>
 static __global__ void dequant_rows_kernel(tela_type type, const wview w, int64_t r0, int64_t nr, T *out) {
+    TELA_PDL_ENTRY();
     const int64_t n = nr * w.n_cols;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / w.n_cols, c = i % w.n_cols;
@@ -1056,6 +1063,7 @@ static __global__ void dequant_rows_kernel(tela_type type, const wview w, int64_
 /* K-quant rows to f16, one thread per 32 elements of a 256-block (the
  * general element path above re-reads each block's header per element). */
 static __global__ void dequant_q4k_rows_kernel(const wview w, int64_t r0, int64_t nr, __half *out) {
+    TELA_PDL_ENTRY();
     const int64_t nb = w.n_cols / 256, n = nr * nb * 8;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / (nb * 8), b = (i / 8) % nb;
@@ -1075,6 +1083,7 @@ static __global__ void dequant_q4k_rows_kernel(const wview w, int64_t r0, int64_
 
 template <typename T>
 static __global__ void convert_x_kernel(const float *x, int64_t x_stride, int64_t K, int n_tok, T *out) {
+    TELA_PDL_ENTRY();
     const int64_t n = (int64_t)n_tok * K;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i / K, c = i % K;
@@ -1111,10 +1120,10 @@ const void *tela_cuda_gemm_input(cuda_exec *ex, const tela_mat *const *w, int n_
     unsigned char *scr = (unsigned char *)tela_cuda_scratch(ex, xbytes + panel);
     if (!scr) return NULL;
     if (bf)
-        convert_x_kernel<__nv_bfloat16><<<grid_for((int64_t)n_tok * K, 256), 256, 0, ex->stream>>>(
+        tela_cuda_launch(ex, convert_x_kernel<__nv_bfloat16>, grid_for((int64_t)n_tok * K, 256), 256, 0,
             x, x_stride, K, n_tok, (__nv_bfloat16 *)scr);
     else
-        convert_x_kernel<__half><<<grid_for((int64_t)n_tok * K, 256), 256, 0, ex->stream>>>(x, x_stride, K, n_tok,
+        tela_cuda_launch(ex, convert_x_kernel<__half>, grid_for((int64_t)n_tok * K, 256), 256, 0, x, x_stride, K, n_tok,
                                                                                              (__half *)scr);
     if (!tela_cuda_launched(ex, "convert activations")) return NULL;
     return scr;
@@ -1147,9 +1156,9 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
             a = (const uint8_t *)w->dev + (size_t)r0 * (size_t)K * 2;
         } else {
             if (w->type == TELA_TYPE_Q4_K)
-                dequant_q4k_rows_kernel<<<grid_for(nr * (K / 256) * 8, 256), 256, 0, ex->stream>>>(v, r0, nr, wp);
+                tela_cuda_launch(ex, dequant_q4k_rows_kernel, grid_for(nr * (K / 256) * 8, 256), 256, 0, v, r0, nr, wp);
             else
-                dequant_rows_kernel<__half><<<grid_for(nr * K, 256), 256, 0, ex->stream>>>(w->type, v, r0, nr, wp);
+                tela_cuda_launch(ex, dequant_rows_kernel<__half>, grid_for(nr * K, 256), 256, 0, w->type, v, r0, nr, wp);
             if (!tela_cuda_launched(ex, "dequantize weights")) return;
             a = wp;
         }
@@ -1166,6 +1175,7 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
 
 static __global__ void get_rows_kernel(tela_type type, const wview w, const int32_t *ids, int n, float *out,
                                        int64_t out_stride) {
+    TELA_PDL_ENTRY();
     const int t = blockIdx.y;
     if (t >= n) return;
     const int64_t row = ids[t];
@@ -1176,6 +1186,6 @@ static __global__ void get_rows_kernel(tela_type type, const wview w, const int3
 void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
     const wview v = {(const uint8_t *)w->dev, w->n_rows, w->n_cols};
     dim3 grid((unsigned)((w->n_cols + 255) / 256), (unsigned)n);
-    get_rows_kernel<<<grid, 256, 0, ex->stream>>>(w->type, v, ids, n, out, out_stride);
+    tela_cuda_launch(ex, get_rows_kernel, grid, 256, 0, w->type, v, ids, n, out, out_stride);
     tela_cuda_launched(ex, "get_rows");
 }
