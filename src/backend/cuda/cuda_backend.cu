@@ -271,8 +271,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gdn_step = !(gs && !strcmp(gs, "0"));
     const char *pd = getenv("TELA_CUDA_PDL");
     ex->pdl = b->cc_major >= 9 && !(pd && !strcmp(pd, "0"));
-    const char *pf = getenv("TELA_CUDA_PREFETCH");
-    ex->prefetch = ex->pdl && !(pf && !strcmp(pf, "0"));
     const char *dbg = getenv("TELA_CUDA_DEBUG");
     ex->debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
     cudaError_t e = cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking);

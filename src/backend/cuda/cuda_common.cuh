@@ -76,7 +76,6 @@ typedef struct cuda_exec {
     int attn_short;              /* decode attention unsplit up to this length bucket (256; TELA_CUDA_ATTN_SHORT) */
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
-    bool prefetch;               /* decode products prefetch their weights before the wait (TELA_CUDA_PREFETCH=0: not) */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
     bool gdn_step;               /* fused decode steps of the delta rule (default; TELA_CUDA_GDN_STEP=0: off) */
     void *pinned;                /* host staging for downloads */
@@ -108,22 +107,14 @@ typedef struct cuda_kv {
  * of the other, which in a decode step of a few hundred short kernels is
  * a large part of the time). So every kernel begins with TELA_PDL_ENTRY:
  * it lets the next kernel launch, then waits until the one before has
- * finished and its writes are visible, before touching any memory (the
- * decode products first ask L2 for their weights, which no kernel writes:
- * the fetch overlaps the wait). On older GPUs, or launched without the
- * attribute, both are no-ops. TELA_CUDA_PDL=0 launches without it. */
+ * finished and its writes are visible, before touching any memory. On
+ * older GPUs, or launched without the attribute, both are no-ops.
+ * TELA_CUDA_PDL=0 launches without it. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define TELA_PDL_LAUNCH_NEXT() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
-#define TELA_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define TELA_PDL_ENTRY() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
 #else
-#define TELA_PDL_LAUNCH_NEXT() ((void)0)
-#define TELA_PDL_WAIT() ((void)0)
+#define TELA_PDL_ENTRY() ((void)0)
 #endif
-#define TELA_PDL_ENTRY() \
-    do {                 \
-        TELA_PDL_LAUNCH_NEXT(); \
-        TELA_PDL_WAIT(); \
-    } while (0)
 
 /* Records the first failure on the exec (a CUDA error naming what failed)
  * and returns false; true when err is cudaSuccess. */

@@ -481,7 +481,6 @@ struct gemv_target {
 
 struct gemv_params {
     gemv_target t[GEMV_MAX_TARGETS];
-    int prefetch;               /* ask L2 for the weights before the PDL wait */
     unsigned block0[GEMV_MAX_TARGETS];
     int n_targets;
     wview w_up;                 /* w_up.p != NULL: the SwiGLU pair (one target) */
@@ -500,44 +499,6 @@ static __device__ __forceinline__ int gemv_target_of(const gemv_params &p) {
     for (int i = 1; i < GEMV_MAX_TARGETS; i++)
         if (i < p.n_targets && blockIdx.x >= p.block0[i]) ti = i;
     return ti;
-}
-
-/* The bytes of rows [row0, row0 + n) in the main array of a GPU layout
- * (cuda_common.cuh; the small scale arrays are left out). */
-template <int TYPE>
-static __device__ __forceinline__ void weight_rows_span(const wview &w, int64_t row0, int n, const uint8_t **p,
-                                                        size_t *bytes) {
-    const size_t K = (size_t)w.n_cols;
-    size_t rb;
-    switch (TYPE) {
-    case TELA_TYPE_F32: rb = K * 4; break;
-    case TELA_TYPE_F16: case TELA_TYPE_BF16: rb = K * 2; break;
-    case TELA_TYPE_Q4_K: rb = K / 256 * 144; break;
-    case TELA_TYPE_Q5_K: rb = K / 256 * 176; break;
-    case TELA_TYPE_Q6_K: rb = K / 256 * 192; break;
-    case TELA_TYPE_Q8_0: rb = K; break;
-    case TELA_TYPE_Q4_0: rb = K / 2; break;
-    default: rb = 0; break;
-    }
-    *p = w.p + (size_t)row0 * rb;
-    *bytes = rb * (size_t)n;
-}
-
-/* A warp's rows of the weights (and of W_up) asked of L2 before the PDL
- * wait, 128-byte lines across the lanes: the previous kernel is still
- * finishing, and the weights are no kernel's output. */
-template <int TYPE>
-static __device__ __forceinline__ void gemv_prefetch(const gemv_params &p, const gemv_target &tg, int64_t row0, int rv) {
-    if (!p.prefetch) return;
-    const uint8_t *a;
-    size_t n;
-    weight_rows_span<TYPE>(tg.w, row0, rv, &a, &n);
-    const int lane = threadIdx.x & 31;
-    for (int m = 0; m < (p.w_up.p ? 2 : 1); m++) {
-        const uint8_t *base = m ? p.w_up.p + (a - tg.w.p) : a;
-        for (size_t off = (size_t)lane * 128; off < n; off += 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
-    }
 }
 
 /* The RMSNorm factors 1/sqrt(mean(x^2) + eps) per token from each warp's
@@ -772,7 +733,7 @@ static __device__ __forceinline__ float dot8(const uint4 v, const float *x, floa
 
 template <int TYPE, int R>
 static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, 6) gemv_fr_kernel(const gemv_params p) {
-    TELA_PDL_LAUNCH_NEXT();
+    TELA_PDL_ENTRY();
     constexpr int U = R >= 4 ? 1 : 4 / R; /* steps in flight: R * U (x2 for SwiGLU) loads a lane */
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
@@ -781,8 +742,6 @@ static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, 6) gemv_fr_kernel(co
     const bool swiglu = p.w_up.p != NULL;
     const int K = (int)tg.w.n_cols, lane = threadIdx.x & 31, n8 = K / 8, nm = swiglu ? 2 : 1;
     const int rv = tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R; /* rows this warp has */
-    gemv_prefetch<TYPE>(p, tg, row0, rv);
-    TELA_PDL_WAIT();
     const uint4 *wb[2] = {(const uint4 *)tg.w.p + (size_t)row0 * n8,
                           (const uint4 *)(swiglu ? p.w_up.p : tg.w.p) + (size_t)row0 * n8};
     float acc[2][R], ss = 0.0f;
@@ -874,7 +833,7 @@ bool tela_cuda_gemv_ok(cuda_exec *ex, const tela_mat *w, int n_tok) {
 
 /* The parameters of a gemv launch over n_w matrices, rows_per_block rows a
  * block; the blocks of the grid. */
-static unsigned gemv_fill(const cuda_exec *ex, gemv_params *p, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
+static unsigned gemv_fill(gemv_params *p, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
                           const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                           int rows_per_block) {
     memset(p, 0, sizeof *p);
@@ -892,7 +851,6 @@ static unsigned gemv_fill(const cuda_exec *ex, gemv_params *p, const tela_mat *c
     p->x_stride = x_stride;
     p->n_tok = n_tok;
     p->accumulate = accumulate;
-    p->prefetch = ex->prefetch;
     return blocks;
 }
 
@@ -924,7 +882,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
         for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
         const int R = gemv_fr_rows(ex, rows, K);
         if (R > 0) {
-            const unsigned nb = gemv_fill(ex, &p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, GEMV_F_WARPS * R);
+            const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, GEMV_F_WARPS * R);
             p.norm_w = norm_w;
             p.eps = eps;
             tela_cuda_launch(ex, gemv_fr_pick(w[0]->type, R), nb, 32 * GEMV_F_WARPS, 0, p);
@@ -933,7 +891,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
         }
     }
     const int threads = 32 * (quant ? GEMV_Q_WARPS : GEMV_F_WARPS);
-    const unsigned blocks = gemv_fill(ex, &p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate,
+    const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate,
                                       quant ? GEMV_Q_ROWS : GEMV_F_WARPS);
     p.norm_w = norm_w;
     p.eps = eps;
@@ -981,15 +939,13 @@ static __global__ void __launch_bounds__(512) quantize_act_kernel(const float *x
 template <int TYPE, int NT, int R>
 static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
                                                                   const float *xs, const float *nscale) {
-    TELA_PDL_LAUNCH_NEXT();
+    TELA_PDL_ENTRY();
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     const int K = (int)tg.w.n_cols;
     const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * 4 + threadIdx.x / 32) * R;
     if (row0 >= tg.w.n_rows) return;
     const int rv = tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R;
-    gemv_prefetch<TYPE>(p, tg, row0, rv);
-    TELA_PDL_WAIT();
     const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
     const bool swiglu = p.w_up.p != NULL;
     float acc[R][NT], up[R][NT], scale[NT];
@@ -1057,7 +1013,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     tela_cuda_launch(ex, quantize_act_kernel, (unsigned)n_tok, 512, 0, x, x_stride, (int)K, norm_w, eps, xq, xd, xs, ns);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
     gemv_params p;
-    const unsigned blocks = gemv_fill(ex, &p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R);
+    const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R);
     tela_cuda_launch(ex, fn, blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
     tela_cuda_launched(ex, "gemv (variant 2)");
     return true;
