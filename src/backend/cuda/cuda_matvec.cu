@@ -115,10 +115,12 @@ static __device__ __forceinline__ void k4_scale_min(const uint8_t *q, int j, int
     }
 }
 
-/* One weight element W[row][col], dequantized as quant/dequant.c does. */
-static __device__ float tela_cuda_weight(tela_type type, const wview w, int64_t row, int64_t col) {
+/* One weight element W[row][col] of a type known at compile time,
+ * dequantized as quant/dequant.c does. */
+template <int TYPE>
+static __device__ __forceinline__ float weight_at(const wview w, int64_t row, int64_t col) {
     const int64_t K = w.n_cols;
-    switch (type) {
+    switch (TYPE) {
     case TELA_TYPE_F32: return ((const float *)w.p)[row * K + col];
     case TELA_TYPE_F16: return h2f(((const uint16_t *)w.p)[row * K + col]);
     case TELA_TYPE_BF16: return bf2f(((const uint16_t *)w.p)[row * K + col]);
@@ -136,7 +138,7 @@ static __device__ float tela_cuda_weight(tela_type type, const wview w, int64_t 
     }
     case TELA_TYPE_Q4_K: case TELA_TYPE_Q5_K: {
         const int64_t nb = K / 256;
-        const bool five = type == TELA_TYPE_Q5_K;
+        const bool five = TYPE == TELA_TYPE_Q5_K;
         const uint8_t *blk = w.p + (row * nb + col / 256) * (five ? 176 : 144);
         const int e = (int)(col % 256), c = e / 64, l = e % 32, hi = (e / 32) & 1;
         int sc, m;
@@ -158,6 +160,21 @@ static __device__ float tela_cuda_weight(tela_type type, const wview w, int64_t 
         const int v = (nib | ((qh[l] >> (2 * g)) & 3) << 4) - 32;
         return h2f(ld16(dp)) * (float)scales[8 * h + 2 * g + l / 16] * (float)v;
     }
+    default: return 0.0f;
+    }
+}
+
+/* The same for a type known at run time (the exact mode, get_rows). */
+static __device__ float tela_cuda_weight(tela_type type, const wview w, int64_t row, int64_t col) {
+    switch (type) {
+    case TELA_TYPE_F32: return weight_at<TELA_TYPE_F32>(w, row, col);
+    case TELA_TYPE_F16: return weight_at<TELA_TYPE_F16>(w, row, col);
+    case TELA_TYPE_BF16: return weight_at<TELA_TYPE_BF16>(w, row, col);
+    case TELA_TYPE_Q8_0: return weight_at<TELA_TYPE_Q8_0>(w, row, col);
+    case TELA_TYPE_Q4_0: return weight_at<TELA_TYPE_Q4_0>(w, row, col);
+    case TELA_TYPE_Q4_K: return weight_at<TELA_TYPE_Q4_K>(w, row, col);
+    case TELA_TYPE_Q5_K: return weight_at<TELA_TYPE_Q5_K>(w, row, col);
+    case TELA_TYPE_Q6_K: return weight_at<TELA_TYPE_Q6_K>(w, row, col);
     default: return 0.0f;
     }
 }
@@ -1049,14 +1066,33 @@ void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, in
 
 /* ---------------------------------------------------------- gemm path */
 
-/* rows [r0, r0 + nr) of W dequantized to f16 (or bf16), [nr][K]. */
-template <typename T>
-static __global__ void dequant_rows_kernel(tela_type type, const wview w, int64_t r0, int64_t nr, T *out) {
+/* rows [r0, r0 + nr) of W dequantized to f16, [nr][K]: 8 consecutive
+ * elements a thread (K is a multiple of 32 for every quantized type), the
+ * type fixed at compile time, one 16-byte store. (A thread an element
+ * through the run-time element function ran at 3 G elements/s on the
+ * H200: 3.6 ms for a 6144 x 2048 Q6_K matrix.) */
+template <int TYPE>
+static __global__ void dequant_rows_kernel(const wview w, int64_t r0, int64_t nr, __half *out) {
     TELA_PDL_ENTRY();
-    const int64_t n = nr * w.n_cols;
+    const int64_t k8 = w.n_cols / 8, n = nr * k8;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / w.n_cols, c = i % w.n_cols;
-        out[i] = (T)tela_cuda_weight(type, w, r0 + r, c);
+        const int64_t r = i / k8, c0 = (i % k8) * 8;
+        __align__(16) __half v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = __float2half(weight_at<TYPE>(w, r0 + r, c0 + j));
+        *reinterpret_cast<uint4 *>(out + r * w.n_cols + c0) = *reinterpret_cast<const uint4 *>(v);
+    }
+}
+
+typedef void (*dequant_fn)(const wview, int64_t, int64_t, __half *);
+
+static dequant_fn dequant_for(tela_type type) {
+    switch (type) {
+    case TELA_TYPE_Q8_0: return dequant_rows_kernel<TELA_TYPE_Q8_0>;
+    case TELA_TYPE_Q4_0: return dequant_rows_kernel<TELA_TYPE_Q4_0>;
+    case TELA_TYPE_Q5_K: return dequant_rows_kernel<TELA_TYPE_Q5_K>;
+    case TELA_TYPE_Q6_K: return dequant_rows_kernel<TELA_TYPE_Q6_K>;
+    default: return NULL;
     }
 }
 
@@ -1157,8 +1193,10 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
         } else {
             if (w->type == TELA_TYPE_Q4_K)
                 tela_cuda_launch(ex, dequant_q4k_rows_kernel, grid_for(nr * (K / 256) * 8, 256), 256, 0, v, r0, nr, wp);
+            else if (dequant_for(w->type))
+                tela_cuda_launch(ex, dequant_for(w->type), grid_for(nr * K / 8, 256), 256, 0, v, r0, nr, wp);
             else
-                tela_cuda_launch(ex, dequant_rows_kernel<__half>, grid_for(nr * K, 256), 256, 0, w->type, v, r0, nr, wp);
+                tela_cuda_check(ex, cudaErrorNotSupported, "dequantizing a weight type without a kernel");
             if (!tela_cuda_launched(ex, "dequantize weights")) return;
             a = wp;
         }
@@ -1173,19 +1211,40 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
 
 /* ------------------------------------------------------------ get_rows */
 
-static __global__ void get_rows_kernel(tela_type type, const wview w, const int32_t *ids, int n, float *out,
-                                       int64_t out_stride) {
+template <int TYPE>
+static __global__ void get_rows_kernel(const wview w, const int32_t *ids, int n, float *out, int64_t out_stride) {
     TELA_PDL_ENTRY();
     const int t = blockIdx.y;
     if (t >= n) return;
     const int64_t row = ids[t];
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < w.n_cols; c += (int64_t)gridDim.x * blockDim.x)
-        out[(size_t)t * out_stride + c] = tela_cuda_weight(type, w, row, c);
+        out[(size_t)t * out_stride + c] = weight_at<TYPE>(w, row, c);
+}
+
+typedef void (*get_rows_fn)(const wview, const int32_t *, int, float *, int64_t);
+
+static get_rows_fn get_rows_for(tela_type type) {
+    switch (type) {
+    case TELA_TYPE_F32: return get_rows_kernel<TELA_TYPE_F32>;
+    case TELA_TYPE_F16: return get_rows_kernel<TELA_TYPE_F16>;
+    case TELA_TYPE_BF16: return get_rows_kernel<TELA_TYPE_BF16>;
+    case TELA_TYPE_Q8_0: return get_rows_kernel<TELA_TYPE_Q8_0>;
+    case TELA_TYPE_Q4_0: return get_rows_kernel<TELA_TYPE_Q4_0>;
+    case TELA_TYPE_Q4_K: return get_rows_kernel<TELA_TYPE_Q4_K>;
+    case TELA_TYPE_Q5_K: return get_rows_kernel<TELA_TYPE_Q5_K>;
+    case TELA_TYPE_Q6_K: return get_rows_kernel<TELA_TYPE_Q6_K>;
+    default: return NULL;
+    }
 }
 
 void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
     const wview v = {(const uint8_t *)w->dev, w->n_rows, w->n_cols};
     dim3 grid((unsigned)((w->n_cols + 255) / 256), (unsigned)n);
-    tela_cuda_launch(ex, get_rows_kernel, grid, 256, 0, w->type, v, ids, n, out, out_stride);
+    get_rows_fn fn = get_rows_for(w->type);
+    if (!fn) {
+        tela_cuda_check(ex, cudaErrorNotSupported, "embedding rows of a weight type without a kernel");
+        return;
+    }
+    tela_cuda_launch(ex, fn, grid, 256, 0, v, ids, n, out, out_stride);
     tela_cuda_launched(ex, "get_rows");
 }
