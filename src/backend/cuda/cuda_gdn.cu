@@ -233,6 +233,117 @@ gdn_scan_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
     for (int r = 0; r < R; r++) S[(size_t)r * dv] = s[r];
 }
 
+/* The scan for key dims 64 and 128, its inputs staged through shared
+ * memory: the block's four warps share a value head (so its k, q, g,
+ * beta), and chunks of GDN_CHUNK_T tokens are loaded by all 128 threads
+ * at once, the next chunk's global loads in flight while the current one
+ * computes from shared memory (one barrier a chunk). The register
+ * version above waits for L2 once a token, which with a chain of
+ * dependent tokens is most of its time. Same arithmetic, same order. */
+#define GDN_CHUNK_T 16
+template <int DK, int G>
+static __global__ void __launch_bounds__(GDN_WARPS * 32)
+gdn_scan_smem_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale,
+                     const float *beta, const float *g, float *state, float *out, int64_t os, int n_tok) {
+    TELA_PDL_ENTRY();
+    constexpr int C = 32 / G, R = DK / G, CB = GDN_WARPS * C, T = GDN_CHUNK_T;
+    constexpr int KQ4 = T * 2 * DK / 4;                          /* float4s of k and q a chunk */
+    constexpr int KQ_PER = KQ4 / (GDN_WARPS * 32);               /* a thread */
+    static_assert(KQ4 % (GDN_WARPS * 32) == 0, "chunk loads must split evenly");
+    struct chunk {
+        float4 kq[T][2][DK / 4]; /* [t][0]: k, [t][1]: q */
+        float v[T][CB];
+        float g[T], b[T];
+    };
+    __shared__ chunk buf[2];
+    const int lane = threadIdx.x & 31, col = lane % C, grp = lane / C, tid = threadIdx.x;
+    const int h = blockIdx.y;
+    const int jb = blockIdx.x * CB, j = jb + (threadIdx.x / 32) * C + col;
+    const bool active = j - col < dv; /* whole warps past the head's columns only help load */
+    const int kh = v_tiled ? h % nk : h / (nv / nk);
+    const float *kbase = qkv + (size_t)(nk + kh) * DK, *qbase = qkv + (size_t)kh * DK;
+    const float *vbase = qkv + (size_t)2 * nk * DK + (size_t)h * dv;
+    float *S = state + (size_t)h * DK * dv + (size_t)grp * R * dv + j;
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) s[r] = active ? S[(size_t)r * dv] : 0.0f;
+
+    /* a chunk's loads into registers, then into shared memory */
+    float4 rkq[KQ_PER];
+    float rv[(T * CB + GDN_WARPS * 32 - 1) / (GDN_WARPS * 32)], rg = 0.0f;
+    auto fetch = [&](int t0) {
+#pragma unroll
+        for (int i = 0; i < KQ_PER; i++) {
+            const int e = tid + i * GDN_WARPS * 32, t = e / (2 * DK / 4), w = (e / (DK / 4)) & 1, c = e % (DK / 4);
+            rkq[i] = t0 + t < n_tok ? reinterpret_cast<const float4 *>((w ? qbase : kbase) + (int64_t)(t0 + t) * qs)[c]
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof rv / sizeof rv[0]); i++) {
+            const int e = tid + i * GDN_WARPS * 32, t = e / CB, c = e % CB;
+            rv[i] = e < T * CB && t0 + t < n_tok && jb + c < dv ? vbase[(int64_t)(t0 + t) * qs + jb + c] : 0.0f;
+        }
+        if (tid < 2 * T) {
+            const int t = tid % T;
+            rg = t0 + t < n_tok ? (tid < T ? g : beta)[(int64_t)(t0 + t) * nv + h] : 0.0f;
+        }
+    };
+    auto stash = [&](chunk &b) {
+#pragma unroll
+        for (int i = 0; i < KQ_PER; i++) {
+            const int e = tid + i * GDN_WARPS * 32, t = e / (2 * DK / 4), w = (e / (DK / 4)) & 1, c = e % (DK / 4);
+            b.kq[t][w][c] = rkq[i];
+        }
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof rv / sizeof rv[0]); i++) {
+            const int e = tid + i * GDN_WARPS * 32;
+            if (e < T * CB) b.v[e / CB][e % CB] = rv[i];
+        }
+        if (tid < 2 * T) (tid < T ? b.g : b.b)[tid % T] = rg;
+    };
+    fetch(0);
+    stash(buf[0]);
+    __syncthreads();
+    for (int t0 = 0, c = 0; t0 < n_tok; t0 += T, c ^= 1) {
+        const bool more = t0 + T < n_tok;
+        if (more) fetch(t0 + T);
+        const chunk &b = buf[c];
+        const int nt = n_tok - t0 < T ? n_tok - t0 : T;
+        if (active)
+            for (int t = 0; t < nt; t++) {
+                float k[R], q[R];
+#pragma unroll
+                for (int r = 0; r < R / 4; r++) {
+                    const float4 a = b.kq[t][0][grp * (R / 4) + r], e = b.kq[t][1][grp * (R / 4) + r];
+                    k[4 * r] = a.x, k[4 * r + 1] = a.y, k[4 * r + 2] = a.z, k[4 * r + 3] = a.w;
+                    q[4 * r] = e.x, q[4 * r + 1] = e.y, q[4 * r + 2] = e.z, q[4 * r + 3] = e.w;
+                }
+                const float eg = expf(b.g[t]);
+                float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int r = 0; r < R; r++) p[r & 3] = fmaf(k[r], s[r], p[r & 3]);
+                float ks = (p[0] + p[1]) + (p[2] + p[3]);
+#pragma unroll
+                for (int o = C; o < 32; o <<= 1) ks += __shfl_xor_sync(0xffffffffu, ks, o);
+                const float delta = b.b[t] * (b.v[t][j - jb] - eg * ks);
+#pragma unroll
+                for (int r = 0; r < R; r++) s[r] = fmaf(k[r], delta, s[r] * eg);
+                float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int r = 0; r < R; r++) o4[r & 3] = fmaf(q[r], s[r], o4[r & 3]);
+                float o = (o4[0] + o4[1]) + (o4[2] + o4[3]);
+#pragma unroll
+                for (int off = C; off < 32; off <<= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
+                if (grp == 0) out[(int64_t)(t0 + t) * os + (size_t)h * dv + j] = o * q_scale;
+            }
+        if (more) stash(buf[c ^ 1]); /* its last readers finished before the previous barrier */
+        __syncthreads();
+    }
+    if (active)
+#pragma unroll
+        for (int r = 0; r < R; r++) S[(size_t)r * dv] = s[r];
+}
+
 /* A decode step (n_tok <= GDN_STEP_MAX_TOK tokens, in order) of one value
  * head per block, everything of the op in one kernel: the gates (the q and
  * k heads L2-normalized into shared memory, not written back, since the
@@ -354,15 +465,16 @@ static int lanes_for(const cuda_exec *ex, int dk) {
     return ex->gdn_lanes ? ex->gdn_lanes : 8;
 }
 
-/* The scan instance for a key head dim and lanes a column (NULL: none). */
+/* The scan instance for a key head dim and lanes a column (NULL: none):
+ * staged through shared memory for dk 64 and 128. */
 static gdn_scan_fn scan_for(int dk, int lanes) {
     switch (dk * 16 + lanes) {
     case 16 * 16 + 4: return gdn_scan_kernel<16, 4>;
     case 32 * 16 + 4: return gdn_scan_kernel<32, 4>;
-    case 64 * 16 + 4: return gdn_scan_kernel<64, 4>;
-    case 64 * 16 + 8: return gdn_scan_kernel<64, 8>;
-    case 128 * 16 + 4: return gdn_scan_kernel<128, 4>;
-    case 128 * 16 + 8: return gdn_scan_kernel<128, 8>;
+    case 64 * 16 + 4: return gdn_scan_smem_kernel<64, 4>;
+    case 64 * 16 + 8: return gdn_scan_smem_kernel<64, 8>;
+    case 128 * 16 + 4: return gdn_scan_smem_kernel<128, 4>;
+    case 128 * 16 + 8: return gdn_scan_smem_kernel<128, 8>;
     case 256 * 16 + 8: return gdn_scan_kernel<256, 8>;
     default: return NULL;
     }
