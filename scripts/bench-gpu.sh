@@ -5,7 +5,8 @@
 # by tela quantize, measured by 'tela bench -p 512,4096 -n 128' (plus a
 # tg128 at a 32k-token depth on the 8B F16 file), and the Qwen3.5-2B
 # shape (F16, Q8_0, Q4_K_M; BENCH_QWEN=0 skips it, BENCH_LLAMA=0 the
-# Llama files). Needs build-cuda/ (made by scripts/test-gpu.sh).
+# Llama files), and with BENCH_27B=1 the Qwen3.5-27B shape in Q4_K_M (made
+# as Q8_0 and requantized: its F16 would not fit the disk beside it). Needs build-cuda/ (made by scripts/test-gpu.sh).
 # BENCH_VARIANTS=1 adds tg128 with each variant of the decode products
 # (F16: TELA_CUDA_GEMV_ROWS=0 the one-row kernel, 1, 2, 4 rows a warp;
 # quantized: TELA_CUDA_GEMV=1 the first variant, TELA_CUDA_GEMV_QROWS=1, 2
@@ -58,6 +59,14 @@ if [ "${BENCH_QWEN:-1}" = 1 ]; then
     qz q35-2b-f16.gguf Q8_0 q35-2b-q8_0.gguf
     qz q35-2b-f16.gguf Q4_K_M q35-2b-q4_k_m.gguf
     for f in q35-2b-f16.gguf q35-2b-q8_0.gguf q35-2b-q4_k_m.gguf; do one "$f"; done
+fi
+if [ "${BENCH_27B:-0}" = 1 ]; then
+    [ -f "$D/q35-27b-q4_k_m.gguf" ] || {
+        "$B/tela-mkmodel" qwen3.5-27b -o "$D/q35-27b-q8_0.gguf" --type q8_0 -q &&
+            "$B/tela" quantize "$D/q35-27b-q8_0.gguf" "$D/q35-27b-q4_k_m.gguf" Q4_K_M --allow-requantize > /dev/null &&
+            rm -f "$D/q35-27b-q8_0.gguf"
+    }
+    one q35-27b-q4_k_m.gguf
 fi
 if [ "${BENCH_8B:-0}" = 1 ]; then
     mk llama-3.1-8b l8b-f16.gguf

@@ -211,7 +211,10 @@ static const char *akey(const preset *p, const char *suffix) {
     return buf;
 }
 
-static int file_type_of(tela_type t) { return t == TELA_TYPE_F32 ? 0 : t == TELA_TYPE_F16 ? 1 : 32; }
+/* llama.cpp's general.file_type: ALL_F32, MOSTLY_F16, MOSTLY_Q8_0, MOSTLY_BF16 */
+static int file_type_of(tela_type t) {
+    return t == TELA_TYPE_F32 ? 0 : t == TELA_TYPE_F16 ? 1 : t == TELA_TYPE_Q8_0 ? 7 : 32;
+}
 
 /* The keys of llama.cpp's converter, in its order. */
 static tela_status add_model_keys(tela_gguf_writer *w, const mk_plan *pl) {
@@ -426,7 +429,7 @@ static tela_status generate(const mk_plan *pl, const mk_tensor *t, int fd, const
 /* ---------------------------------------------------------------- main */
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: tela-mkmodel PRESET -o OUT.gguf [--type f16|f32|bf16] [--vocab-from FILE.gguf]\n"
+    fprintf(f, "usage: tela-mkmodel PRESET -o OUT.gguf [--type f16|f32|bf16|q8_0] [--vocab-from FILE.gguf]\n"
                "                    [--seed N] [--layers N] [--threads N] [-q]\n\n"
                "Writes a GGUF model with random weights at the shape of a real one, for\n"
                "benchmarks: llama.cpp's tensor names, shapes and keys, weights N(0, 0.02)-like,\n"
@@ -435,7 +438,9 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < N_PRESETS; i++) fprintf(f, "  %-14s %s\n", PRESETS[i].name, PRESETS[i].what);
     fprintf(f, "\noptions:\n"
                "  -o FILE             the GGUF file to write\n"
-               "  --type T            type of the weight matrices: f16 (default), f32 or bf16\n"
+               "  --type T            type of the weight matrices: f16 (default), f32, bf16 or q8_0\n"
+               "                      (q8_0: a 27B shape in half the disk of f16; requantize it\n"
+               "                      with tela quantize --allow-requantize)\n"
                "  --vocab-from FILE   copy the tokenizer.* metadata of this GGUF file (padded\n"
                "                      with [PADn] tokens up to the model's vocabulary)\n"
                "  --seed N            random seed (default 1)\n"
@@ -549,7 +554,8 @@ int main(int argc, char **argv) {
             if (v && !strcasecmp(v, "f16")) wtype = TELA_TYPE_F16;
             else if (v && !strcasecmp(v, "f32")) wtype = TELA_TYPE_F32;
             else if (v && !strcasecmp(v, "bf16")) wtype = TELA_TYPE_BF16;
-            else { fprintf(stderr, "tela-mkmodel: --type must be f16, f32 or bf16\n"); return 2; }
+            else if (v && !strcasecmp(v, "q8_0")) wtype = TELA_TYPE_Q8_0;
+            else { fprintf(stderr, "tela-mkmodel: --type must be f16, f32, bf16 or q8_0\n"); return 2; }
             i++;
         } else if (!strcmp(a, "--vocab-from")) {
             if (!v) { fprintf(stderr, "tela-mkmodel: --vocab-from needs a GGUF file\n"); return 2; }
