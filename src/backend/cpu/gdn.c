@@ -619,11 +619,13 @@ void tela_gdn_chunked(const tela_gdn_io *io, int64_t n, float *state, float *wor
     const gdn_fpmode fp = gdn_ftz_on();
     for (int64_t t0 = 0; t0 < n; t0 += TELA_GDN_CHUNK) {
         const int L = n - t0 < TELA_GDN_CHUNK ? (int)(n - t0) : TELA_GDN_CHUNK;
-        if (L == 1) {
-            /* a chunk of one token is a decode step: the recurrence, so that
-             * the result does not depend on whether the token came alone or
-             * at the end of a longer call (batched steps cut prompts at
-             * multiples of the chunk) */
+        if (L <= TELA_GDN_RECURRENT_MAX) {
+            /* a short chunk runs the recurrence, token by token: a chunk of
+             * one token is then a decode step whether it came alone or at
+             * the end of a longer call (batched steps cut prompts at
+             * multiples of the chunk), and a run of a few tokens (the
+             * verification of a speculative draft) gives the very bits of
+             * as many decode steps, so speculation changes no result */
             tela_gdn_io one = *io;
             one.q += t0 * io->qk_stride;
             one.k += t0 * io->qk_stride;
@@ -631,7 +633,7 @@ void tela_gdn_chunked(const tela_gdn_io *io, int64_t n, float *state, float *wor
             one.g += t0 * io->gb_stride;
             one.beta += t0 * io->gb_stride;
             one.out += t0 * io->out_stride;
-            tela_gdn_recurrent(&one, 1, state);
+            tela_gdn_recurrent(&one, L, state);
             continue;
         }
 #if GDN_X86

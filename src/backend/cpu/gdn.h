@@ -13,7 +13,8 @@
  *     S     <- S + k_t delta^T
  *     o_t    = S^T (q_t * q_scale)          (q_scale = 1/sqrt(dk) in Qwen3.5)
  * The chunked form computes the same outputs and final state, up to float
- * rounding, in blocks of TELA_GDN_CHUNK tokens. */
+ * rounding, in blocks of TELA_GDN_CHUNK tokens (blocks of up to
+ * TELA_GDN_RECURRENT_MAX tokens by the recurrence). */
 #ifndef TELA_BACKEND_CPU_GDN_H
 #define TELA_BACKEND_CPU_GDN_H
 
@@ -21,6 +22,13 @@
 #include <stdint.h>
 
 #define TELA_GDN_CHUNK 64
+
+/* Chunks of at most this many tokens (a call's last chunk, or all of a
+ * short call) run the recurrence instead of the chunked form: for a few
+ * tokens it costs no more, and it gives bit-identical results to as many
+ * single-token steps (speculative decoding verifies drafts of up to this
+ * many tokens, minus one, with the bits plain decoding would get). */
+#define TELA_GDN_RECURRENT_MAX 16
 
 /* Views of one value head's inputs and outputs over a run of tokens. Each
  * pointer addresses token 0; the strides (in floats) step to the next token,
@@ -46,7 +54,8 @@ void tela_gdn_recurrent(const tela_gdn_io *io, int64_t n, float *state);
 size_t tela_gdn_chunked_work_floats(int dk, int dv);
 
 /* Same result as tela_gdn_recurrent, computed in chunks of TELA_GDN_CHUNK
- * tokens as small matrix products. work: tela_gdn_chunked_work_floats()
+ * tokens as small matrix products (a chunk of up to TELA_GDN_RECURRENT_MAX
+ * tokens by the recurrence itself). work: tela_gdn_chunked_work_floats()
  * floats, not shared with another thread. */
 void tela_gdn_chunked(const tela_gdn_io *io, int64_t n, float *state, float *work);
 
