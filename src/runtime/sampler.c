@@ -20,6 +20,7 @@
  *                      function of the seed and the step index
  * Ties in the sort by logit are broken by the lower token id, so the result
  * is fully deterministic. */
+#include "runtime/sampler.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -134,11 +135,14 @@ static tela_status apply_penalties(const tela_sampler_params *p, float *logits, 
     return TELA_OK;
 }
 
-tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_t n_vocab, const int32_t *history,
-                        size_t n_history, uint64_t step, int32_t *out_token) {
-    if (!params || !logits || !out_token || n_vocab <= 0 || (n_history && !history))
-        return tela_errorf(TELA_ERR_ARG, "tela_sample: bad arguments");
-    const tela_sampler_params *p = params;
+/* The stages before the draw: the bias and penalties (in place), then
+ * either the greedy pick (*greedy >= 0, c untouched) or the surviving
+ * candidates c[0..*n) (c holds n_vocab), in the draw's order. */
+static tela_status final_candidates(const tela_sampler_params *p, float *logits, int32_t n_vocab,
+                                    const int32_t *history, size_t n_history, candidate *c, size_t *n_out,
+                                    int32_t *greedy) {
+    *greedy = -1;
+    *n_out = 0;
     if (isnan(p->temperature) || isnan(p->top_p) || isnan(p->min_p))
         return tela_errorf(TELA_ERR_ARG, "sampler: temperature, top_p and min_p must be numbers");
 
@@ -157,19 +161,14 @@ tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_
             if (!isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
         if (best < 0 || logits[best] == -INFINITY)
             return tela_errorf(TELA_ERR_ARG, "sampler: every token is banned (all logits are -inf or NaN)");
-        *out_token = best;
+        *greedy = best;
         return TELA_OK;
     }
 
-    candidate *c = malloc((size_t)n_vocab * sizeof *c);
-    if (!c) return tela_errorf(TELA_ERR_NOMEM, "sampler: out of memory");
     size_t n = 0;
     for (int32_t i = 0; i < n_vocab; i++)
         if (!isnan(logits[i]) && logits[i] > -INFINITY) c[n++] = (candidate){i, logits[i]};
-    if (n == 0) {
-        free(c);
-        return tela_errorf(TELA_ERR_ARG, "sampler: every token is banned (all logits are -inf or NaN)");
-    }
+    if (n == 0) return tela_errorf(TELA_ERR_ARG, "sampler: every token is banned (all logits are -inf or NaN)");
 
     bool sorted = false;
     if (p->top_k > 0 && (size_t)p->top_k < n) {
@@ -201,13 +200,38 @@ tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_
             if ((double)c[i].logit >= min_logit) c[kept++] = c[i];
         n = kept;  /* the maximum always survives, so n >= 1 */
     }
+    *n_out = n;
+    return TELA_OK;
+}
+
+/* The largest of the candidates' logits at temperature: the softmax's shift. */
+static double temp_max(const candidate *c, size_t n, double inv_t) {
+    double mx = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if ((double)c[i].logit * inv_t > mx) mx = (double)c[i].logit * inv_t;
+    return mx;
+}
+
+tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_t n_vocab, const int32_t *history,
+                        size_t n_history, uint64_t step, int32_t *out_token) {
+    if (!params || !logits || !out_token || n_vocab <= 0 || (n_history && !history))
+        return tela_errorf(TELA_ERR_ARG, "tela_sample: bad arguments");
+    const tela_sampler_params *p = params;
+    candidate *c = p->temperature > 0.0f ? malloc((size_t)n_vocab * sizeof *c) : NULL;
+    if (p->temperature > 0.0f && !c) return tela_errorf(TELA_ERR_NOMEM, "sampler: out of memory");
+    size_t n = 0;
+    int32_t greedy = -1;
+    tela_status st = final_candidates(p, logits, n_vocab, history, n_history, c, &n, &greedy);
+    if (st != TELA_OK || greedy >= 0) {
+        free(c);
+        if (st == TELA_OK) *out_token = greedy;
+        return st;
+    }
 
     /* Temperature and the draw, in the candidates' current order (sorted,
      * or by id), which is deterministic either way. */
     double inv_t = 1.0 / (double)p->temperature;
-    double mx = -INFINITY;
-    for (size_t i = 0; i < n; i++)
-        if ((double)c[i].logit * inv_t > mx) mx = (double)c[i].logit * inv_t;
+    double mx = temp_max(c, n, inv_t);
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) sum += exp((double)c[i].logit * inv_t - mx);
     double target = rng_uniform(p->seed, step) * sum, cum = 0.0;
@@ -222,4 +246,57 @@ tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_
     free(c);
     *out_token = pick;
     return TELA_OK;
+}
+
+tela_status tela_sampler_dist(const tela_sampler_params *params, float *logits, int32_t n_vocab,
+                              const int32_t *history, size_t n_history, tela_token_prob *out, size_t *n_out) {
+    if (!params || !logits || !out || !n_out || n_vocab <= 0 || (n_history && !history))
+        return tela_errorf(TELA_ERR_ARG, "tela_sampler_dist: bad arguments");
+    *n_out = 0;
+    const tela_sampler_params *p = params;
+    candidate *c = p->temperature > 0.0f ? malloc((size_t)n_vocab * sizeof *c) : NULL;
+    if (p->temperature > 0.0f && !c) return tela_errorf(TELA_ERR_NOMEM, "sampler: out of memory");
+    size_t n = 0;
+    int32_t greedy = -1;
+    tela_status st = final_candidates(p, logits, n_vocab, history, n_history, c, &n, &greedy);
+    if (st != TELA_OK || greedy >= 0) {
+        free(c);
+        if (st == TELA_OK) {
+            out[0] = (tela_token_prob){greedy, 1.0};
+            *n_out = 1;
+        }
+        return st;
+    }
+    /* the weights tela_sample's draw uses, normalized */
+    const double inv_t = 1.0 / (double)p->temperature, mx = temp_max(c, n, inv_t);
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        out[i].id = c[i].id;
+        out[i].p = exp((double)c[i].logit * inv_t - mx);
+        sum += out[i].p;
+    }
+    for (size_t i = 0; i < n; i++) out[i].p /= sum;
+    free(c);
+    *n_out = n;
+    return TELA_OK;
+}
+
+int32_t tela_sampler_draw(const tela_token_prob *d, size_t n, double u) {
+    double total = 0.0;
+    for (size_t i = 0; i < n; i++) total += d[i].p;
+    if (!(total > 0.0)) return -1;
+    const double target = u * total;
+    double cum = 0.0;
+    int32_t last = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!(d[i].p > 0.0)) continue;
+        cum += d[i].p;
+        last = d[i].id;
+        if (cum > target) return d[i].id;
+    }
+    return last; /* rounding: the last token with weight */
+}
+
+double tela_sampler_uniform(uint64_t seed, uint64_t step, uint32_t stream) {
+    return rng_uniform(stream ? seed ^ mix64(0xA24BAED4963EE407ULL * stream) : seed, step);
 }
