@@ -307,6 +307,46 @@ typedef int (*tela_token_callback)(void *user, int32_t token, const char *piece,
 /* Called with the logits of each step before sampling; may edit them. */
 typedef void (*tela_logits_hook)(void *user, float *logits, int32_t n_vocab, uint64_t step);
 
+/* Speculative decoding (runtime/spec.c): a cheap drafter proposes up to
+ * draft_max tokens, the model verifies them all in one forward pass (the
+ * last accepted token and the drafts), and the session is rolled back to
+ * the last accepted token. The output is the model's own: greedy output is
+ * token for token the output without speculation (on the CPU the
+ * verification computes the very bits of single steps), and with sampling
+ * each draft is accepted with probability min(1, p(x)/q(x)) and a rejected
+ * one replaced by a draw from norm(max(0, p - q)) (standard speculative
+ * rejection sampling), p being the distribution the sampler would draw from
+ * (bias, penalties, top-k/top-p/min-p, temperature), so the tokens follow
+ * the model's distribution exactly (the draws differ from the
+ * non-speculative ones of the same seed; they are a pure function of the
+ * seed and positions). Drafters:
+ *  - NGRAM (prompt lookup): the continuation of the latest earlier
+ *    occurrence of the context's last n tokens (n from ngram_max down to
+ *    ngram_min), in the prompt and what was generated; q is a point mass.
+ *  - DRAFT: a second model with the same vocabulary, on its own session
+ *    (`draft`, of a context at least the target's), proposing greedily, or
+ *    with sampling by drawing from its own distribution under the same
+ *    sampler settings. Its session is kept in step with the target's (and
+ *    rolled back too); the caller creates and frees it. */
+typedef enum tela_spec_method { TELA_SPEC_NONE = 0, TELA_SPEC_NGRAM = 1, TELA_SPEC_DRAFT = 2 } tela_spec_method;
+
+/* The most tokens a verification step proposes. */
+#define TELA_SPEC_MAX_DRAFT 15
+
+typedef struct tela_spec_params {
+    tela_spec_method method;
+    int32_t draft_max;          /* k, 1..TELA_SPEC_MAX_DRAFT (default 3) */
+    int32_t ngram_min;          /* NGRAM: the shortest n-gram matched (default 2) */
+    int32_t ngram_max;          /* NGRAM: the longest, tried first (default 4; at most 64) */
+    tela_session *draft;        /* DRAFT: a session on the draft model */
+} tela_spec_params;
+
+TELA_API tela_spec_params tela_spec_default_params(void);
+/* Whether draft can draft for target: the same number of tokens and, when
+ * they have tokenizers, the same token texts and special tokens (BOS,
+ * EOS); the message names the first difference. */
+TELA_API tela_status tela_spec_check_draft(const tela_model *target, const tela_model *draft);
+
 typedef struct tela_generate_params {
     int32_t max_tokens;              /* <= 0: until EOS or the context is full */
     tela_sampler_params sampler;
@@ -314,8 +354,9 @@ typedef struct tela_generate_params {
     int ignore_eos;
     tela_token_callback on_token;
     void *user;
-    tela_logits_hook logits_hook;
+    tela_logits_hook logits_hook;    /* not with speculative decoding (TELA_ERR_UNSUPPORTED) */
     void *hook_user;
+    const tela_spec_params *spec;    /* speculative decoding, or NULL (off) */
 } tela_generate_params;
 
 typedef enum tela_stop_reason {
@@ -334,6 +375,11 @@ typedef struct tela_generate_result {
     double prompt_seconds;
     double generate_seconds;
     tela_stop_reason stop_reason;
+    /* speculative decoding (zero without it) */
+    int32_t n_spec_steps;    /* verification passes */
+    int32_t n_drafted;       /* tokens proposed to them */
+    int32_t n_accepted;      /* of those, accepted */
+    int32_t n_spec_tokens;   /* tokens the verification passes produced (accepted + one each, unless stopped) */
 } tela_generate_result;
 
 TELA_API tela_generate_params tela_generate_default_params(void);

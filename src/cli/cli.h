@@ -88,6 +88,8 @@ typedef struct cli_gen_opts {
     tela_sampler_params sampler;
     uint64_t seed;              /* --seed, when have_seed */
     int have_seed;
+    tela_spec_params spec;      /* --spec, --draft-max, --spec-ngram-min/max */
+    const char *draft_path;     /* --draft MODEL */
 } cli_gen_opts;
 
 /* The defaults, with the command's default reply length. */
@@ -108,18 +110,36 @@ typedef struct cli_gen {
     const tela_model_info *info;
     tela_session *session;         /* after cli_gen_start_session */
     int profile;                   /* the session is profiled: the report is printed by cli_gen_free */
+    tela_model *draft_model;       /* --draft, and its session (of the target's context) */
+    tela_session *draft_session;
+    tela_spec_params spec;         /* what cli_gen_params points the generation at */
 } cli_gen;
-/* Reads --template-file and loads the model with o's threads: 0, or -1
- * after printing an error. */
+/* Reads --template-file and loads the model (and --draft's) with o's
+ * threads: 0, or -1 after printing an error. */
 int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g);
-/* The session, with o's context length: 0, or -1 after printing an error. */
+/* The session (and the draft model's), with o's context length: 0, or -1
+ * after printing an error. */
 int cli_gen_start_session(const char *cmd, const cli_gen_opts *o, cli_gen *g);
 void cli_gen_free(cli_gen *g);
 /* The on_token callback of both: streams each piece to stdout; user, when
  * not NULL, is a volatile sig_atomic_t flag that stops generating once set. */
 int cli_print_piece(void *user, int32_t token, const char *piece, size_t len);
 /* Generation parameters: o's length and sampler, with a random seed drawn
- * when none was given (printed when sampling). */
+ * when none was given (printed when sampling), and g's speculative
+ * decoding when asked for. */
 tela_generate_params cli_gen_params(const char *cmd, cli_gen_opts *o);
+void cli_gen_set_spec(cli_gen *g, tela_generate_params *gp);
+/* The help lines of the speculative-decoding options (run, chat, bench). */
+void cli_print_spec_help(FILE *f);
+/* A speculative-decoding option (--spec, --draft, --draft-max,
+ * --spec-ngram-min, --spec-ngram-max): 1 when opt is one (val used), 0 when
+ * it is not, -1 after printing an error. */
+int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_params *sp, const char **draft_path);
+/* Checks the combination (--draft with --spec ngram, ...): 0, or -1 after
+ * printing an error. */
+int cli_check_spec(const char *cmd, tela_spec_params *sp, const char *draft_path);
+/* " | speculative: ..." for a timing line (acceptance, tokens per
+ * verification step) into buf; "" without verification steps. */
+void cli_spec_summary(char *buf, size_t cap, int32_t steps, int32_t drafted, int32_t accepted, int32_t tokens);
 
 #endif

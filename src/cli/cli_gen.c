@@ -181,6 +181,81 @@ void cli_gen_opts_init(cli_gen_opts *o, long long n_predict) {
     memset(o, 0, sizeof *o);
     o->n_predict = n_predict;
     o->sampler = tela_sampler_default_params();
+    o->spec = tela_spec_default_params();
+}
+
+void cli_print_spec_help(FILE *f) {
+    const tela_spec_params d = tela_spec_default_params();
+    fprintf(f,
+            "      --spec ngram|draft   speculative decoding: drafts verified in one forward pass; the output\n"
+            "                           is the model's own (greedy: identical; sampling: the same distribution)\n"
+            "                           ngram = prompt lookup (what followed the last n-gram earlier on)\n"
+            "                           draft = a draft model (--draft) with the same vocabulary\n"
+            "      --draft MODEL        the draft model (implies --spec draft)\n"
+            "      --draft-max K        tokens drafted per verification step, 1..%d (default %d)\n"
+            "      --spec-ngram-min N, --spec-ngram-max N\n"
+            "                           n-gram sizes prompt lookup matches, longest first (default %d..%d)\n",
+            TELA_SPEC_MAX_DRAFT, d.draft_max, d.ngram_min, d.ngram_max);
+}
+
+int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_params *sp, const char **draft_path) {
+    static const char *const names[] = {"--spec", "--draft", "--draft-max", "--spec-ngram-min", "--spec-ngram-max",
+                                        NULL};
+    int known = 0;
+    for (const char *const *o = names; *o; o++) known |= !strcmp(opt, *o);
+    if (!known) return 0;
+    if (!val) {
+        fprintf(stderr, "tela %s: %s needs a value (see tela %s --help)\n", cmd, opt, cmd);
+        return -1;
+    }
+    long long v;
+    if (!strcmp(opt, "--spec")) {
+        if (!strcmp(val, "ngram")) sp->method = TELA_SPEC_NGRAM;
+        else if (!strcmp(val, "draft")) sp->method = TELA_SPEC_DRAFT;
+        else if (!strcmp(val, "none")) sp->method = TELA_SPEC_NONE;
+        else {
+            fprintf(stderr, "tela %s: --spec: '%s' is not ngram, draft or none\n", cmd, val);
+            return -1;
+        }
+    } else if (!strcmp(opt, "--draft")) {
+        *draft_path = val;
+    } else if (!strcmp(opt, "--draft-max")) {
+        if (cli_parse_int(opt, val, 1, TELA_SPEC_MAX_DRAFT, &v)) return -1;
+        sp->draft_max = (int32_t)v;
+    } else {
+        if (cli_parse_int(opt, val, 1, 64, &v)) return -1;
+        if (!strcmp(opt, "--spec-ngram-min")) sp->ngram_min = (int32_t)v;
+        else sp->ngram_max = (int32_t)v;
+    }
+    return 1;
+}
+
+int cli_check_spec(const char *cmd, tela_spec_params *sp, const char *draft_path) {
+    if (draft_path && sp->method == TELA_SPEC_NONE) sp->method = TELA_SPEC_DRAFT;
+    if (draft_path && sp->method != TELA_SPEC_DRAFT) {
+        fprintf(stderr, "tela %s: --draft goes with --spec draft, not --spec %s\n", cmd,
+                sp->method == TELA_SPEC_NGRAM ? "ngram" : "none");
+        return -1;
+    }
+    if (sp->method == TELA_SPEC_DRAFT && !draft_path) {
+        fprintf(stderr, "tela %s: --spec draft needs the draft model: --draft MODEL\n", cmd);
+        return -1;
+    }
+    if (sp->ngram_min > sp->ngram_max) {
+        fprintf(stderr, "tela %s: --spec-ngram-min %d is above --spec-ngram-max %d\n", cmd, sp->ngram_min,
+                sp->ngram_max);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_spec_summary(char *buf, size_t cap, int32_t steps, int32_t drafted, int32_t accepted, int32_t tokens) {
+    if (steps <= 0) {
+        if (cap) buf[0] = '\0';
+        return;
+    }
+    snprintf(buf, cap, " | speculative: %d of %d drafts accepted (%.1f%%), %.2f tokens per verification step (%d steps)",
+             accepted, drafted, drafted ? 100.0 * accepted / drafted : 0.0, (double)tokens / steps, steps);
 }
 
 void cli_gen_print_help(FILE *f) {
@@ -194,6 +269,7 @@ void cli_gen_print_help(FILE *f) {
             "                           (default: what is available; more fails with the numbers)\n"
             "      --profile[=json]     time every phase (operations per kind and weight type, sampling,\n"
             "                           detokenization) and print a table (or JSON) on stderr at the end\n");
+    cli_print_spec_help(f);
 }
 
 int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen_opts *o) {
@@ -201,6 +277,7 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
     const int pr = cli_parse_profile(cmd, a, &o->profile);
     if (pr) return pr;
     int r = cli_parse_sampling(cmd, a, *i + 1 < argc ? argv[*i + 1] : NULL, &o->sampler, &o->seed, &o->have_seed);
+    if (!r) r = cli_parse_spec(cmd, a, *i + 1 < argc ? argv[*i + 1] : NULL, &o->spec, &o->draft_path);
     if (r) {
         if (r > 0) ++*i;
         return r;
@@ -272,6 +349,20 @@ int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
         return -1;
     }
     g->info = tela_model_get_info(g->model);
+    g->spec = o->spec;
+    if (cli_check_spec(cmd, &g->spec, o->draft_path)) return -1;
+    if (o->draft_path) {
+        mp.skip_layers = NULL;
+        mp.n_skip_layers = 0;
+        if (tela_model_load(o->draft_path, &mp, &g->draft_model) != TELA_OK) {
+            fprintf(stderr, "tela %s: the draft model: %s\n", cmd, tela_last_error());
+            return -1;
+        }
+        if (tela_spec_check_draft(g->model, g->draft_model) != TELA_OK) {
+            fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -286,12 +377,23 @@ int cli_gen_start_session(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
     }
     if (o->profile) tela_session_profile_start(g->session);
     g->profile = o->profile;
+    if (g->draft_model) {
+        ssp.n_ctx = tela_session_n_ctx(g->session);
+        ssp.mem_budget = 0;
+        if (tela_session_create(g->draft_model, &ssp, &g->draft_session) != TELA_OK) {
+            fprintf(stderr, "tela %s: the draft model's session: %s\n", cmd, tela_last_error());
+            return -1;
+        }
+        g->spec.draft = g->draft_session;
+    }
     return 0;
 }
 
 void cli_gen_free(cli_gen *g) {
     if (g->session && g->profile) cli_print_profile(g->session, g->profile);
     tela_session_free(g->session);
+    tela_session_free(g->draft_session);
+    tela_model_free(g->draft_model);
     tela_model_free(g->model);
     free(g->template_src);
     memset(g, 0, sizeof *g);
@@ -305,4 +407,8 @@ tela_generate_params cli_gen_params(const char *cmd, cli_gen_opts *o) {
     gp.max_tokens = o->n_predict < 0 ? 0 : (int32_t)o->n_predict;
     gp.sampler = o->sampler;
     return gp;
+}
+
+void cli_gen_set_spec(cli_gen *g, tela_generate_params *gp) {
+    gp->spec = g->spec.method != TELA_SPEC_NONE ? &g->spec : NULL;
 }

@@ -146,6 +146,7 @@ int tela_cmd_chat(int argc, char **argv) {
         goto done;
     }
     tela_generate_params gp = cli_gen_params("chat", &o);
+    cli_gen_set_spec(&gen, &gp);
     gp.on_token = cli_print_piece;
     gp.user = (void *)&interrupted; /* Ctrl-C stops the reply */
 
@@ -207,9 +208,11 @@ int tela_cmd_chat(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
         const tela_generate_result *g = &tr.gen;
-        fprintf(stderr, "[prompt: %d new tokens (%d reused) in %.2f s | reply: %d tokens in %.2f s, %.1f tok/s]\n",
+        char spec_line[160];
+        cli_spec_summary(spec_line, sizeof spec_line, g->n_spec_steps, g->n_drafted, g->n_accepted, g->n_spec_tokens);
+        fprintf(stderr, "[prompt: %d new tokens (%d reused) in %.2f s | reply: %d tokens in %.2f s, %.1f tok/s%s]\n",
                 tr.n_new, tr.n_reused, tr.prompt_seconds, g->n_generated, g->generate_seconds,
-                g->generate_seconds > 0 ? g->n_generated / g->generate_seconds : 0.0);
+                g->generate_seconds > 0 ? g->n_generated / g->generate_seconds : 0.0, spec_line);
         if (g->stop_reason == TELA_STOP_CONTEXT)
             fprintf(stderr, "[the context is full (%d tokens): the reply was cut; type /reset to start over]\n",
                     tela_session_n_ctx(gen.session));

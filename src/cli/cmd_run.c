@@ -169,6 +169,7 @@ int tela_cmd_run(int argc, char **argv) {
         goto done;
     }
     tela_generate_params gp = cli_gen_params("run", &o);
+    cli_gen_set_spec(&gen, &gp);
     gp.stop_strings = n_stops ? stops : NULL;
     gp.ignore_eos = ignore_eos;
     if (!print_ids) gp.on_token = cli_print_piece;
@@ -202,10 +203,14 @@ int tela_cmd_run(int argc, char **argv) {
         printf("\n");
     }
     fflush(stdout);
-    fprintf(stderr, "prompt: %d tokens in %.2f s (%.1f tok/s) | generation: %d tokens in %.2f s (%.1f tok/s) | stop: %s\n",
+    char spec_line[160];
+    cli_spec_summary(spec_line, sizeof spec_line, res.n_spec_steps, res.n_drafted, res.n_accepted, res.n_spec_tokens);
+    fprintf(stderr,
+            "prompt: %d tokens in %.2f s (%.1f tok/s) | generation: %d tokens in %.2f s (%.1f tok/s) | stop: %s%s\n",
             res.n_prompt, res.prompt_seconds, res.prompt_seconds > 0 ? res.n_prompt / res.prompt_seconds : 0.0,
             res.n_generated, res.generate_seconds,
-            res.generate_seconds > 0 ? res.n_generated / res.generate_seconds : 0.0, cli_stop_name(res.stop_reason));
+            res.generate_seconds > 0 ? res.n_generated / res.generate_seconds : 0.0, cli_stop_name(res.stop_reason),
+            spec_line);
     rc = 0;
 done:
     free(prompt_ids);

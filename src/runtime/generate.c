@@ -11,8 +11,18 @@
  *    continue, pass it as the next call's prompt;
  *  - the callback runs once per sampled token; an end-of-generation token's
  *    own text is not emitted, and text held back before it is flushed with
- *    it. */
+ *    it.
+ *
+ * With speculative decoding (params->spec) a step evaluates the pending
+ * token together with up to k drafted ones (spec.c) in one forward pass
+ * with every position's logits, accepts drafts by the rules in tela.h
+ * (greedy: the sampler's pick equals the draft; sampling: rejection
+ * sampling against the sampler's final distribution), emits the accepted
+ * tokens and one more (the correction, or a bonus draw after the last
+ * draft), and truncates the session to the tokens it keeps. */
+#include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/spec.h"
 #include "runtime/text_stream.h"
 #include "util/error.h"
 
@@ -34,6 +44,152 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* What one call of tela_generate carries from token to token. */
+typedef struct gen_ctx {
+    tela_session *s;
+    const tela_generate_params *params;
+    tela_generate_result *res;
+    tela_text_stream *text;
+    int32_t *out_tokens;
+    size_t cap;
+    bool profiling;
+} gen_ctx;
+
+/* Hands on the token sampled for position pos: counts and stores it,
+ * streams its text, and says whether generation ends with it (*final). */
+static tela_status emit(gen_ctx *g, int32_t tok, int32_t pos, bool *final) {
+    const tela_model *m = g->s->model;
+    const tela_generate_params *params = g->params;
+    tela_generate_result *res = g->res;
+    if (g->out_tokens && (size_t)res->n_generated < g->cap) g->out_tokens[res->n_generated] = tok;
+    res->n_generated++;
+    bool is_eog = !params->ignore_eos && (m->vocab ? tela_vocab_is_eog(m->vocab, tok) : tok == m->info.eos_token);
+    *final = true;
+    if (is_eog) res->stop_reason = TELA_STOP_EOS;
+    else if (params->max_tokens > 0 && res->n_generated >= params->max_tokens) res->stop_reason = TELA_STOP_MAX_TOKENS;
+    else if (pos >= g->s->n_ctx) res->stop_reason = TELA_STOP_CONTEXT;
+    else *final = false;
+
+    const char *piece;
+    size_t piece_len;
+    bool stopped;
+    const double td = g->profiling ? now_seconds() : 0.0;
+    const bool ok = tela_text_stream_push(g->text, tok, is_eog, *final, &piece, &piece_len, &stopped);
+    if (g->profiling && m->vocab) tela_exec_profile_host(g->s->ex, "detokenization", now_seconds() - td);
+    if (!ok) return tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
+    if (stopped) {
+        *final = true;
+        res->stop_reason = TELA_STOP_STRING;
+    }
+    if (params->on_token && params->on_token(params->user, tok, piece, piece_len) && !*final) {
+        *final = true;
+        res->stop_reason = TELA_STOP_CALLBACK;
+    }
+    return TELA_OK;
+}
+
+/* Speculative decoding's buffers for one call. */
+typedef struct spec_bufs {
+    tela_spec *sp;
+    float *rows;            /* [(k + 1) * n_vocab]: the verification's logits */
+    tela_token_prob *dist;  /* [n_vocab]: the target's final distribution at a position */
+    double *q;              /* [n_vocab]: a draft distribution by id (zero elsewhere) */
+    int32_t drafts[TELA_SPEC_MAX_DRAFT + 1];
+} spec_bufs;
+
+/* Whether to accept draft x for the position whose logits are row (step,
+ * history: the tokens before it), and if not, the token that replaces it
+ * (*out). Greedy: accepted when it is the sampler's pick. Sampling: the
+ * target's final distribution p, the draft's q (a point mass without qd):
+ * accepted with probability min(1, p(x)/q(x)), else a draw from
+ * norm(max(0, p - q)). */
+static tela_status spec_accept(spec_bufs *b, const tela_sampler_params *sp, float *row, int32_t V,
+                               const int32_t *history, size_t n_history, uint64_t step, int32_t x,
+                               const tela_token_prob *qd, size_t nq, bool *accepted, int32_t *out) {
+    if (sp->temperature <= 0.0f) {
+        int32_t pick;
+        TELA_TRY(tela_sample(sp, row, V, history, n_history, step, &pick));
+        *accepted = pick == x;
+        *out = pick;
+        return TELA_OK;
+    }
+    size_t np = 0;
+    TELA_TRY(tela_sampler_dist(sp, row, V, history, n_history, b->dist, &np));
+    double px = 0.0;
+    for (size_t i = 0; i < np; i++)
+        if (b->dist[i].id == x) px = b->dist[i].p;
+    double qx = 1.0;
+    if (qd) {
+        for (size_t i = 0; i < nq; i++) b->q[qd[i].id] = qd[i].p;
+        qx = b->q[x];
+    }
+    const double r = tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_ACCEPT);
+    *accepted = qx > 0.0 && r * qx < px;
+    *out = x;
+    if (!*accepted) {
+        /* the residual: p - q where positive (q is zero off its support) */
+        for (size_t i = 0; i < np; i++) {
+            const double qi = qd ? b->q[b->dist[i].id] : (b->dist[i].id == x ? 1.0 : 0.0);
+            b->dist[i].p = b->dist[i].p > qi ? b->dist[i].p - qi : 0.0;
+        }
+        const double u = tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_RESIDUAL);
+        *out = tela_sampler_draw(b->dist, np, u);
+        if (*out < 0) { /* p == q up to rounding: nothing left to draw from */
+            TELA_TRY(tela_sampler_dist(sp, row, V, history, n_history, b->dist, &np)); /* row is already final */
+            *out = tela_sampler_draw(b->dist, np, u);
+        }
+    }
+    if (qd)
+        for (size_t i = 0; i < nq; i++) b->q[qd[i].id] = 0.0;
+    if (*out < 0) return tela_errorf(TELA_ERR_INTERNAL, "speculative decoding: an empty distribution");
+    return TELA_OK;
+}
+
+/* One verification step: *tok (sampled, not evaluated) and n_draft drafts
+ * through the model at once, then the accepted drafts and one more token
+ * emitted; the session keeps the tokens before the last emitted one, which
+ * becomes *tok. */
+static tela_status spec_step(gen_ctx *g, spec_bufs *b, int32_t *tok, int32_t n_draft, bool *final) {
+    tela_session *s = g->s;
+    const tela_sampler_params *sp = &g->params->sampler;
+    const int32_t V = s->model->info.n_vocab, P = s->n_past;
+    int32_t verify[TELA_SPEC_MAX_DRAFT + 1]; /* the pending token, then the drafts */
+    verify[0] = *tok;
+    memcpy(verify + 1, b->drafts, (size_t)n_draft * sizeof *verify);
+    if (tela_session_has_recurrent(s)) TELA_TRY(tela_session_mark(s));
+    TELA_TRY(tela_session_eval_internal(s, verify, n_draft + 1, b->rows, 1, false));
+    g->res->n_spec_steps++;
+    g->res->n_drafted += n_draft;
+    int32_t m = 0; /* tokens emitted (and so positions P + 1 .. P + m filled) */
+    tela_status st = TELA_OK;
+    *final = false;
+    for (int32_t i = 0; i <= n_draft && !*final; i++) {
+        float *row = b->rows + (size_t)i * V;
+        const uint64_t step = (uint64_t)P + 1 + (uint64_t)i;
+        int32_t next;
+        bool accepted = false;
+        if (i < n_draft) {
+            size_t nq = 0;
+            const tela_token_prob *qd = tela_spec_draft_dist(b->sp, i, &nq);
+            st = spec_accept(b, sp, row, V, s->tokens, (size_t)(P + 1 + i), step, b->drafts[i], qd, nq, &accepted,
+                             &next);
+        } else { /* every draft accepted: a token of the model's own after them */
+            st = tela_sample(sp, row, V, s->tokens, (size_t)(P + 1 + i), step, &next);
+        }
+        if (st != TELA_OK) break;
+        if (accepted) g->res->n_accepted++;
+        m++;
+        *tok = next;
+        st = emit(g, next, P + 1 + i, final);
+        if (st != TELA_OK || !accepted) break;
+    }
+    g->res->n_spec_tokens += m;
+    s->has_logits = false;
+    if (st != TELA_OK) return st;
+    /* keep the pending token and the accepted drafts before the last emitted token */
+    return tela_session_truncate(s, P + m);
+}
+
 tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t n_prompt,
                           const tela_generate_params *params, int32_t *out_tokens, size_t cap,
                           tela_generate_result *result) {
@@ -48,87 +204,116 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
     bool have_stops = params->stop_strings && params->stop_strings[0];
     if (have_stops && !m->vocab)
         return tela_errorf(TELA_ERR_ARG, "tela_generate: stop strings need a tokenizer, and this model has none");
+    const bool speculate = params->spec && params->spec->method != TELA_SPEC_NONE;
+    if (speculate && params->logits_hook)
+        return tela_errorf(TELA_ERR_UNSUPPORTED,
+                           "tela_generate: speculative decoding does not take a logits hook (it would see the "
+                           "logits of drafts that are then rejected): turn one of them off");
+    spec_bufs sb;
+    memset(&sb, 0, sizeof sb);
+    if (speculate) {
+        TELA_TRY(tela_spec_begin(params->spec, s, &params->sampler, &sb.sp));
+        const int32_t k = tela_spec_draft_max(sb.sp);
+        sb.rows = malloc((size_t)(k + 1) * (size_t)n_vocab * sizeof *sb.rows);
+        sb.dist = malloc((size_t)n_vocab * sizeof *sb.dist);
+        sb.q = calloc((size_t)n_vocab, sizeof *sb.q);
+        if (!sb.rows || !sb.dist || !sb.q) {
+            tela_spec_end(sb.sp);
+            free(sb.rows);
+            free(sb.dist);
+            free(sb.q);
+            return tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory for speculative decoding");
+        }
+    }
 
     /* Plain greedy decoding on a device: the token is picked where the
      * logits are, and only its id comes back (the same pick as the
      * sampler's: the largest logit, the lowest id among equals). */
     const tela_sampler_params *sp = &params->sampler;
-    const bool device_greedy = !tela_exec_host_visible(s->ex) && sp->temperature <= 0.0f &&
+    const bool device_greedy = !speculate && !tela_exec_host_visible(s->ex) && sp->temperature <= 0.0f &&
                                sp->repeat_penalty == 1.0f && sp->frequency_penalty == 0.0f &&
                                sp->presence_penalty == 0.0f && sp->n_logit_bias == 0 && !params->logits_hook;
     bool have_next = false;
     const bool profiling = tela_exec_profiling(s->ex);
     int32_t next = 0;
+    tela_status st = TELA_OK;
     double t0 = now_seconds();
     if (n_prompt > 0 && device_greedy) {
-        TELA_TRY(tela_session_eval_greedy(s, prompt, n_prompt, &next));
+        st = tela_session_eval_greedy(s, prompt, n_prompt, &next);
         have_next = true;
     } else if (n_prompt > 0) {
-        TELA_TRY(tela_session_eval_internal(s, prompt, n_prompt, NULL, 0, true));
+        st = tela_session_eval_internal(s, prompt, n_prompt, NULL, 0, true);
     } else if (!s->has_logits) {
-        return tela_errorf(TELA_ERR_ARG,
-                           "tela_generate: no prompt tokens, and the session holds no logits to sample from");
+        st = tela_errorf(TELA_ERR_ARG, "tela_generate: no prompt tokens, and the session holds no logits to sample from");
+    }
+    tela_text_stream *text = NULL;
+    if (st == TELA_OK && !(text = tela_text_stream_create(m->vocab, have_stops ? params->stop_strings : NULL)))
+        st = tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
+    if (st != TELA_OK) {
+        tela_spec_end(sb.sp);
+        free(sb.rows);
+        free(sb.dist);
+        free(sb.q);
+        return st;
     }
     res.n_prompt = n_prompt;
     double t1 = now_seconds();
     res.prompt_seconds = t1 - t0;
 
-    tela_text_stream *text = tela_text_stream_create(m->vocab, have_stops ? params->stop_strings : NULL);
-    if (!text) return tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
-    tela_status st = TELA_OK;
+    gen_ctx g = {s, params, &res, text, out_tokens, cap, profiling};
     res.stop_reason = TELA_STOP_MAX_TOKENS;
-    for (;;) {
-        if (params->max_tokens > 0 && res.n_generated >= params->max_tokens) break;
-        uint64_t step = (uint64_t)s->n_past;
-        int32_t tok = next;
-        if (!have_next) {
+    int32_t tok = next;
+    bool final = false;
+    if (!have_next) {
+        /* the first token, from the logits after the prompt */
+        if (params->logits_hook) params->logits_hook(params->hook_user, s->logits, n_vocab, (uint64_t)s->n_past);
+        s->has_logits = false; /* the sampler edits them in place */
+        const double ts = profiling ? now_seconds() : 0.0;
+        st = tela_sample(sp, s->logits, n_vocab, s->tokens, (size_t)s->n_past, (uint64_t)s->n_past, &tok);
+        if (profiling) tela_exec_profile_host(s->ex, "sampling (host)", now_seconds() - ts);
+    }
+    if (st == TELA_OK) st = emit(&g, tok, s->n_past, &final);
+    while (st == TELA_OK && !final) {
+        /* tok is sampled for position n_past, not evaluated */
+        int32_t n_draft = 0;
+        if (speculate) {
+            int32_t k = tela_spec_draft_max(sb.sp);
+            if (k > s->n_ctx - s->n_past - 1) k = s->n_ctx - s->n_past - 1;
+            if (params->max_tokens > 0 && k > params->max_tokens - res.n_generated - 1)
+                k = params->max_tokens - res.n_generated - 1;
+            if (k > 0) {
+                s->tokens[s->n_past] = tok; /* the context the drafter continues (evaluation writes it there too) */
+                st = tela_spec_propose(sb.sp, s->tokens, s->n_past + 1, k, sb.drafts, &n_draft);
+                if (st != TELA_OK) break;
+            }
+        }
+        if (n_draft > 0) {
+            st = spec_step(&g, &sb, &tok, n_draft, &final);
+            continue;
+        }
+        if (device_greedy) {
+            st = tela_session_eval_greedy(s, &tok, 1, &next);
+            if (st != TELA_OK) break;
+            tok = next;
+        } else {
+            st = tela_session_eval_internal(s, &tok, 1, NULL, 0, true);
+            if (st != TELA_OK) break;
+            const uint64_t step = (uint64_t)s->n_past;
             if (params->logits_hook) params->logits_hook(params->hook_user, s->logits, n_vocab, step);
-            s->has_logits = false;  /* the sampler edits them in place */
+            s->has_logits = false; /* the sampler edits them in place */
             const double ts = profiling ? now_seconds() : 0.0;
-            st = tela_sample(&params->sampler, s->logits, n_vocab, s->tokens, (size_t)s->n_past, step, &tok);
+            st = tela_sample(sp, s->logits, n_vocab, s->tokens, (size_t)s->n_past, step, &tok);
             if (profiling) tela_exec_profile_host(s->ex, "sampling (host)", now_seconds() - ts);
             if (st != TELA_OK) break;
         }
-        have_next = false;
-        if (out_tokens && (size_t)res.n_generated < cap) out_tokens[res.n_generated] = tok;
-        res.n_generated++;
-
-        bool is_eog = !params->ignore_eos && (m->vocab ? tela_vocab_is_eog(m->vocab, tok) : tok == m->info.eos_token);
-        bool final = true;
-        if (is_eog) res.stop_reason = TELA_STOP_EOS;
-        else if (params->max_tokens > 0 && res.n_generated >= params->max_tokens) res.stop_reason = TELA_STOP_MAX_TOKENS;
-        else if (s->n_past >= s->n_ctx) res.stop_reason = TELA_STOP_CONTEXT;
-        else final = false;
-
-        const char *piece;
-        size_t piece_len;
-        bool stopped;
-        const double td = profiling ? now_seconds() : 0.0;
-        const bool ok = tela_text_stream_push(text, tok, is_eog, final, &piece, &piece_len, &stopped);
-        if (profiling && m->vocab) tela_exec_profile_host(s->ex, "detokenization", now_seconds() - td);
-        if (!ok) {
-            st = tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
-            break;
-        }
-        if (stopped) {
-            final = true;
-            res.stop_reason = TELA_STOP_STRING;
-        }
-        if (params->on_token && params->on_token(params->user, tok, piece, piece_len) && !final) {
-            final = true;
-            res.stop_reason = TELA_STOP_CALLBACK;
-        }
-        if (final) break;
-        if (device_greedy) {
-            st = tela_session_eval_greedy(s, &tok, 1, &next);
-            have_next = st == TELA_OK;
-        } else {
-            st = tela_session_eval_internal(s, &tok, 1, NULL, 0, true);
-        }
-        if (st != TELA_OK) break;
+        st = emit(&g, tok, s->n_past, &final);
     }
     res.generate_seconds = now_seconds() - t1;
     tela_text_stream_free(text);
+    tela_spec_end(sb.sp);
+    free(sb.rows);
+    free(sb.dist);
+    free(sb.q);
     if (result) *result = res;
     return st;
 }

@@ -90,6 +90,7 @@ tela_status tela_session_create(tela_model *model, const tela_session_params *pa
     if (!s) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     s->model = model;
     s->n_ctx = n_ctx;
+    s->mark_pos = -1;
     s->tokens = calloc((size_t)n_ctx, sizeof *s->tokens);
     s->logits = calloc((size_t)model->info.n_vocab, sizeof *s->logits);
     if (!s->tokens || !s->logits) {
@@ -112,6 +113,7 @@ void tela_session_free(tela_session *session) {
     tela_exec_free(session->ex);
     free(session->tokens);
     free(session->logits);
+    free(session->mark_state);
     free(session);
 }
 
@@ -124,6 +126,7 @@ void tela_session_reset(tela_session *session) {
     session->model->arch->state_reset(session->model, session->state);
     session->n_past = 0;
     session->has_logits = false;
+    session->mark_pos = -1;
 }
 
 /* The checks of an evaluation: ids in the vocabulary, room in the context. */
@@ -156,7 +159,7 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
     s->has_logits = false;
     const tela_forward_out out = {dst, all_logits, NULL, NULL, NULL};
     TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
-    memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
+    memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
     if (dst) {
         const float *last = all_logits ? dst + (size_t)(n - 1) * n_vocab : dst;
@@ -172,7 +175,7 @@ tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int
     s->has_logits = false;
     const tela_forward_out out = {NULL, 0, pick, NULL, NULL};
     TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
-    memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
+    memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
     return TELA_OK;
 }
@@ -185,7 +188,7 @@ tela_status tela_session_eval_probe(tela_session *s, const int32_t *tokens, int3
     s->has_logits = false;
     const tela_forward_out out = {NULL, 0, NULL, probe, user};
     TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
-    memcpy(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
+    memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
     return TELA_OK;
 }
@@ -193,6 +196,57 @@ tela_status tela_session_eval_probe(tela_session *s, const int32_t *tokens, int3
 tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int32_t n, float *logits,
                               int all_logits) {
     return tela_session_eval_internal(session, tokens, n, logits, all_logits, false);
+}
+
+bool tela_session_has_recurrent(const tela_session *s) { return s->model->arch->slot_bytes(s->model) > 0; }
+
+tela_status tela_session_mark(tela_session *s) {
+    const tela_arch *arch = s->model->arch;
+    const size_t bytes = arch->slot_bytes(s->model);
+    if (bytes > 0) {
+        if (!s->mark_state) {
+            s->mark_state = malloc(bytes);
+            if (!s->mark_state) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a %zu-byte state mark", bytes);
+            s->mark_bytes = bytes;
+        }
+        s->mark_pos = -1;
+        TELA_TRY(arch->slot_save(s->model, s->state, 0, s->mark_state));
+    }
+    s->mark_pos = s->n_past;
+    return TELA_OK;
+}
+
+tela_status tela_session_truncate(tela_session *s, int32_t n) {
+    if (!s || n < 0 || n > s->n_past)
+        return tela_errorf(TELA_ERR_ARG, "session: cannot truncate %d positions to %d", s ? s->n_past : 0, n);
+    if (n == s->n_past) return TELA_OK;
+    s->has_logits = false;
+    if (s->mark_pos > n) s->mark_pos = -1;
+    if (!tela_session_has_recurrent(s)) { /* KV rows past n are never read before they are written again */
+        s->n_past = n;
+        return TELA_OK;
+    }
+    int32_t from = 0;
+    if (s->mark_pos >= 0) {
+        from = s->mark_pos;
+        tela_status st = s->model->arch->slot_load(s->model, s->state, 0, s->mark_state);
+        if (st != TELA_OK) {
+            tela_session_reset(s);
+            return st;
+        }
+    } else {
+        s->model->arch->state_reset(s->model, s->state);
+    }
+    /* the tokens [from, n) are still in s->tokens: evaluate them again */
+    s->n_past = from;
+    if (n > from) {
+        tela_status st = tela_session_eval_internal(s, s->tokens + from, n - from, NULL, 0, false);
+        if (st != TELA_OK) {
+            tela_session_reset(s);
+            return st;
+        }
+    }
+    return TELA_OK;
 }
 
 void tela_session_profile_start(tela_session *session) {
@@ -254,6 +308,7 @@ tela_status tela_session_restore(tela_session *session, const tela_snapshot *sna
     if (snap->n_ctx != session->n_ctx)
         return tela_errorf(TELA_ERR_ARG, "tela_session_restore: the snapshot's context (%d) differs from the session's (%d)",
                            snap->n_ctx, session->n_ctx);
+    session->mark_pos = -1;
     tela_status st = session->model->arch->state_load(session->model, session->state, snap->n_past, snap->state);
     if (st != TELA_OK) {
         /* a partly loaded state is no state: start over */

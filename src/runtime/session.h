@@ -16,6 +16,12 @@ struct tela_session {
     int32_t *tokens;         /* [n_ctx]: the token at each position < n_past */
     float *logits;           /* [n_vocab]: logits after the last token, when has_logits */
     bool has_logits;
+    /* A mark for rolling back (tela_session_mark): the recurrent state
+     * (the architecture's slot image, none for attention-only models) as
+     * it was after position mark_pos; -1 when there is none. */
+    int32_t mark_pos;
+    void *mark_state;
+    size_t mark_bytes;
 };
 
 struct tela_snapshot {
@@ -37,6 +43,22 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
  * the last position's logits, chosen where they were computed (on a GPU
  * only the token comes back); the session then holds no host logits. */
 tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int32_t n, int32_t *pick);
+
+/* Rolling back (speculative decoding): tela_session_mark remembers the
+ * state at n_past (for models with recurrent state, a copy of it: the
+ * attention KV rows need no copy, positions are only ever overwritten);
+ * tela_session_truncate(s, n) makes the session as it was after its first
+ * n tokens (n <= n_past): attention-only models just forget the positions
+ * past n; others reload the mark (when it is at or before n) and evaluate
+ * the tokens from the mark to n again, or, with no usable mark, start over
+ * from position 0. The result is bit-identical to having evaluated only
+ * those n tokens in the same pieces. The session holds no logits after a
+ * truncation that changed anything. A truncation below the mark, a reset
+ * or a restore drops the mark. */
+tela_status tela_session_mark(tela_session *s);
+tela_status tela_session_truncate(tela_session *s, int32_t n);
+/* Whether truncating costs an evaluation (the model has recurrent state). */
+bool tela_session_has_recurrent(const tela_session *s);
 
 /* Shared with the engine: the KV precision a kv_type means on the model's
  * device (f16 only on a GPU); the context length n_ctx (0: the default)

@@ -1,0 +1,211 @@
+/* spec.c: the drafters of speculative decoding: prompt lookup (the
+ * continuation of the latest earlier occurrence of the context's last
+ * n-gram) and a draft model on its own session, kept in step with the
+ * target's context (rolled back with tela_session_truncate where they
+ * differ); the check that a draft model shares the target's vocabulary. */
+#include "runtime/spec.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SPEC_DEFAULT_DRAFT 3
+#define SPEC_DEFAULT_NGRAM_MIN 2
+#define SPEC_DEFAULT_NGRAM_MAX 4
+#define SPEC_MAX_NGRAM 64
+
+struct tela_spec {
+    tela_spec_params p;
+    tela_session *target;
+    tela_sampler_params sampler;
+    bool sampling;              /* temperature > 0: drafts are drawn, with their distributions kept */
+    int32_t n_vocab;
+    float *row;                 /* [n_vocab] a copy of the draft's logits, for the sampler */
+    tela_token_prob *dist[TELA_SPEC_MAX_DRAFT]; /* DRAFT with sampling: [n_vocab] each */
+    size_t n_dist[TELA_SPEC_MAX_DRAFT];
+    int32_t n_last;             /* drafts of the last proposal */
+};
+
+tela_spec_params tela_spec_default_params(void) {
+    tela_spec_params p;
+    memset(&p, 0, sizeof p);
+    p.method = TELA_SPEC_NONE;
+    p.draft_max = SPEC_DEFAULT_DRAFT;
+    p.ngram_min = SPEC_DEFAULT_NGRAM_MIN;
+    p.ngram_max = SPEC_DEFAULT_NGRAM_MAX;
+    return p;
+}
+
+tela_status tela_spec_check_draft(const tela_model *target, const tela_model *draft) {
+    if (!target || !draft) return tela_errorf(TELA_ERR_ARG, "tela_spec_check_draft: NULL model");
+    const char *dn = draft->path ? draft->path : "the draft model";
+    if (target->info.n_vocab != draft->info.n_vocab)
+        return tela_errorf(TELA_ERR_ARG,
+                           "draft model %s: it has %d tokens, the target model %d: speculative decoding needs the "
+                           "same vocabulary",
+                           dn, draft->info.n_vocab, target->info.n_vocab);
+    const tela_vocab *tv = target->vocab, *dv = draft->vocab;
+    if (!tv && !dv) return TELA_OK; /* token ids only: the counts are all there is to compare */
+    if (!tv || !dv)
+        return tela_errorf(TELA_ERR_ARG,
+                           "draft model %s: %s has a tokenizer and %s has none, so their vocabularies cannot be "
+                           "checked to match",
+                           dn, tv ? "the target" : "the draft", tv ? "the draft" : "the target");
+    const int32_t n = tela_vocab_n_tokens(tv);
+    if (tela_vocab_n_tokens(dv) != n)
+        return tela_errorf(TELA_ERR_ARG, "draft model %s: its tokenizer has %d tokens, the target's %d", dn,
+                           tela_vocab_n_tokens(dv), n);
+    for (int32_t t = 0; t < n; t++) {
+        size_t la = 0, lb = 0;
+        const char *a = tela_vocab_token_text(tv, t, &la), *b = tela_vocab_token_text(dv, t, &lb);
+        if (la != lb || (la && memcmp(a, b, la)) || tela_vocab_token_type(tv, t) != tela_vocab_token_type(dv, t))
+            return tela_errorf(TELA_ERR_ARG,
+                               "draft model %s: token %d differs from the target's ('%.*s' there, '%.*s' in the "
+                               "target): speculative decoding needs the same vocabulary",
+                               dn, t, (int)(lb > 64 ? 64 : lb), b ? b : "", (int)(la > 64 ? 64 : la), a ? a : "");
+    }
+    if (tela_vocab_bos(tv) != tela_vocab_bos(dv) || tela_vocab_eos(tv) != tela_vocab_eos(dv))
+        return tela_errorf(TELA_ERR_ARG, "draft model %s: its BOS/EOS tokens (%d/%d) differ from the target's (%d/%d)",
+                           dn, tela_vocab_bos(dv), tela_vocab_eos(dv), tela_vocab_bos(tv), tela_vocab_eos(tv));
+    return TELA_OK;
+}
+
+void tela_spec_end(tela_spec *sp) {
+    if (!sp) return;
+    free(sp->row);
+    for (int i = 0; i < TELA_SPEC_MAX_DRAFT; i++) free(sp->dist[i]);
+    free(sp);
+}
+
+tela_status tela_spec_begin(const tela_spec_params *p, tela_session *target, const tela_sampler_params *sampler,
+                            tela_spec **out) {
+    *out = NULL;
+    tela_spec_params q = *p;
+    if (q.method != TELA_SPEC_NGRAM && q.method != TELA_SPEC_DRAFT)
+        return tela_errorf(TELA_ERR_ARG, "speculative decoding: unknown method %d", (int)q.method);
+    if (q.draft_max == 0) q.draft_max = SPEC_DEFAULT_DRAFT;
+    if (q.draft_max < 1 || q.draft_max > TELA_SPEC_MAX_DRAFT)
+        return tela_errorf(TELA_ERR_ARG, "speculative decoding: draft_max %d is out of range (1..%d)", q.draft_max,
+                           TELA_SPEC_MAX_DRAFT);
+    if (q.method == TELA_SPEC_NGRAM) {
+        if (q.ngram_min == 0) q.ngram_min = SPEC_DEFAULT_NGRAM_MIN;
+        if (q.ngram_max == 0) q.ngram_max = q.ngram_min > SPEC_DEFAULT_NGRAM_MAX ? q.ngram_min : SPEC_DEFAULT_NGRAM_MAX;
+        if (q.ngram_min < 1 || q.ngram_max < q.ngram_min || q.ngram_max > SPEC_MAX_NGRAM)
+            return tela_errorf(TELA_ERR_ARG,
+                               "speculative decoding: n-gram sizes %d..%d are out of range (1 <= min <= max <= %d)",
+                               q.ngram_min, q.ngram_max, SPEC_MAX_NGRAM);
+    } else {
+        if (!q.draft) return tela_errorf(TELA_ERR_ARG, "speculative decoding: the draft method needs a draft session");
+        if (q.draft == target)
+            return tela_errorf(TELA_ERR_ARG, "speculative decoding: the draft session is the target session itself");
+        TELA_TRY(tela_spec_check_draft(target->model, q.draft->model));
+        if (q.draft->n_ctx < target->n_ctx)
+            return tela_errorf(TELA_ERR_ARG,
+                               "speculative decoding: the draft session's context (%d) is shorter than the target's "
+                               "(%d)",
+                               q.draft->n_ctx, target->n_ctx);
+    }
+    tela_spec *sp = calloc(1, sizeof *sp);
+    if (!sp) return tela_errorf(TELA_ERR_NOMEM, "speculative decoding: out of memory");
+    sp->p = q;
+    sp->target = target;
+    sp->sampler = *sampler;
+    sp->sampling = sampler->temperature > 0.0f;
+    sp->n_vocab = target->model->info.n_vocab;
+    if (q.method == TELA_SPEC_DRAFT) {
+        sp->row = malloc((size_t)sp->n_vocab * sizeof *sp->row);
+        bool ok = sp->row != NULL;
+        for (int i = 0; ok && sp->sampling && i < q.draft_max; i++)
+            ok = (sp->dist[i] = malloc((size_t)sp->n_vocab * sizeof *sp->dist[i])) != NULL;
+        if (!ok) {
+            tela_spec_end(sp);
+            return tela_errorf(TELA_ERR_NOMEM, "speculative decoding: out of memory for the draft's distributions");
+        }
+    }
+    *out = sp;
+    return TELA_OK;
+}
+
+int32_t tela_spec_draft_max(const tela_spec *sp) { return sp->p.draft_max; }
+
+const tela_token_prob *tela_spec_draft_dist(const tela_spec *sp, int32_t i, size_t *n) {
+    if (!sp->sampling || sp->p.method != TELA_SPEC_DRAFT || i < 0 || i >= sp->n_last) {
+        *n = 0;
+        return NULL;
+    }
+    *n = sp->n_dist[i];
+    return sp->dist[i];
+}
+
+/* Prompt lookup: for n-gram sizes from the largest down, the latest
+ * earlier place where ctx's last g tokens occur, and what followed them
+ * there (up to k tokens, all before the end of ctx). */
+static int32_t propose_ngram(const tela_spec *sp, const int32_t *ctx, int32_t n, int32_t k, int32_t *drafts) {
+    for (int32_t g = sp->p.ngram_max; g >= sp->p.ngram_min; g--) {
+        if (g >= n) continue;
+        const int32_t *pat = ctx + (n - g);
+        for (int32_t p = n - g - 1; p >= 0; p--) {
+            if (ctx[p] != pat[0] || memcmp(ctx + p, pat, (size_t)g * sizeof *ctx) != 0) continue;
+            int32_t avail = n - (p + g), m = avail < k ? avail : k;
+            memcpy(drafts, ctx + p + g, (size_t)m * sizeof *drafts);
+            return m;
+        }
+    }
+    return 0;
+}
+
+/* Brings the draft session to hold ctx[0..n) with the logits after it:
+ * keeps the longest common prefix it already holds (rolled back past it),
+ * evaluates the rest. */
+static tela_status draft_sync(tela_session *d, const int32_t *ctx, int32_t n) {
+    int32_t common = 0;
+    while (common < d->n_past && common < n && d->tokens[common] == ctx[common]) common++;
+    if (common == n && d->n_past == n && d->has_logits) return TELA_OK;
+    const int32_t keep = common < n ? common : n - 1; /* the last token again, for its logits */
+    TELA_TRY(tela_session_truncate(d, keep));
+    return tela_session_eval_internal(d, ctx + keep, n - keep, NULL, 0, true);
+}
+
+/* The draft model's proposal: k tokens, each picked from its logits as the
+ * target's sampler would (greedy), or drawn from its final distribution
+ * with the draft stream (sampling), then evaluated for the next. */
+static tela_status propose_draft(tela_spec *sp, const int32_t *ctx, int32_t n, int32_t k, int32_t *drafts,
+                                 int32_t *n_draft) {
+    tela_session *d = sp->p.draft;
+    TELA_TRY(draft_sync(d, ctx, n));
+    TELA_TRY(tela_session_mark(d)); /* the rollback point of the next sync */
+    const int32_t V = sp->n_vocab;
+    for (int32_t i = 0; i < k; i++) {
+        memcpy(sp->row, d->logits, (size_t)V * sizeof *sp->row);
+        const uint64_t step = (uint64_t)n + (uint64_t)i;
+        int32_t tok;
+        if (sp->sampling) {
+            TELA_TRY(tela_sampler_dist(&sp->sampler, sp->row, V, d->tokens, (size_t)d->n_past, sp->dist[i],
+                                       &sp->n_dist[i]));
+            tok = tela_sampler_draw(sp->dist[i], sp->n_dist[i],
+                                    tela_sampler_uniform(sp->sampler.seed, step, TELA_SPEC_STREAM_DRAFT));
+            if (tok < 0) return tela_errorf(TELA_ERR_INTERNAL, "speculative decoding: an empty draft distribution");
+        } else {
+            TELA_TRY(tela_sample(&sp->sampler, sp->row, V, d->tokens, (size_t)d->n_past, step, &tok));
+        }
+        drafts[i] = tok;
+        *n_draft = i + 1;
+        sp->n_last = i + 1;
+        if (i + 1 < k) TELA_TRY(tela_session_eval_internal(d, &tok, 1, NULL, 0, true));
+    }
+    return TELA_OK;
+}
+
+tela_status tela_spec_propose(tela_spec *sp, const int32_t *ctx, int32_t n, int32_t k, int32_t *drafts,
+                              int32_t *n_draft) {
+    *n_draft = 0;
+    sp->n_last = 0;
+    if (k > sp->p.draft_max) k = sp->p.draft_max;
+    if (k <= 0 || n <= 0) return TELA_OK;
+    if (sp->p.method == TELA_SPEC_NGRAM) {
+        *n_draft = propose_ngram(sp, ctx, n, k, drafts);
+        sp->n_last = *n_draft;
+        return TELA_OK;
+    }
+    return propose_draft(sp, ctx, n, k, drafts, n_draft);
+}
