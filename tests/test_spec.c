@@ -158,7 +158,9 @@ static void check_greedy(const char *label, tela_model *m, tela_model *draft, co
 }
 
 static void test_greedy_fixtures(tela_model *lg, tela_model *lq8, tela_model *lt, tela_model *qs, tela_model *qa) {
-    static const int ks[] = {1, 2, 4, 15};
+    /* under the sanitizers (unoptimized, instrumented): fewer k */
+    static const int ks_all[] = {1, 2, 4, 15}, ks_quick[] = {1, 15, 4};
+    const int *ks = TEST_QUICK ? ks_quick : ks_all, n_ks = TEST_QUICK ? 2 : 4;
     tela_sampler_params greedy = tela_sampler_default_params();
     greedy.temperature = 0;
     tela_sampler_params pen = greedy; /* penalties and a bias change the picks: still exact */
@@ -181,7 +183,7 @@ static void test_greedy_fixtures(tela_model *lg, tela_model *lq8, tela_model *lt
         int32_t prompt[64];
         const int np = make_prompt(cases[c].m, prompt, 3 + (uint32_t)c);
         const bool qwen = cases[c].m == qs || cases[c].m == qa;
-        check_greedy(cases[c].label, cases[c].m, cases[c].draft, prompt, np, 48, &greedy, ks, 4, 1,
+        check_greedy(cases[c].label, cases[c].m, cases[c].draft, prompt, np, 48, &greedy, ks, n_ks, 1,
                      qwen && !cases[c].draft ? &q_acc : NULL, qwen && !cases[c].draft ? &q_dr : NULL);
         char label[128];
         snprintf(label, sizeof label, "%s (penalties, bias)", cases[c].label);
@@ -201,12 +203,15 @@ static void test_greedy_kjv(tela_model *f16, tela_model *q8) {
     CHECK_OK(tela_tokenize(f16, text, strlen(text), 1, 0, prompt, 128, &np));
     tela_sampler_params greedy = tela_sampler_default_params();
     greedy.temperature = 0;
-    static const int ks[] = {1, 2, 3, 4};
+    static const int ks[] = {1, 2, 3, 4}, ks_quick[] = {3};
+    const int n_gen = TEST_QUICK ? 32 : 96, n_ks = TEST_QUICK ? 1 : 4;
     int acc = 0, dr = 0;
-    check_greedy("kjv-f16 ngram", f16, NULL, prompt, (int)np, 96, &greedy, ks, 4, 0, &acc, &dr);
+    check_greedy("kjv-f16 ngram", f16, NULL, prompt, (int)np, n_gen, &greedy, TEST_QUICK ? ks_quick : ks, n_ks, 0,
+                 &acc, &dr);
     CHECK_MSG(acc > dr / 4, "kjv ngram: only %d of %d drafts accepted", acc, dr);
     acc = dr = 0;
-    check_greedy("kjv-f16 draft q8_0", f16, q8, prompt, (int)np, 96, &greedy, ks, 4, 0, &acc, &dr);
+    check_greedy("kjv-f16 draft q8_0", f16, q8, prompt, (int)np, n_gen, &greedy, TEST_QUICK ? ks_quick : ks, n_ks, 0,
+                 &acc, &dr);
     CHECK_MSG(acc > dr / 2, "kjv draft: only %d of %d drafts accepted", acc, dr);
 }
 
@@ -548,7 +553,7 @@ static void test_sampling(tela_model *lg, tela_model *lq8, tela_model *qa) {
     static double marg[SAMPLED_POS][512], wrong[SAMPLED_POS][512];
     exact_marginals(lg, &sp, prompt, np, marg);
     exact_marginals(qa, &sp, prompt, np, wrong);
-    const int n = TEST_QUICK ? 1200 : 3000;
+    const int n = TEST_QUICK ? 600 : 3000;
     sample_test("sampling, prompt lookup", lg, NULL, &sp, prompt, np, n, marg, NULL);
     sample_test("sampling, draft llama-gqa-q8_0", lg, lq8, &sp, prompt, np, n, marg, NULL);
     sample_test("sampling, draft qwen35-asym", lg, qa, &sp, prompt, np, n, marg, wrong);

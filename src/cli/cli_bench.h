@@ -1,5 +1,5 @@
-/* cli_bench.h: what 'tela bench' (cmd_bench.c) and its batched-decoding
- * test (bench_parallel.c) share: the options, the token ids, and the
+/* cli_bench.h: what 'tela bench' (cmd_bench.c), its batched-decoding
+ * test (bench_parallel.c) and its speculative tests (bench_spec.c) share: the options, the token ids, and the
  * output row (a table line or a JSON object, bench_output.c). */
 #ifndef TELA_CLI_CLI_BENCH_H
 #define TELA_CLI_CLI_BENCH_H
@@ -15,6 +15,12 @@ typedef struct cli_bench_opts {
     int n_threads;
     tela_kv_type kv_type;
     uint64_t mem_budget;
+    const char *device;
+    tela_spec_params spec;       /* --spec: method NONE for no speculative tests */
+    const char *draft_path;      /* --draft */
+    long long draft_max[8];      /* --draft-max k,... */
+    int n_draft_max;
+    const char *prompt;          /* --prompt: the text the speculative tests continue */
 } cli_bench_opts;
 
 /* What every row of the output carries. */
@@ -32,5 +38,7 @@ void cli_bench_row(const cli_bench_table *t, const char *name, int n_prompt, int
                    double sum, double sum2, long long reps);
 /* The --parallel tests: 0, or 1 after printing an error. */
 int cli_bench_parallel(tela_model *m, const cli_bench_opts *o, const cli_bench_table *t);
+/* The --spec tests (bench_spec.c): 0, or 1 after printing an error. */
+int cli_bench_spec(tela_model *m, const cli_bench_opts *o, const cli_bench_table *t);
 
 #endif

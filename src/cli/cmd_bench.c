@@ -37,8 +37,19 @@ static void usage(FILE *f) {
             "      --profile[=json] time every phase over all the tests; a table (or JSON) on stderr\n"
             "  -np, --parallel P,.. also decode with P sequences at once through the batching engine:\n"
             "                       tgN x P = aggregate tokens/s of P sequences decoding N tokens each\n"
+            "      --spec ngram|draft  also measure speculative decoding: greedy tgN (the first -n) after a\n"
+            "                       text prompt, plain and for each --draft-max k: tokens/s, the share of\n"
+            "                       drafts accepted, tokens per verification step, the speedup, whether\n"
+            "                       the tokens are the plain ones; then the cost of a forward pass of\n"
+            "                       k+1 tokens (the verification) against one token, and of the rollback\n"
+            "      --draft MODEL    the draft model (implies --spec draft; same vocabulary)\n"
+            "      --draft-max K,.. tokens drafted per step, 1..%d (default 1,2,3,4)\n"
+            "      --spec-ngram-min N, --spec-ngram-max N  n-gram sizes of prompt lookup (default 2..4)\n"
+            "      --prompt TEXT    the prompt of the speculative tests (default: Genesis 1:1-5)\n"
+            "                       (with --spec, the tgN tests are the plain rows of its table)\n"
             "      --json           one JSON object per test per line instead of the table\n"
-            "  -h, --help           this help\n");
+            "  -h, --help           this help\n",
+            TELA_SPEC_MAX_DRAFT);
 }
 
 /* "512,4096" into up to cap values in [lo, hi]; 0 on success, -1 after
@@ -126,6 +137,7 @@ int tela_cmd_bench(int argc, char **argv) {
     int np_n = 1, ng_n = 1, nd_n = 1, json = 0, profile = 0;
     cli_bench_opts bo;
     memset(&bo, 0, sizeof bo);
+    bo.spec = tela_spec_default_params();
     tela_kv_type kv = TELA_KV_DEFAULT;
     static int32_t skip[CLI_MAX_SKIP];
     size_t n_skip = 0;
@@ -176,6 +188,20 @@ int tela_cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             if (cli_parse_int(a, val, 1, 1000, &reps)) return 2;
             i++;
+        } else if (!strcmp(a, "--draft-max")) {
+            if (parse_list(a, val, 1, TELA_SPEC_MAX_DRAFT, bo.draft_max, 8, &bo.n_draft_max)) return 2;
+            i++;
+        } else if (!strcmp(a, "--prompt")) {
+            if (!val || !val[0]) {
+                fprintf(stderr, "tela bench: %s needs a non-empty text\n", a);
+                return 2;
+            }
+            bo.prompt = val;
+            i++;
+        } else if (!strcmp(a, "--spec") || !strcmp(a, "--draft") || !strcmp(a, "--spec-ngram-min") ||
+                   !strcmp(a, "--spec-ngram-max")) {
+            if (cli_parse_spec("bench", a, val, &bo.spec, &bo.draft_path) < 0) return 2;
+            i++;
         } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
             if (parse_list(a, val, 1, 1024, bo.parallel, 8, &bo.n_parallel)) return 2;
             i++;
@@ -190,11 +216,20 @@ int tela_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "tela bench: no model given (-m MODEL; see tela bench --help)\n");
         return 2;
     }
+    if (cli_check_spec("bench", &bo.spec, bo.draft_path)) return 2;
+    if (bo.n_draft_max && bo.spec.method == TELA_SPEC_NONE) {
+        fprintf(stderr, "tela bench: --draft-max goes with --spec ngram|draft (or --draft MODEL)\n");
+        return 2;
+    }
+    if (bo.spec.method != TELA_SPEC_NONE && !bo.n_draft_max) {
+        for (int k = 1; k <= 4; k++) bo.draft_max[k - 1] = k;
+        bo.n_draft_max = 4;
+    }
     long long most = 0, max_depth = 0;
     for (int i = 0; i < np_n; i++) most = n_prompt[i] > most ? n_prompt[i] : most;
     for (int i = 0; i < ng_n; i++) most = n_gen[i] > most ? n_gen[i] : most;
     for (int i = 0; i < nd_n; i++) max_depth = depth[i] > max_depth ? depth[i] : max_depth;
-    if (most == 0) {
+    if (most == 0 && bo.spec.method == TELA_SPEC_NONE) {
         fprintf(stderr, "tela bench: nothing to measure (-p 0 and -n 0)\n");
         return 2;
     }
@@ -250,10 +285,16 @@ int tela_cmd_bench(int argc, char **argv) {
     bo.n_threads = (int)n_threads;
     bo.kv_type = kv;
     bo.mem_budget = sp.mem_budget;
+    bo.device = device;
+    int regular = 0; /* the pp/tg table has rows */
+    for (int i = 0; i < np_n; i++) regular |= n_prompt[i] > 0;
+    for (int i = 0; i < ng_n; i++) regular |= n_gen[i] > 0 && bo.spec.method == TELA_SPEC_NONE;
     if (!json) {
         printf("cpu: %s, isa: %s, threads: %d\n", cpu, isa, threads);
         printf("device: %s\n", info->device);
         printf("build: tela %s, %s%s\n", tela_version(), compiler(), tela_backend_cuda_built() ? ", with CUDA" : "");
+    }
+    if (!json && regular) {
         printf("| %-16s | %10s | %8s | %14s | %20s |\n", "model", "size", "params", "test", "t/s");
         printf("| ---------------- | ---------: | -------: | -------------: | -------------------: |\n");
     }
@@ -262,7 +303,7 @@ int tela_cmd_bench(int argc, char **argv) {
         for (int ti = 0; ti < np_n + ng_n && rc == 0; ti++) {
             const int d = (int)depth[di];
             const int np = ti < np_n ? (int)n_prompt[ti] : 0, ng = ti >= np_n ? (int)n_gen[ti - np_n] : 0;
-            if (np == 0 && ng == 0) continue;
+            if (np == 0 && (ng == 0 || bo.spec.method != TELA_SPEC_NONE)) continue; /* --spec: tg in its table */
             const int n_tok = np ? np : ng;
             double sum = 0, sum2 = 0;
             for (long long r = -1; r < reps; r++) { /* r = -1: warm-up */
@@ -282,6 +323,7 @@ int tela_cmd_bench(int argc, char **argv) {
             else snprintf(name, sizeof name, "%s%d", np ? "pp" : "tg", n_tok);
             cli_bench_row(&table, name, np, ng, d, 1, sum, sum2, reps);
         }
+    if (rc == 0 && bo.spec.method != TELA_SPEC_NONE) rc = cli_bench_spec(m, &bo, &table);
     if (rc == 0 && bo.n_parallel) {
         /* the batched tests run on engines of their own */
         tela_session_free(s);
