@@ -118,6 +118,7 @@ int tela_cmd_chat(int argc, char **argv) {
         fprintf(stderr, "tela chat: -n must be positive, or -1 for no limit\n");
         return 2;
     }
+    if (cli_check_spec("chat", &o.spec, o.draft_path)) return 2;
     if (cli_gen_resolve_model("chat", &o)) return 2;
 
     int rc = 1;

@@ -118,6 +118,7 @@ int tela_cmd_run(int argc, char **argv) {
         fprintf(stderr, "tela run: --system and --template-file go with --chat\n");
         return 2;
     }
+    if (cli_check_spec("run", &o.spec, o.draft_path)) return 2;
     if (cli_gen_resolve_model("run", &o)) return 2;
     int32_t *prompt_ids = NULL;
     size_t n_prompt = 0;
