@@ -28,7 +28,9 @@
  * tokens it costs no more, and it gives bit-identical results to as many
  * single-token steps (speculative decoding verifies drafts of up to this
  * many tokens, minus one, with the bits plain decoding would get). */
+#ifndef TELA_GDN_RECURRENT_MAX /* a build may set it (1: every chunk of 2+ tokens chunked), to compare */
 #define TELA_GDN_RECURRENT_MAX 16
+#endif
 
 /* Views of one value head's inputs and outputs over a run of tokens. Each
  * pointer addresses token 0; the strides (in floats) step to the next token,
