@@ -18,11 +18,11 @@ ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 P="And God said, Let there be light: and there was light. And God saw the light, that it was good"
 
-"$TELA" run -m "$M" -p "$P" -n 40 --temp 0 -t 2 --print-ids >"$tmp/plain" 2>"$tmp/plain.err" || bad "plain run: $(cat "$tmp/plain.err")"
+"$TELA" run -m "$M" -p "$P" -n 24 --temp 0 -t 2 --print-ids >"$tmp/plain" 2>"$tmp/plain.err" || bad "plain run: $(cat "$tmp/plain.err")"
 for opts in "--spec ngram --draft-max 3" "--spec ngram --draft-max 1 --spec-ngram-min 1 --spec-ngram-max 2" \
             "--draft $D --draft-max 4" "--spec draft --draft $D --draft-max 2"; do
     # shellcheck disable=SC2086
-    if "$TELA" run -m "$M" -p "$P" -n 40 --temp 0 -t 2 --print-ids $opts >"$tmp/spec" 2>"$tmp/spec.err"; then
+    if "$TELA" run -m "$M" -p "$P" -n 24 --temp 0 -t 2 --print-ids $opts >"$tmp/spec" 2>"$tmp/spec.err"; then
         cmp -s "$tmp/plain" "$tmp/spec" && ok "run $opts: the plain greedy ids" || bad "run $opts: ids differ"
         grep -Eq "speculative: [0-9]+ of [0-9]+ drafts accepted \([0-9.]+%\), [0-9.]+ tokens per verification step" "$tmp/spec.err" &&
             ok "run $opts: timing line" || bad "run $opts: timing line: $(tail -1 "$tmp/spec.err")"
