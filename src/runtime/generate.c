@@ -134,9 +134,9 @@ static tela_status spec_accept(spec_bufs *b, const tela_sampler_params *sp, floa
         }
         const double u = tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_RESIDUAL);
         *out = tela_sampler_draw(b->dist, np, u);
-        if (*out < 0) { /* p == q up to rounding: nothing left to draw from */
-            TELA_TRY(tela_sampler_dist(sp, row, V, history, n_history, b->dist, &np)); /* row is already final */
-            *out = tela_sampler_draw(b->dist, np, u);
+        if (*out < 0) { /* nothing left: p <= q everywhere, so p == q up to rounding and x stands */
+            *accepted = true;
+            *out = x;
         }
     }
     if (qd)
