@@ -10,7 +10,12 @@
  *    (asserted), on a Llama and a Qwen3.5 target (KV truncation; recurrent
  *    state reloaded and the kept tokens evaluated again), output unchanged;
  *    tela_session_truncate itself: bit-identical logits to a session that
- *    only ever held the kept tokens, with and without a mark;
+ *    only ever held the kept tokens, with and without a mark, and within
+ *    an evaluation that kept every token's state (Qwen3.5 on the CPU);
+ *    Qwen3.5 targets by both routes (kept states; TELA_SPEC_REPLAY=1: the
+ *    mark reloaded and the kept tokens evaluated again); after sampled
+ *    generation with acceptances and rejections, the session's state is a
+ *    plain evaluation's of the same tokens;
  *  - sampling: many seeds (fixed, so the test is reproducible), the
  *    histograms of the 2nd, 3rd and 4th generated tokens against their exact
  *    marginal distributions under the target, computed here from plain
@@ -191,6 +196,18 @@ static void test_greedy_fixtures(tela_model *lg, tela_model *lq8, tela_model *lt
     }
     /* the qwen35 prompt-lookup runs took both rollbacks: rejections, and acceptances */
     CHECK_MSG(q_acc > 0 && q_acc < q_dr, "qwen35 prompt lookup: %d of %d accepted", q_acc, q_dr);
+    /* Qwen3.5's other rollback route (a mark of the state, reloaded, the
+     * kept tokens evaluated again), as on a device that keeps no states */
+    setenv("TELA_SPEC_REPLAY", "1", 1);
+    for (size_t c = 3; c < 7; c++) {
+        if (cases[c].m != qs && cases[c].m != qa) continue;
+        int32_t prompt[64];
+        const int np = make_prompt(cases[c].m, prompt, 3 + (uint32_t)c);
+        char label[128];
+        snprintf(label, sizeof label, "%s (replayed rollback)", cases[c].label);
+        check_greedy(label, cases[c].m, cases[c].draft, prompt, np, 48, &greedy, ks, n_ks, 1, NULL, NULL);
+    }
+    unsetenv("TELA_SPEC_REPLAY");
 }
 
 /* The KJV model, where drafts are accepted: prompt lookup and the Q8_0 file
@@ -278,10 +295,98 @@ static void test_truncate(tela_model *m, const char *label) {
     CHECK_OK(tela_session_eval(s, t + 30, 1, a, 0));
     CHECK_OK(tela_session_eval(r, t + 30, 1, b, 0));
     CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)V), "%s: truncate without a mark: logits differ", label);
-    CHECK(tela_session_truncate(s, 22) == TELA_ERR_ARG);
+    /* the states kept by an evaluation (Qwen3.5 on the CPU; elsewhere an
+     * ordinary evaluation and a truncation), then further truncation
+     * within it is refused by the kept pass's end */
+    tela_session_reset(s);
+    CHECK_OK(tela_session_eval(s, t, 20, NULL, 0));
+    float *rows = malloc(sizeof(float) * 6 * (size_t)V);
+    CHECK_OK(tela_session_eval_keep(s, t + 20, 6, rows));
+    CHECK_EQ_INT(tela_session_n_past(s), 26);
+    CHECK_OK(tela_session_truncate(s, 23));
+    CHECK_EQ_INT(tela_session_n_past(s), 23);
+    CHECK_OK(tela_session_eval(s, t + 30, 1, a, 0));
+    tela_session_reset(r);
+    CHECK_OK(tela_session_eval(r, t, 20, NULL, 0));
+    CHECK_OK(tela_session_eval(r, t + 20, 3, NULL, 0));
+    CHECK_OK(tela_session_eval(r, t + 30, 1, b, 0));
+    CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)V), "%s: truncate within a kept pass: logits differ", label);
+    /* and the kept pass's logits are those of single steps */
+    tela_session_reset(r);
+    CHECK_OK(tela_session_eval(r, t, 20, NULL, 0));
+    for (int i = 0; i < 6; i++) {
+        CHECK_OK(tela_session_eval(r, t + 20 + i, 1, b, 0));
+        CHECK_MSG(!memcmp(rows + (size_t)i * V, b, sizeof(float) * (size_t)V), "%s: kept pass row %d", label, i);
+    }
+    free(rows);
+    printf("%s: states kept by the pass: %s\n", label, tela_session_keeps_states(s) ? "yes" : "no");
+    CHECK(tela_session_truncate(s, 25) == TELA_ERR_ARG);
     CHECK(tela_session_truncate(s, -1) == TELA_ERR_ARG);
     tela_session_free(s);
     tela_session_free(r);
+    free(a);
+    free(b);
+}
+
+/* After sampled speculative generation (acceptances and rejections at
+ * any point of a step), the session is what evaluating the same tokens
+ * plainly gives: the logits after the last token agree with a fresh
+ * session's (bit for bit for Llama; within f32 rounding for Qwen3.5, whose
+ * fresh prefill takes other pieces), for both rollback routes. */
+static void test_state_after_sampling(tela_model *m, tela_model *draft, const char *label) {
+    const int32_t V = tela_model_get_info(m)->n_vocab;
+    int32_t prompt[16], all[80];
+    make_tokens(prompt, 16, 9, V);
+    float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
+    int partial_runs = 0;
+    for (int route = 0; route < 2; route++) {
+        if (route) setenv("TELA_SPEC_REPLAY", "1", 1);
+        for (uint64_t seed = 1; seed <= 6; seed++) {
+            tela_session *s = new_session(m, 128), *d = draft ? new_session(draft, 128) : NULL;
+            tela_generate_params gp = tela_generate_default_params();
+            gp.max_tokens = 40;
+            gp.ignore_eos = 1;
+            gp.sampler.temperature = 2.5f; /* flat: the random models are sharp */
+            gp.sampler.top_k = 0;
+            gp.sampler.top_p = 1.0f;
+            gp.sampler.min_p = 0.0f;
+            gp.sampler.seed = seed;
+            tela_spec_params sp = tela_spec_default_params();
+            sp.method = draft ? TELA_SPEC_DRAFT : TELA_SPEC_NGRAM;
+            sp.draft_max = 4;
+            sp.ngram_min = 1;
+            sp.draft = d;
+            gp.spec = &sp;
+            int32_t out[40];
+            tela_generate_result r;
+            CHECK_OK(tela_generate(s, prompt, 16, &gp, out, 40, &r));
+            const int partial = r.n_accepted > 0 && r.n_accepted < r.n_drafted;
+            partial_runs += partial;
+            CHECK_EQ_INT(tela_session_n_past(s), 16 + 39);
+            CHECK_OK(tela_session_eval(s, &out[39], 1, a, 0));
+            memcpy(all, prompt, sizeof prompt);
+            memcpy(all + 16, out, sizeof out);
+            tela_session *f = new_session(m, 128);
+            CHECK_OK(tela_session_eval(f, all, 56, b, 0));
+            double worst = 0, mx = -INFINITY, mn = INFINITY;
+            for (int32_t i = 0; i < V; i++) {
+                const double e = fabs((double)a[i] - b[i]);
+                if (e > worst) worst = e;
+                if (b[i] > mx) mx = b[i];
+                if (b[i] < mn) mn = b[i];
+            }
+            const double tol = tela_session_has_recurrent(s) ? 1e-4 * (mx - mn) : 0.0;
+            CHECK_MSG(worst <= tol, "%s (%s route, seed %d): the state after generation differs from a plain "
+                                    "evaluation by %g", label, route ? "replay" : "kept-state", (int)seed, worst);
+            tela_session_free(f);
+            tela_session_free(d);
+            tela_session_free(s);
+        }
+        if (route) unsetenv("TELA_SPEC_REPLAY");
+    }
+    printf("%s: %d of 12 sampled runs had both acceptances and rejections; states consistent\n", label,
+           partial_runs);
+    CHECK(partial_runs > 0);
     free(a);
     free(b);
 }
@@ -704,6 +809,15 @@ int main(void) {
     printf("[greedy on the KJV model: %.2f s]\n", now() - t);
     t = now();
     test_rollback_all_rejected(lg, lt, qs, qa);
+    tela_model *qs16 = load("tests/fixtures/qwen35/qwen35-sym-f16.gguf");
+    tela_model *qa32 = load("tests/fixtures/qwen35/qwen35-asym-f32.gguf");
+    if (qs16 && qa32) {
+        test_state_after_sampling(qs, qa32, "qwen35-sym <- qwen35-asym-f32, sampled");
+        test_state_after_sampling(qa, qs16, "qwen35-asym <- qwen35-sym-f16, sampled");
+        test_state_after_sampling(lg, lq8, "llama-gqa <- llama-gqa-q8_0, sampled");
+    }
+    tela_model_free(qs16);
+    tela_model_free(qa32);
     test_sampling(lg, lq8, qa);
     printf("[rollback and sampling: %.2f s]\n", now() - t);
     test_errors(lg, kf, kq);

@@ -396,6 +396,8 @@ typedef struct tela_gdn_args {
     float *out;                  /* rows of nv * dv */
     int n_tok;
     const tela_gdn_gates_in *gates;
+    float *states;               /* NULL, or n_tok states of nv * dk * dv: the state after each token (the
+                                    rollback of a speculative step; the CPU backend only, by the recurrence) */
 } tela_gdn_args;
 
 void tela_exec_gdn_delta(tela_exec *ex, const tela_gdn_args *a);

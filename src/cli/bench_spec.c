@@ -5,8 +5,10 @@
  * ones); then what a verification step costs: one forward pass of n tokens
  * with every position's logits against one of a single token, at the
  * prompt's depth, and for models with recurrent state what the rollback
- * adds (saving the state before the pass, reloading it after; the kept
- * tokens are then evaluated again, a forward pass without logits). */
+ * adds: by the mark (saving the state before the pass, reloading it after;
+ * the kept tokens are then evaluated again, a forward pass without
+ * logits), or, where the pass can keep every token's state, that pass and
+ * the copy back of the first token's. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +84,31 @@ static void spec_row(const cli_bench_table *t, const char *name, int np, int n_g
                base_ts > 0 ? r->ts / base_ts : 0.0, r->same ? "yes" : "NO");
     }
     fflush(stdout);
+}
+
+/* A forward pass of n tokens keeping every token's state, then the
+ * rewind to its first token (what a rejected first draft costs); mean
+ * seconds of each over reps. */
+static int keep_cost(tela_session *s, const int32_t *ids, int n, long long reps, float *buf, double *pass_s,
+                     double *rewind_s) {
+    const int32_t depth = tela_session_n_past(s);
+    double sum = 0, sum_rw = 0;
+    if (tela_session_mark(s) != TELA_OK) return -1;
+    for (long long r = -1; r < reps; r++) {
+        double t0 = cli_now();
+        if (tela_session_eval_keep(s, ids, n, buf) != TELA_OK) return -1;
+        double t1 = cli_now();
+        if (tela_session_truncate(s, depth + 1) != TELA_OK) return -1;
+        double t2 = cli_now();
+        /* back to depth (the kept states start after the first token): the mark */
+        if (tela_session_truncate(s, depth) != TELA_OK) return -1;
+        if (r < 0) continue;
+        sum += t1 - t0;
+        sum_rw += t2 - t1;
+    }
+    *pass_s = sum / (double)reps;
+    *rewind_s = sum_rw / (double)reps;
+    return 0;
 }
 
 /* Seconds for a forward pass of n tokens at the session's position
@@ -196,13 +223,15 @@ int cli_bench_spec(tela_model *m, const cli_bench_opts *o, const cli_bench_table
         goto done;
     }
     cli_bench_fill_tokens(ids, kmax + 1, info->n_vocab);
-    const bool rec = tela_session_has_recurrent(s);
+    const bool rec = tela_session_has_recurrent(s), keep = tela_session_keeps_states(s);
     if (!t->json) {
         printf("\nverification cost at depth %zu: one forward pass of n tokens vs one token%s\n", np,
-               rec ? " (recurrent state: saved before, reloaded after)" : "");
-        printf("| %6s | %12s | %10s | %14s | %8s | %10s |\n", "tokens", "all logits ms", "x 1 token", "no logits ms",
-               "save ms", "reload ms");
-        printf("| -----: | -----------: | ---------: | -------------: | -------: | ---------: |\n");
+               rec ? " (recurrent state: saved before and reloaded after; or kept per token, then the first "
+                     "token's copied back)" : "");
+        printf("| %6s | %12s | %10s | %14s | %8s | %10s | %12s | %9s |\n", "tokens", "all logits ms", "x 1 token",
+               "no logits ms", "save ms", "reload ms", "kept pass ms", "rewind ms");
+        printf("| -----: | -----------: | ---------: | -------------: | -------: | ---------: | -----------: | "
+               "--------: |\n");
     }
     double one = 0;
     for (int n = 1; n <= kmax + 1; n++) {
@@ -214,15 +243,23 @@ int cli_bench_spec(tela_model *m, const cli_bench_opts *o, const cli_bench_table
             goto done;
         }
         if (n == 1) one = with;
+        double kept = 0, rewind = 0;
+        if (keep && keep_cost(s, ids, n, o->reps, buf, &kept, &rewind)) {
+            fprintf(stderr, "tela bench: %s\n", tela_last_error());
+            goto done;
+        }
         if (t->json)
             printf("{\"test\": \"verify %d\", \"n_depth\": %zu, \"forward_ms\": %.4f, \"ratio\": %.4f, "
-                   "\"forward_no_logits_ms\": %.4f, \"save_ms\": %.4f, \"reload_ms\": %.4f, \"threads\": %d, "
-                   "\"model_type\": \"%s\"}\n",
+                   "\"forward_no_logits_ms\": %.4f, \"save_ms\": %.4f, \"reload_ms\": %.4f, \"kept_pass_ms\": %.4f, "
+                   "\"rewind_ms\": %.4f, \"threads\": %d, \"model_type\": \"%s\"}\n",
                    n, np, 1e3 * with, one > 0 ? with / one : 0.0, 1e3 * without, 1e3 * mark_s, 1e3 * reload_s,
-                   t->threads, t->model_type);
+                   1e3 * kept, 1e3 * rewind, t->threads, t->model_type);
+        else if (keep)
+            printf("| %6d | %12.3f | %10.2f | %14.3f | %8.3f | %10.3f | %12.3f | %9.3f |\n", n, 1e3 * with,
+                   one > 0 ? with / one : 0.0, 1e3 * without, 1e3 * mark_s, 1e3 * reload_s, 1e3 * kept, 1e3 * rewind);
         else
-            printf("| %6d | %12.3f | %10.2f | %14.3f | %8.3f | %10.3f |\n", n, 1e3 * with, one > 0 ? with / one : 0.0,
-                   1e3 * without, 1e3 * mark_s, 1e3 * reload_s);
+            printf("| %6d | %12.3f | %10.2f | %14.3f | %8.3f | %10.3f | %12s | %9s |\n", n, 1e3 * with,
+                   one > 0 ? with / one : 0.0, 1e3 * without, 1e3 * mark_s, 1e3 * reload_s, "-", "-");
         fflush(stdout);
     }
     rc = 0;

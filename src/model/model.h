@@ -100,6 +100,7 @@ typedef struct tela_forward_out {
     int32_t *greedy;     /* NULL, or the argmax of the last position's logits, picked where they are */
     tela_layer_probe probe;  /* NULL, or called with the last position's hidden state after each layer */
     void *probe_user;
+    int keep_states;     /* keep the recurrent state after each token, for state_rewind (when keeps_states) */
 } tela_forward_out;
 
 /* Per-session state of an architecture, created for a context of n_ctx
@@ -152,6 +153,15 @@ struct tela_arch {
     tela_status (*slot_load)(const tela_model *m, void *state, int slot, const void *src);
     /* Copies KV rows of the paged cache (tela_kv_copy_rows). */
     tela_status (*kv_copy_rows)(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n);
+
+    /* Rolling back within the last forward pass (speculative decoding),
+     * for models with recurrent state; NULL for others (their KV rows need
+     * no rollback). keeps_states: whether a forward with keep_states keeps
+     * every token's state on this state's device; state_rewind: the
+     * recurrent state as after the first n_keep (1..n) tokens of the last
+     * forward pass, which kept its states (TELA_ERR_ARG otherwise). */
+    bool (*keeps_states)(const tela_model *m, const void *state);
+    tela_status (*state_rewind)(const tela_model *m, void *state, int32_t n_keep);
 
     /* The kind of decoder layer l (tela_layer_kind). */
     int (*layer_kind)(const tela_model *m, int layer);

@@ -719,6 +719,18 @@ typedef struct qwen35_state {
     float *x, *xb, *q, *qg, *k, *v, *att, *gate, *cs;
     float *qkv_in, *qkv, *z, *beta, *g, *core;
     tela_model_io io;
+    /* What a forward pass with keep_states keeps (a session on the CPU),
+     * for state_rewind: per GDN layer, the recurrent state after each of
+     * its tokens ([n_gdn][keep_cap][rec_floats]) and the conv inputs, the
+     * kernel-1 before the pass then the pass's ([n_gdn][kernel-1+keep_cap]
+     * [conv_dim]), whose last kernel-1 rows up to a token are the conv
+     * state after it. */
+    float *keep_rec, *keep_conv;
+    int keep_cap;
+    int32_t *keep_idx;           /* host: 0, 1, 2, ... (row lists of tela_exec_copy_rows) */
+    int32_t keep_pos0;           /* the position of the pass's first token */
+    int keep_n;                  /* tokens of the last pass, when it kept them; 0: nothing kept */
+    bool keeping;                /* during such a pass */
 } qwen35_state;
 
 static void qwen35_state_free(void *p) {
@@ -727,7 +739,8 @@ static void qwen35_state_free(void *p) {
     tela_backend *be = tela_exec_backend(s->ex);
     tela_kv_free(s->kv);
     float *bufs[] = {s->conv, s->rec, s->x, s->xb, s->q, s->qg, s->k, s->v, s->att, s->gate,
-                     s->cs, s->qkv_in, s->qkv, s->z, s->beta, s->g, s->core};
+                     s->cs, s->qkv_in, s->qkv, s->z, s->beta, s->g, s->core, s->keep_rec, s->keep_conv};
+    free(s->keep_idx);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(be, bufs[i]);
     tela_model_io_free(&s->io);
     free(s);
@@ -808,6 +821,7 @@ static void qwen35_state_reset(const tela_model *m, void *state) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     if (s->kv) tela_kv_clear(s->ex, s->kv);
+    s->keep_n = 0;
     tela_exec_zero(s->ex, s->conv, (size_t)s->n_seq * Q->n_gdn * s->conv_floats * sizeof(float));
     tela_exec_zero(s->ex, s->rec, (size_t)s->n_seq * Q->n_gdn * s->rec_floats * sizeof(float));
 }
@@ -849,6 +863,7 @@ static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, 
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    s->keep_n = 0;
     TELA_TRY(tela_exec_upload(s->ex, slot_conv(Q, s, slot), src, cb));
     TELA_TRY(tela_exec_upload(s->ex, slot_rec(Q, s, slot), (const unsigned char *)src + cb,
                               (size_t)Q->n_gdn * s->rec_floats * sizeof(float)));
@@ -889,6 +904,7 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     const unsigned char *p = src;
+    s->keep_n = 0;
     if (s->kv) {
         TELA_TRY(tela_kv_load(s->ex, s->kv, n_past, p));
         p += tela_kv_image_bytes(s->kv, n_past);
@@ -900,6 +916,36 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
 }
 
 /* ------------------------------------------------------------- forward */
+
+/* Kept states (state_rewind): on the CPU, for a session's one sequence. */
+static bool qwen35_keeps_states(const tela_model *m, const void *state) {
+    const qwen35_model *Q = m->impl;
+    const qwen35_state *s = state;
+    return Q->n_gdn > 0 && s->n_seq == 1 && tela_backend_get_kind(tela_exec_backend(s->ex)) == TELA_BACKEND_CPU;
+}
+
+/* Room to keep the states of an n-token pass. */
+static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
+    const qwen35_model *Q = m->impl;
+    if (n <= s->keep_cap) return TELA_OK;
+    tela_backend *be = tela_exec_backend(s->ex);
+    tela_backend_free_mem(be, s->keep_rec);
+    tela_backend_free_mem(be, s->keep_conv);
+    free(s->keep_idx);
+    s->keep_rec = s->keep_conv = NULL;
+    s->keep_cap = 0;
+    const int hist = Q->conv_k - 1;
+    const size_t cd = (size_t)conv_dim(Q), ng = (size_t)Q->n_gdn;
+    s->keep_idx = malloc((size_t)(n > hist ? n : hist) * sizeof *s->keep_idx);
+    if (!s->keep_idx) return tela_errorf(TELA_ERR_NOMEM, "qwen35: out of memory");
+    for (int i = 0; i < (n > hist ? n : hist); i++) s->keep_idx[i] = i;
+    TELA_TRY(tela_backend_alloc(be, ng * (size_t)n * s->rec_floats * sizeof(float), "kept recurrent states",
+                                (void **)&s->keep_rec));
+    TELA_TRY(tela_backend_alloc(be, ng * (size_t)(hist + n) * cd * sizeof(float), "kept conv inputs",
+                                (void **)&s->keep_conv));
+    s->keep_cap = n;
+    return TELA_OK;
+}
 
 /* Gated full attention over the batch: x += W_o (attention(q, k, v) *
  * sigmoid(gate)), the projections of rmsnorm(x) * attn_norm. */
@@ -937,6 +983,15 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
     tela_exec_norm_matmul_many(ex, &norm, in, 4, s->x, E, nt);
     const tela_batch_seq one = {0, nt, b->pos0, 0, NULL};
     const tela_batch_seq *seqs = b->seqs ? b->seqs : &one;
+    const int hist = Q->conv_k - 1;
+    const int kt0 = s->keeping ? b->pos0 - s->keep_pos0 : 0; /* this step's first token in the kept pass */
+    float *kconv = s->keeping ? s->keep_conv + (size_t)ly->slot * (size_t)(hist + s->keep_cap) * cd : NULL;
+    if (kconv) { /* a session: one sequence, slot 0 */
+        if (kt0 == 0)
+            tela_exec_copy_rows(ex, kconv, cd, slot_conv(Q, s, 0) + (size_t)ly->slot * s->conv_floats, cd,
+                                s->keep_idx, hist, cd);
+        tela_exec_copy_rows(ex, kconv + (size_t)(hist + kt0) * cd, cd, s->qkv_in, cd, s->keep_idx, nt, cd);
+    }
     for (int i = 0; i < b->n_seq; i++) {
         const tela_batch_seq *q = &seqs[i];
         float *conv_state = slot_conv(Q, s, q->slot) + (size_t)ly->slot * s->conv_floats;
@@ -953,6 +1008,7 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
             .g = s->g + t0 * nv, .z = s->z + t0 * vd, .norm_w = G->norm_b, .eps = Q->eps,
             .state = slot_rec(Q, s, q->slot) + (size_t)ly->slot * s->rec_floats, .out = s->core + t0 * vd,
             .n_tok = q->n_tok, .gates = &gates,
+            .states = s->keeping ? s->keep_rec + ((size_t)ly->slot * s->keep_cap + (size_t)kt0) * s->rec_floats : NULL,
         };
         tela_exec_gdn_delta(ex, &a);
     }
@@ -993,12 +1049,48 @@ static tela_status qwen35_forward(const tela_model *m, void *state, const int32_
     if (n <= 0 || n_past < 0 || n_past > s->n_ctx - n)
         return tela_errorf(TELA_ERR_INTERNAL, "qwen35 forward: %d tokens at position %d do not fit %d", n, n_past,
                            s->n_ctx);
-    return tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out);
+    s->keep_n = 0;
+    if (out->keep_states && qwen35_keeps_states(m, s)) {
+        TELA_TRY(keep_reserve(m, s, n));
+        s->keeping = true;
+        s->keep_pos0 = n_past;
+    }
+    tela_status st = tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out);
+    if (st == TELA_OK && s->keeping) s->keep_n = n;
+    s->keeping = false;
+    return st;
+}
+
+/* The recurrent state after the first n_keep tokens of the last pass: each
+ * GDN layer's kept state of that token, and its conv state (the last
+ * kernel-1 conv inputs up to it). */
+static tela_status qwen35_state_rewind(const tela_model *m, void *state, int32_t n_keep) {
+    const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    if (s->keep_n <= 0 || n_keep < 1 || n_keep > s->keep_n)
+        return tela_errorf(TELA_ERR_ARG, "qwen35: cannot rewind to %d tokens of a pass that kept %d states", n_keep,
+                           s->keep_n);
+    const int hist = Q->conv_k - 1;
+    const int64_t cd = conv_dim(Q);
+    for (int l = 0; l < Q->n_layer; l++) {
+        const qwen35_layer *ly = &Q->layers[l];
+        if (ly->is_attn || ly->slot < 0) continue;
+        const size_t g = (size_t)ly->slot;
+        const float *kc = s->keep_conv + g * (size_t)(hist + s->keep_cap) * cd;
+        tela_exec_copy_rows(s->ex, slot_rec(Q, s, 0) + g * s->rec_floats, (int64_t)s->rec_floats,
+                            s->keep_rec + (g * s->keep_cap + (size_t)(n_keep - 1)) * s->rec_floats,
+                            (int64_t)s->rec_floats, s->keep_idx, 1, (int64_t)s->rec_floats);
+        tela_exec_copy_rows(s->ex, slot_conv(Q, s, 0) + g * s->conv_floats, cd, kc + (size_t)n_keep * cd, cd,
+                            s->keep_idx, hist, cd);
+    }
+    s->keep_n = 0;
+    return tela_exec_sync(s->ex);
 }
 
 static tela_status qwen35_forward_batch(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
                                         float *logits) {
     qwen35_state *s = state;
+    s->keep_n = 0;
     return tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits);
 }
 
@@ -1027,6 +1119,8 @@ const tela_arch tela_arch_qwen35 = {
     .slot_save = qwen35_slot_save,
     .slot_load = qwen35_slot_load,
     .kv_copy_rows = qwen35_kv_copy_rows,
+    .keeps_states = qwen35_keeps_states,
+    .state_rewind = qwen35_state_rewind,
     .layer_kind = qwen35_layer_kind,
     .forward_naive = NULL,
 };

@@ -156,8 +156,18 @@ static tela_status spec_step(gen_ctx *g, spec_bufs *b, int32_t *tok, int32_t n_d
     int32_t verify[TELA_SPEC_MAX_DRAFT + 1]; /* the pending token, then the drafts */
     verify[0] = *tok;
     memcpy(verify + 1, b->drafts, (size_t)n_draft * sizeof *verify);
-    if (tela_session_has_recurrent(s)) TELA_TRY(tela_session_mark(s));
-    TELA_TRY(tela_session_eval_internal(s, verify, n_draft + 1, b->rows, 1, false));
+    /* the rollback: the state after each token kept by the pass (Qwen3.5 on
+     * the CPU), else a mark of the recurrent state (reloaded, the kept
+     * tokens evaluated again), else nothing (KV truncation).
+     * TELA_SPEC_REPLAY=1 takes the mark where states could be kept (to
+     * compare the two, and to test the mark's route on the CPU). */
+    const char *replay = getenv("TELA_SPEC_REPLAY");
+    if (tela_session_keeps_states(s) && !(replay && replay[0] == '1')) {
+        TELA_TRY(tela_session_eval_keep(s, verify, n_draft + 1, b->rows));
+    } else {
+        if (tela_session_has_recurrent(s)) TELA_TRY(tela_session_mark(s));
+        TELA_TRY(tela_session_eval_internal(s, verify, n_draft + 1, b->rows, 1, false));
+    }
     g->res->n_spec_steps++;
     g->res->n_drafted += n_draft;
     int32_t m = 0; /* tokens emitted (and so positions P + 1 .. P + m filled) */

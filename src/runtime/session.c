@@ -91,6 +91,7 @@ tela_status tela_session_create(tela_model *model, const tela_session_params *pa
     s->model = model;
     s->n_ctx = n_ctx;
     s->mark_pos = -1;
+    s->keep_pos = -1;
     s->tokens = calloc((size_t)n_ctx, sizeof *s->tokens);
     s->logits = calloc((size_t)model->info.n_vocab, sizeof *s->logits);
     if (!s->tokens || !s->logits) {
@@ -127,6 +128,7 @@ void tela_session_reset(tela_session *session) {
     session->n_past = 0;
     session->has_logits = false;
     session->mark_pos = -1;
+    session->keep_pos = -1;
 }
 
 /* The checks of an evaluation: ids in the vocabulary, room in the context. */
@@ -157,7 +159,8 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
         all_logits = 0;
     }
     s->has_logits = false;
-    const tela_forward_out out = {dst, all_logits, NULL, NULL, NULL};
+    s->keep_pos = -1;
+    const tela_forward_out out = {dst, all_logits, NULL, NULL, NULL, 0};
     TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
     memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
@@ -173,7 +176,8 @@ tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int
     TELA_TRY(check_eval(s, tokens, n));
     if (n == 0) return tela_errorf(TELA_ERR_ARG, "tela_session_eval_greedy: no tokens");
     s->has_logits = false;
-    const tela_forward_out out = {NULL, 0, pick, NULL, NULL};
+    s->keep_pos = -1;
+    const tela_forward_out out = {NULL, 0, pick, NULL, NULL, 0};
     TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
     memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
@@ -186,7 +190,8 @@ tela_status tela_session_eval_probe(tela_session *s, const int32_t *tokens, int3
     if (n == 0) return TELA_OK;
     if (!probe) return tela_errorf(TELA_ERR_ARG, "tela_session_eval_probe: probe is NULL");
     s->has_logits = false;
-    const tela_forward_out out = {NULL, 0, NULL, probe, user};
+    s->keep_pos = -1;
+    const tela_forward_out out = {NULL, 0, NULL, probe, user, 0};
     TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
     memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
@@ -199,6 +204,27 @@ tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int3
 }
 
 bool tela_session_has_recurrent(const tela_session *s) { return s->model->arch->slot_bytes(s->model) > 0; }
+
+bool tela_session_keeps_states(const tela_session *s) {
+    const tela_arch *a = s->model->arch;
+    return a->keeps_states && a->state_rewind && a->keeps_states(s->model, s->state);
+}
+
+tela_status tela_session_eval_keep(tela_session *s, const int32_t *tokens, int32_t n, float *logits) {
+    TELA_TRY(check_eval(s, tokens, n));
+    if (n == 0) return TELA_OK;
+    s->has_logits = false;
+    s->keep_pos = -1;
+    const tela_forward_out out = {logits, 1, NULL, NULL, NULL, 1};
+    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
+    memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
+    if (tela_session_keeps_states(s)) {
+        s->keep_pos = s->n_past;
+        s->keep_n = n;
+    }
+    s->n_past += n;
+    return TELA_OK;
+}
 
 tela_status tela_session_mark(tela_session *s) {
     const tela_arch *arch = s->model->arch;
@@ -222,6 +248,17 @@ tela_status tela_session_truncate(tela_session *s, int32_t n) {
     if (n == s->n_past) return TELA_OK;
     s->has_logits = false;
     if (s->mark_pos > n) s->mark_pos = -1;
+    if (s->keep_pos >= 0 && n > s->keep_pos && n - s->keep_pos <= s->keep_n) { /* within the kept pass */
+        const tela_status st = s->model->arch->state_rewind(s->model, s->state, n - s->keep_pos);
+        s->keep_pos = -1;
+        if (st != TELA_OK) {
+            tela_session_reset(s);
+            return st;
+        }
+        s->n_past = n;
+        return TELA_OK;
+    }
+    s->keep_pos = -1;
     if (!tela_session_has_recurrent(s)) { /* KV rows past n are never read before they are written again */
         s->n_past = n;
         return TELA_OK;
@@ -309,6 +346,7 @@ tela_status tela_session_restore(tela_session *session, const tela_snapshot *sna
         return tela_errorf(TELA_ERR_ARG, "tela_session_restore: the snapshot's context (%d) differs from the session's (%d)",
                            snap->n_ctx, session->n_ctx);
     session->mark_pos = -1;
+    session->keep_pos = -1;
     tela_status st = session->model->arch->state_load(session->model, session->state, snap->n_past, snap->state);
     if (st != TELA_OK) {
         /* a partly loaded state is no state: start over */

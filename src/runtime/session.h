@@ -22,6 +22,11 @@ struct tela_session {
     int32_t mark_pos;
     void *mark_state;
     size_t mark_bytes;
+    /* The last evaluation kept every token's recurrent state
+     * (tela_session_eval_keep): it covered positions keep_pos ..
+     * keep_pos + keep_n - 1; keep_pos -1 when not. */
+    int32_t keep_pos;
+    int32_t keep_n;
 };
 
 struct tela_snapshot {
@@ -51,14 +56,22 @@ tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int
  * n tokens (n <= n_past): attention-only models just forget the positions
  * past n; others reload the mark (when it is at or before n) and evaluate
  * the tokens from the mark to n again, or, with no usable mark, start over
- * from position 0. The result is bit-identical to having evaluated only
- * those n tokens in the same pieces. The session holds no logits after a
+ * from position 0 (or, right after tela_session_eval_keep, copy the state
+ * it kept). The result is bit-identical to having evaluated only those n
+ * tokens in the same pieces. The session holds no logits after a
  * truncation that changed anything. A truncation below the mark, a reset
  * or a restore drops the mark. */
 tela_status tela_session_mark(tela_session *s);
 tela_status tela_session_truncate(tela_session *s, int32_t n);
 /* Whether truncating costs an evaluation (the model has recurrent state). */
 bool tela_session_has_recurrent(const tela_session *s);
+/* Models with recurrent state whose forward pass can keep the state after
+ * each token (Qwen3.5 on the CPU): tela_session_eval_keep evaluates like
+ * tela_session_eval with every position's logits and keeps them, so that a
+ * truncation to a position within that evaluation (before any other) is a
+ * copy of the kept state, with no mark and no evaluation again. */
+bool tela_session_keeps_states(const tela_session *s);
+tela_status tela_session_eval_keep(tela_session *s, const int32_t *tokens, int32_t n, float *logits);
 
 /* Shared with the engine: the KV precision a kv_type means on the model's
  * device (f16 only on a GPU); the context length n_ctx (0: the default)

@@ -564,7 +564,20 @@ static void gdn_heads_task(void *arg, int ith, int nth) {
             .out = a->out + (size_t)h * a->dv, .out_stride = vd,
         };
         float *S = a->state + (size_t)h * a->dk * a->dv;
-        if (a->n_tok == 1)
+        if (a->states) { /* the state after every token kept: token by token, copied as it goes */
+            const size_t sz = (size_t)a->dk * a->dv;
+            for (int t = 0; t < a->n_tok; t++) {
+                tela_gdn_io one = io;
+                one.q += t * io.qk_stride;
+                one.k += t * io.qk_stride;
+                one.v += t * io.v_stride;
+                one.g += t * io.gb_stride;
+                one.beta += t * io.gb_stride;
+                one.out += t * io.out_stride;
+                tela_gdn_recurrent(&one, 1, S);
+                memcpy(a->states + (size_t)t * a->nv * sz + (size_t)h * sz, S, sz * sizeof(float));
+            }
+        } else if (a->n_tok == 1)
             tela_gdn_recurrent(&io, 1, S);
         else
             tela_gdn_chunked(&io, a->n_tok, S, tela_threadpool_scratch(job->pool, ith));
