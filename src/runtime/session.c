@@ -1,6 +1,7 @@
 /* session.c: sessions (one sequence's state on a shared model: the
  * architecture's KV/recurrent state, the tokens so far, a thread pool),
- * evaluation with the context check, and snapshots. */
+ * evaluation with the context check, snapshots, and rolling back (a mark
+ * of the recurrent state, states kept per token, truncation). */
 #include "runtime/session.h"
 #include "util/error.h"
 
