@@ -4,7 +4,8 @@
 # same greedy ids as plain 'tela run' and report the acceptance on the
 # timing line; a draft of another vocabulary, --draft-max out of range and
 # conflicting options fail with messages; 'tela bench --spec' reports its
-# table; --help documents the options.
+# table; --help documents the options. On the CPU (--device cpu): the
+# exactness checked is the CPU's.
 set -u
 TELA=${TELA_BIN:?TELA_BIN is not set}
 SRC=${TELA_SOURCE_DIR:?TELA_SOURCE_DIR is not set}
@@ -18,11 +19,11 @@ ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 P="And God said, Let there be light: and there was light. And God saw the light, that it was good"
 
-"$TELA" run -m "$M" -p "$P" -n 24 --temp 0 -t 2 --print-ids >"$tmp/plain" 2>"$tmp/plain.err" || bad "plain run: $(cat "$tmp/plain.err")"
+"$TELA" run --device cpu -m "$M" -p "$P" -n 24 --temp 0 -t 2 --print-ids >"$tmp/plain" 2>"$tmp/plain.err" || bad "plain run: $(cat "$tmp/plain.err")"
 for opts in "--spec ngram --draft-max 3" "--spec ngram --draft-max 1 --spec-ngram-min 1 --spec-ngram-max 2" \
             "--draft $D --draft-max 4" "--spec draft --draft $D --draft-max 2"; do
     # shellcheck disable=SC2086
-    if "$TELA" run -m "$M" -p "$P" -n 24 --temp 0 -t 2 --print-ids $opts >"$tmp/spec" 2>"$tmp/spec.err"; then
+    if "$TELA" run --device cpu -m "$M" -p "$P" -n 24 --temp 0 -t 2 --print-ids $opts >"$tmp/spec" 2>"$tmp/spec.err"; then
         cmp -s "$tmp/plain" "$tmp/spec" && ok "run $opts: the plain greedy ids" || bad "run $opts: ids differ"
         grep -Eq "speculative: [0-9]+ of [0-9]+ drafts accepted \([0-9.]+%\), [0-9.]+ tokens per verification step" "$tmp/spec.err" &&
             ok "run $opts: timing line" || bad "run $opts: timing line: $(tail -1 "$tmp/spec.err")"
@@ -32,26 +33,26 @@ for opts in "--spec ngram --draft-max 3" "--spec ngram --draft-max 1 --spec-ngra
 done
 
 # errors: exit status 1 (load/check) or 2 (options), with a message naming the problem
-"$TELA" run -m "$M" -p "$P" -n 4 --draft "$SRC/tests/fixtures/llama/llama-gqa-f32.gguf" >/dev/null 2>"$tmp/e1"
+"$TELA" run --device cpu -m "$M" -p "$P" -n 4 --draft "$SRC/tests/fixtures/llama/llama-gqa-f32.gguf" >/dev/null 2>"$tmp/e1"
 [ $? -eq 1 ] && grep -q "same vocabulary" "$tmp/e1" && ok "a draft of another vocabulary is refused" || bad "vocab mismatch: $(cat "$tmp/e1")"
-"$TELA" run -m "$M" -p "$P" -n 4 --spec ngram --draft-max 16 >/dev/null 2>"$tmp/e2"
+"$TELA" run --device cpu -m "$M" -p "$P" -n 4 --spec ngram --draft-max 16 >/dev/null 2>"$tmp/e2"
 [ $? -eq 2 ] && grep -q "draft-max" "$tmp/e2" && ok "--draft-max 16 is refused" || bad "--draft-max 16: $(cat "$tmp/e2")"
-"$TELA" run -m "$M" -p "$P" -n 4 --spec draft >/dev/null 2>"$tmp/e3"
+"$TELA" run --device cpu -m "$M" -p "$P" -n 4 --spec draft >/dev/null 2>"$tmp/e3"
 [ $? -eq 2 ] && grep -q "needs the draft model" "$tmp/e3" && ok "--spec draft without --draft" || bad "--spec draft: $(cat "$tmp/e3")"
-"$TELA" run -m "$M" -p "$P" -n 4 --spec ngram --draft "$D" >/dev/null 2>"$tmp/e4"
+"$TELA" run --device cpu -m "$M" -p "$P" -n 4 --spec ngram --draft "$D" >/dev/null 2>"$tmp/e4"
 [ $? -eq 2 ] && grep -q "goes with --spec draft" "$tmp/e4" && ok "--draft with --spec ngram" || bad "--draft + ngram: $(cat "$tmp/e4")"
-"$TELA" run -m "$M" -p "$P" -n 4 --spec bogus >/dev/null 2>"$tmp/e5"
+"$TELA" run --device cpu -m "$M" -p "$P" -n 4 --spec bogus >/dev/null 2>"$tmp/e5"
 [ $? -eq 2 ] && grep -q "not ngram, draft or none" "$tmp/e5" && ok "--spec bogus" || bad "--spec bogus: $(cat "$tmp/e5")"
 
 # bench
-if "$TELA" bench -m "$M" -p 0 -n 16 -r 1 -t 2 --draft "$D" --draft-max 1,2 >"$tmp/bench" 2>"$tmp/bench.err"; then
+if "$TELA" bench --device cpu -m "$M" -p 0 -n 16 -r 1 -t 2 --draft "$D" --draft-max 1,2 >"$tmp/bench" 2>"$tmp/bench.err"; then
     grep -Eq "^\| tg16 draft k=2 +\| +[0-9.]+ \| +[0-9.]+% \| +[0-9.]+ \| +[0-9.]+ \| +yes" "$tmp/bench" &&
         ok "bench --draft: a row with acceptance and identical output" || bad "bench rows: $(cat "$tmp/bench")"
     grep -Eq "^\| +3 \| +[0-9.]+ \| +[0-9.]+ \|" "$tmp/bench" && ok "bench: verification cost rows" || bad "bench cost rows: $(cat "$tmp/bench")"
 else
     bad "bench --draft failed: $(cat "$tmp/bench.err")"
 fi
-"$TELA" bench -m "$M" -p 0 -n 8 -r 1 -t 2 --spec ngram --draft-max 2 --json >"$tmp/bj" 2>&1 &&
+"$TELA" bench --device cpu -m "$M" -p 0 -n 8 -r 1 -t 2 --spec ngram --draft-max 2 --json >"$tmp/bj" 2>&1 &&
     grep -q '"acceptance": ' "$tmp/bj" && grep -q '"test": "verify 3"' "$tmp/bj" && ok "bench --json" || bad "bench --json: $(cat "$tmp/bj")"
 
 for cmd in run chat bench; do
