@@ -312,7 +312,9 @@ typedef void (*tela_logits_hook)(void *user, float *logits, int32_t n_vocab, uin
  * last accepted token and the drafts), and the session is rolled back to
  * the last accepted token. The output is the model's own: greedy output is
  * token for token the output without speculation (on the CPU the
- * verification computes the very bits of single steps), and with sampling
+ * verification computes the very bits of single steps; a GPU's multi-token
+ * products round otherwise than its decode steps, so there a near tie may
+ * go the other way: not measured there yet), and with sampling
  * each draft is accepted with probability min(1, p(x)/q(x)) and a rejected
  * one replaced by a draw from norm(max(0, p - q)) (standard speculative
  * rejection sampling), p being the distribution the sampler would draw from
