@@ -65,11 +65,33 @@ static void check_model(const char *path, const char *label, int deltanet) {
     generate(s, prompt, 300, 40, plain);
     tela_session_reset(s);
 
-    const double t0 = now();
-    tela_session_profile_start(s);
-    generate(s, prompt, 300, 40, profiled);
-    char *r = tela_session_profile_report(s, 1);
-    const double wall = now() - t0;
+    /* The phases' coverage of the wall time is a measurement of a 30-50 ms
+     * span: a preemption between two phases (other tests running on the
+     * same two cores) can take more than its 5%. Up to three tries, the
+     * first that covers 95% kept; an accounting error fails all three. */
+    char *r = NULL;
+    double wall = 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (attempt) {
+            tela_session_profile_stop(s);
+            tela_session_reset(s);
+            free(r);
+        }
+        const double t0 = now();
+        tela_session_profile_start(s);
+        generate(s, prompt, 300, 40, profiled);
+        r = tela_session_profile_report(s, 1);
+        wall = now() - t0;
+        cJSON *jj = r ? cJSON_Parse(r) : NULL;
+        const cJSON *pp = jj ? cJSON_GetObjectItem(jj, "profile") : NULL;
+        const cJSON *ph = pp ? cJSON_GetObjectItem(pp, "phases") : NULL;
+        double w = pp ? cJSON_GetObjectItem(pp, "wall_seconds")->valuedouble : 0, covered = 0;
+        for (int i = 0; ph && i < cJSON_GetArraySize(ph); i++)
+            covered += cJSON_GetObjectItem(cJSON_GetArrayItem(ph, i), "seconds")->valuedouble;
+        cJSON_Delete(jj);
+        if (!pp || covered >= 0.95 * w) break;
+        printf("%s: the phases cover %.1f%% of the wall time; measuring again\n", label, 100 * covered / w);
+    }
     CHECK_MSG(!memcmp(plain, profiled, sizeof plain), "%s: profiling changed the generated tokens", label);
     cJSON *j = r ? cJSON_Parse(r) : NULL;
     CHECK_MSG(j != NULL, "%s: the report is not JSON: %s", label, r ? r : "(none)");
