@@ -10,6 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* TEST_QUICK: 1 in an AddressSanitizer build (unoptimized and
+ * instrumented), where the costly tests check less to stay within CI's
+ * time; 0 otherwise. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_QUICK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_QUICK 1
+#endif
+#endif
+#ifndef TEST_QUICK
+#define TEST_QUICK 0
+#endif
+
 static int test_passed_, test_failed_;
 
 /* Test data: a splitmix64 stream, reseeded per test program with

@@ -3,7 +3,9 @@
  * logits row relative to the range of the reference row, and the parity
  * checks against the transformers references of tests/fixtures (every
  * position, then greedy tokens picked on the GPU) and of ../shared's d1
- * models (last positions). Static functions: included by one test each. */
+ * models (last positions); random-weight files made by tela-mkmodel and
+ * tela quantize; cached decode against prefill, graphs against eager
+ * launches, snapshots. Static functions: included by one test each. */
 #ifndef TELA_TEST_CUDA_FIXTURE_H
 #define TELA_TEST_CUDA_FIXTURE_H
 
@@ -12,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "tela/tela.h"
 #include "test.h"
@@ -157,6 +161,98 @@ static void check_shared(const char *name, double tol) {
     tela_model_free(m);
     free(all);
     cJSON_Delete(refs);
+}
+
+
+/* Logits of every position of a prompt evaluated in one call. */
+static float *eval_all(tela_model *m, const int32_t *ids, int n) {
+    const int V = tela_model_get_info(m)->n_vocab;
+    float *v = malloc(sizeof(float) * (size_t)n * V);
+    tela_session *s = NULL;
+    CHECK_OK(tela_session_create(m, NULL, &s));
+    if (s) CHECK_OK(tela_session_eval(s, ids, n, v, 1));
+    tela_session_free(s);
+    return v;
+}
+
+static int run(const char *cmd) {
+    int rc = system(cmd);
+    CHECK_MSG(rc == 0, "command failed (%d): %s", rc, cmd);
+    return rc;
+}
+
+/* A random-weight model file of a tela-mkmodel preset in a weight type
+ * (f32, f16, bf16 from tela-mkmodel; the rest by 'tela quantize' of the
+ * f32 file), made once in dir as STEM-TYPE.gguf; its path into path.
+ * Returns 0 when it is there; nonzero without TELA_BIN or on a failure. */
+static int typed_model(const char *dir, const char *preset, const char *stem, const char *type, char *path,
+                       size_t cap) {
+    const char *bin = getenv("TELA_BIN");
+    if (!bin) return 1;
+    char mk[1200], cmd[4096], base[1300];
+    snprintf(mk, sizeof mk, "%s", bin);
+    char *slash = strrchr(mk, '/');
+    if (!slash) return 1;
+    snprintf(slash + 1, sizeof mk - (size_t)(slash + 1 - mk), "tela-mkmodel");
+    const bool plain = type[0] == 'f' || type[0] == 'b';
+    snprintf(base, sizeof base, "%s/%s-%s.gguf", dir, stem, plain ? type : "f32");
+    if (access(base, R_OK) != 0) {
+        snprintf(cmd, sizeof cmd, "'%s' %s -o '%s' --type %s -q", mk, preset, base, plain ? type : "f32");
+        if (run(cmd)) return 1;
+    }
+    snprintf(path, cap, "%s/%s-%s.gguf", dir, stem, type);
+    if (plain || access(path, R_OK) == 0) return 0;
+    snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' %s > /dev/null 2>&1", bin, base, path, type);
+    return run(cmd);
+}
+
+/* Token-by-token decode of ids[0..n) on m against full (the logits of one
+ * prefill of them): every step within tol of the range; a session with
+ * graphs and one without (TELA_CUDA_GRAPHS=0) give the same bits; a
+ * snapshot after step snap_at, five more steps, a restore and the same
+ * five steps again give the same bits. */
+static void check_decode_steps(tela_model *m, const int32_t *ids, int n, const float *full, int snap_at, double tol,
+                               const char *label) {
+    const int V = tela_model_get_info(m)->n_vocab;
+    tela_session *a = NULL, *b = NULL;
+    CHECK_OK(tela_session_create(m, NULL, &a));
+    setenv("TELA_CUDA_GRAPHS", "0", 1);
+    CHECK_OK(tela_session_create(m, NULL, &b));
+    unsetenv("TELA_CUDA_GRAPHS");
+    float *one = malloc(sizeof(float) * (size_t)V), *eager = malloc(sizeof(float) * (size_t)V);
+    float *after_snap = malloc(sizeof(float) * (size_t)V * 5);
+    double worst = 0;
+    int graph_diff = 0;
+    tela_snapshot *snap = NULL;
+    for (int t = 0; a && b && t < n; t++) {
+        CHECK_OK(tela_session_eval(a, ids + t, 1, one, 0));
+        CHECK_OK(tela_session_eval(b, ids + t, 1, eager, 0));
+        const double e = row_err(one, full + (size_t)t * V, V);
+        if (!(e <= worst)) worst = e;
+        graph_diff += memcmp(one, eager, sizeof(float) * (size_t)V) != 0;
+        if (t == snap_at) CHECK_OK(tela_session_snapshot(a, &snap));
+        if (t > snap_at && t <= snap_at + 5)
+            memcpy(after_snap + (size_t)(t - snap_at - 1) * V, one, sizeof(float) * (size_t)V);
+    }
+    printf("%s: decode vs prefill %.2e of the range\n", label, worst);
+    CHECK_MSG(worst <= tol, "%s: token-by-token decode vs one prefill: %g of the range", label, worst);
+    CHECK_MSG(graph_diff == 0, "%s: %d decode steps differ between graph replay and eager launches", label,
+              graph_diff);
+    if (snap) {
+        CHECK_OK(tela_session_restore(a, snap));
+        int diff = 0;
+        for (int t = snap_at + 1; t <= snap_at + 5 && t < n; t++) {
+            CHECK_OK(tela_session_eval(a, ids + t, 1, one, 0));
+            diff += memcmp(one, after_snap + (size_t)(t - snap_at - 1) * V, sizeof(float) * (size_t)V) != 0;
+        }
+        CHECK_MSG(diff == 0, "%s: %d steps after a restored snapshot differ", label, diff);
+        tela_snapshot_free(snap);
+    }
+    free(after_snap);
+    free(one);
+    free(eager);
+    tela_session_free(a);
+    tela_session_free(b);
 }
 
 #endif

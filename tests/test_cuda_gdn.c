@@ -27,50 +27,15 @@
 
 #include "backend/backend.h"
 #include "test.h"
-
-static tela_backend *gpu;
-static tela_exec *gx;
-
-static void *dmalloc(size_t bytes) {
-    void *p = NULL;
-    if (tela_backend_alloc(gpu, bytes, "test", &p) != TELA_OK) {
-        fprintf(stderr, "%s\n", tela_last_error());
-        exit(1);
-    }
-    return p;
-}
+#include "test_cuda_mem.h"
 
 static void *dcopy(const float *h, size_t n) {
     void *d = dmalloc(n * sizeof(float));
-    CHECK_OK(tela_exec_upload(gx, d, h, n * sizeof(float)));
+    up(d, h, n * sizeof(float));
     return d;
 }
 
-static void down(float *h, const void *d, size_t n) { CHECK_OK(tela_exec_download(gx, h, d, n * sizeof(float))); }
-
-static void poison(void *d, size_t n) {
-    float *p = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) p[i] = NAN;
-    CHECK_OK(tela_exec_upload(gx, d, p, n * sizeof(float)));
-    free(p);
-}
-
-static float *rand_floats(size_t n, float scale) {
-    float *v = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) v[i] = test_gauss() * scale;
-    return v;
-}
-
-/* ||a - b|| / ||b|| over n values; NaN anywhere gives +inf. */
-static double rel_err(const float *a, const double *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        num += (a[i] - b[i]) * (a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
+static void downf(float *h, const void *d, size_t n) { down(h, d, n * sizeof(float)); }
 
 static double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 static double silu_d(double x) { return x / (1.0 + exp(-x)); }
@@ -197,8 +162,8 @@ static void check_delta(const gdn_case *c) {
         t0 += nt;
     }
     float *got = malloc(sizeof(float) * (size_t)n * vd), *got_s = malloc(sizeof(float) * state_n);
-    down(got, d_out, (size_t)n * vd);
-    down(got_s, d_s, state_n);
+    downf(got, d_out, (size_t)n * vd);
+    downf(got_s, d_s, state_n);
     const double e_out = rel_err(got, o, (size_t)n * vd), e_state = rel_err(got_s, S, state_n);
     /* f32 sums of 16..256 products per step, errors that the decay keeps
      * from growing over the sequence */
@@ -277,8 +242,8 @@ static void test_conv(void) {
     float *o = malloc(sizeof(float) * (size_t)n * os), *got = malloc(sizeof(float) * (size_t)n * C);
     float *got_st = malloc(sizeof(float) * (size_t)hist * C);
     double *ref_st = malloc(sizeof(double) * (size_t)hist * C);
-    down(o, d_o, (size_t)n * os);
-    down(got_st, d_st, (size_t)hist * C);
+    downf(o, d_o, (size_t)n * os);
+    downf(got_st, d_st, (size_t)hist * C);
     for (int t = 0; t < n; t++) memcpy(got + (size_t)t * C, o + (size_t)t * os, sizeof(float) * C);
     for (int r = 0; r < hist; r++)
         for (int c = 0; c < C; c++) ref_st[r * C + c] = x[(size_t)(n - hist + r) * xs + c];
@@ -318,9 +283,9 @@ static void test_gates(void) {
     float *d_qkv = dcopy(qkv, (size_t)nt * qs), *d_b = dcopy(beta, (size_t)nt * nv), *d_g = dcopy(g, (size_t)nt * nv);
     float *d_a = dcopy(a, nv), *d_dt = dcopy(dt, nv);
     tela_exec_gdn_gates(gx, d_qkv, qs, 2 * nk, dk, d_b, d_g, nv, nt, d_a, d_dt, eps);
-    down(qkv, d_qkv, (size_t)nt * qs);
-    down(beta, d_b, (size_t)nt * nv);
-    down(g, d_g, (size_t)nt * nv);
+    downf(qkv, d_qkv, (size_t)nt * qs);
+    downf(beta, d_b, (size_t)nt * nv);
+    downf(g, d_g, (size_t)nt * nv);
     const double eq = rel_err(qkv, rq, (size_t)nt * qs), eb = rel_err(beta, rb, (size_t)nt * nv);
     const double eg = rel_err(g, rg, (size_t)nt * nv);
     printf("gates: q/k %.2e, beta %.2e, g %.2e\n", eq, eb, eg);
@@ -336,7 +301,7 @@ static void test_gates(void) {
                 j < n ? o[(size_t)i * 2 * n + j] * sigmoid_d(o[(size_t)i * 2 * n + n + j]) : o[(size_t)i * 2 * n + j];
     float *d_o = dcopy(o, (size_t)rows * 2 * n);
     tela_exec_sigmoid_gate(gx, d_o, 2 * n, d_o + n, 2 * n, rows, n);
-    down(r, d_o, (size_t)rows * 2 * n);
+    downf(r, d_o, (size_t)rows * 2 * n);
     const double e = rel_err(r, ro, (size_t)rows * 2 * n);
     CHECK_MSG(e <= 1e-6, "sigmoid gate: off by %g", e);
     void *bufs[] = {d_qkv, d_b, d_g, d_a, d_dt, d_o};

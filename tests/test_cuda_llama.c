@@ -35,12 +35,6 @@
 
 static char dir[1024];
 
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    CHECK_MSG(rc == 0, "command failed (%d): %s", rc, cmd);
-    return rc;
-}
-
 /* Last-position logits after a prompt, on a model. */
 static float *last_logits(tela_model *m, const int32_t *ids, int n) {
     const int V = tela_model_get_info(m)->n_vocab;
@@ -53,31 +47,13 @@ static float *last_logits(tela_model *m, const int32_t *ids, int n) {
 }
 
 static void check_types(const char *tmp) {
-    const char *bin = getenv("TELA_BIN");
-    if (!bin) return;
-    char mk[1200], cmd[4096], base[1200];
-    snprintf(mk, sizeof mk, "%s", bin);
-    char *slash = strrchr(mk, '/');
-    if (!slash) return;
-    snprintf(slash + 1, sizeof mk - (size_t)(slash + 1 - mk), "tela-mkmodel");
     int32_t ids[50];
     for (int i = 0; i < 50; i++) ids[i] = (i * 37 + 11) % 512;
     const char *types[] = {"f32", "f16", "bf16", "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K"};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const char *t = types[ti];
-        bool plain = t[0] == 'f' || t[0] == 'b';
-        snprintf(base, sizeof base, "%s/tiny-%s.gguf", tmp, plain ? t : "f32");
-        if (access(base, R_OK) != 0) {
-            snprintf(cmd, sizeof cmd, "'%s' llama-tiny -o '%s' --type %s -q", mk, base, plain ? t : "f32");
-            if (run(cmd)) continue;
-        }
         char path[1300];
-        snprintf(path, sizeof path, "%s", base);
-        if (!plain) {
-            snprintf(path, sizeof path, "%s/tiny-%s.gguf", tmp, t);
-            snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' %s > /dev/null 2>&1", bin, base, path, t);
-            if (run(cmd)) continue;
-        }
+        if (typed_model(tmp, "llama-tiny", "tiny", t, path, sizeof path)) continue;
         for (int exact = 1; exact >= 0; exact--) {
             tela_ops_set_exact_matmul(exact);
             tela_model *g = load_on(path, "cuda"), *c = load_on(path, "cpu");
@@ -115,54 +91,14 @@ static void check_session(const char *tmp) {
     if (access(path, R_OK) != 0) return;
     tela_model *m = load_on(path, "cuda");
     if (!m) return;
-    const int V = tela_model_get_info(m)->n_vocab, N = 40;
+    const int N = 40;
     int32_t ids[40];
     for (int i = 0; i < N; i++) ids[i] = (i * 91 + 5) % 512;
     for (int exact = 1; exact >= 0; exact--) {
         tela_ops_set_exact_matmul(exact);
-        tela_session *a = NULL, *b = NULL;
-        CHECK_OK(tela_session_create(m, NULL, &a));
-        setenv("TELA_CUDA_GRAPHS", "0", 1);
-        CHECK_OK(tela_session_create(m, NULL, &b));
-        unsetenv("TELA_CUDA_GRAPHS");
-        if (!a || !b) return;
-        float *full = malloc(sizeof(float) * (size_t)N * V), *one = malloc(sizeof(float) * (size_t)V);
-        float *eager = malloc(sizeof(float) * (size_t)V);
-        CHECK_OK(tela_session_eval(a, ids, N, full, 1));
-        tela_session_reset(a);
-        double worst = 0;
-        int graph_diff = 0;
-        tela_snapshot *snap = NULL;
-        float *after_snap = malloc(sizeof(float) * (size_t)V * 5);
-        for (int t = 0; t < N; t++) {
-            CHECK_OK(tela_session_eval(a, ids + t, 1, one, 0));
-            CHECK_OK(tela_session_eval(b, ids + t, 1, eager, 0));
-            double e = row_err(one, full + (size_t)t * V, V);
-            if (!(e <= worst)) worst = e;
-            graph_diff += memcmp(one, eager, sizeof(float) * (size_t)V) != 0;
-            if (t == 29) CHECK_OK(tela_session_snapshot(a, &snap));
-            if (t >= 30 && t < 35) memcpy(after_snap + (size_t)(t - 30) * V, one, sizeof(float) * (size_t)V);
-        }
-        CHECK_MSG(worst <= (exact ? 1e-5 : 2e-2), "cuda %s: cached decode vs one prefill: %g of the range",
-                  exact ? "exact" : "fast", worst);
-        CHECK_MSG(graph_diff == 0, "cuda %s: %d decode steps differ between graph replay and eager launches",
-                  exact ? "exact" : "fast", graph_diff);
-        if (snap) {
-            CHECK_OK(tela_session_restore(a, snap));
-            int diff = 0;
-            for (int t = 30; t < 35; t++) {
-                CHECK_OK(tela_session_eval(a, ids + t, 1, one, 0));
-                diff += memcmp(one, after_snap + (size_t)(t - 30) * V, sizeof(float) * (size_t)V) != 0;
-            }
-            CHECK_MSG(diff == 0, "cuda: %d steps after a restored snapshot differ", diff);
-            tela_snapshot_free(snap);
-        }
-        free(after_snap);
+        float *full = eval_all(m, ids, N);
+        check_decode_steps(m, ids, N, full, 29, exact ? 1e-5 : 2e-2, exact ? "cuda llama exact" : "cuda llama fast");
         free(full);
-        free(one);
-        free(eager);
-        tela_session_free(a);
-        tela_session_free(b);
     }
     tela_ops_set_exact_matmul(false);
     /* a context whose KV cache cannot fit: an error with the numbers; the

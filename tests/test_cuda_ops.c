@@ -22,46 +22,11 @@
 #include "backend/backend.h"
 #include "quant/quant.h"
 #include "test.h"
+#include "test_cuda_mem.h"
 #include "util/fp16.h"
 
-static tela_backend *gpu, *cpu;
-static tela_exec *gx, *cx;
-
-static void *dmalloc(size_t bytes) {
-    void *p = NULL;
-    if (tela_backend_alloc(gpu, bytes, "test", &p) != TELA_OK) {
-        fprintf(stderr, "%s\n", tela_last_error());
-        exit(1);
-    }
-    return p;
-}
-
-static void up(void *d, const void *h, size_t bytes) { CHECK_OK(tela_exec_upload(gx, d, h, bytes)); }
-static void down(void *h, const void *d, size_t bytes) { CHECK_OK(tela_exec_download(gx, h, d, bytes)); }
-
-static void poison(void *d, size_t n_floats) {
-    float *p = malloc(n_floats * sizeof(float));
-    for (size_t i = 0; i < n_floats; i++) p[i] = NAN;
-    up(d, p, n_floats * sizeof(float));
-    free(p);
-}
-
-static float *rand_floats(size_t n, float scale) {
-    float *v = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) v[i] = test_gauss() * scale;
-    return v;
-}
-
-/* ||a - b|| / ||b|| over n values; NaN anywhere gives +inf. */
-static double rel_err(const float *a, const double *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        num += (a[i] - b[i]) * (a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
+static tela_backend *cpu;
+static tela_exec *cx;
 
 /* A random matrix of a type: stored bytes (host) and its dequantized
  * values (the reference). */

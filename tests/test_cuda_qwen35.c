@@ -30,58 +30,15 @@
 #include "backend/backend.h"
 #include "test_cuda_fixture.h"
 
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    CHECK_MSG(rc == 0, "command failed (%d): %s", rc, cmd);
-    return rc;
-}
-
-/* Logits of every position of a prompt evaluated in one call. */
-static float *eval_all(tela_model *m, const int32_t *ids, int n) {
-    const int V = tela_model_get_info(m)->n_vocab;
-    float *v = malloc(sizeof(float) * (size_t)n * V);
-    tela_session *s = NULL;
-    CHECK_OK(tela_session_create(m, NULL, &s));
-    if (s) CHECK_OK(tela_session_eval(s, ids, n, v, 1));
-    tela_session_free(s);
-    return v;
-}
-
-/* tela-mkmodel's path next to TELA_BIN (NULL without it). */
-static const char *mkmodel_path(void) {
-    static char mk[1200];
-    const char *bin = getenv("TELA_BIN");
-    if (!bin) return NULL;
-    snprintf(mk, sizeof mk, "%s", bin);
-    char *slash = strrchr(mk, '/');
-    if (!slash) return NULL;
-    snprintf(slash + 1, sizeof mk - (size_t)(slash + 1 - mk), "tela-mkmodel");
-    return mk;
-}
-
 /* qwen3.5-tiny as each type, GPU against the CPU: the last 10 positions. */
 static void check_types(const char *tmp) {
-    const char *mk = mkmodel_path(), *bin = getenv("TELA_BIN");
-    if (!mk) return;
-    char cmd[4096], base[1200];
     int32_t ids[90];
     for (int i = 0; i < 90; i++) ids[i] = (i * 53 + 7) % 512;
     const char *types[] = {"f32", "f16", "Q8_0", "Q6_K", "Q4_K_M"};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const char *t = types[ti];
-        const bool plain = t[0] == 'f';
-        snprintf(base, sizeof base, "%s/q35-%s.gguf", tmp, plain ? t : "f32");
-        if (access(base, R_OK) != 0) {
-            snprintf(cmd, sizeof cmd, "'%s' qwen3.5-tiny -o '%s' --type %s -q", mk, base, plain ? t : "f32");
-            if (run(cmd)) continue;
-        }
         char path[1300];
-        snprintf(path, sizeof path, "%s", base);
-        if (!plain) {
-            snprintf(path, sizeof path, "%s/q35-%s.gguf", tmp, t);
-            snprintf(cmd, sizeof cmd, "'%s' quantize '%s' '%s' %s > /dev/null 2>&1", bin, base, path, t);
-            if (run(cmd)) continue;
-        }
+        if (typed_model(tmp, "qwen3.5-tiny", "q35", t, path, sizeof path)) continue;
         if (!strcmp(t, "Q4_K_M")) {
             tela_model_params mp = tela_model_default_params();
             mp.device = "cuda";
@@ -131,14 +88,10 @@ static void check_session(const char *tmp) {
     for (int exact = 1; exact >= 0; exact--) {
         tela_ops_set_exact_matmul(exact);
         const char *mode = exact ? "exact" : "fast";
-        tela_session *a = NULL, *b = NULL;
+        tela_session *a = NULL;
         CHECK_OK(tela_session_create(m, NULL, &a));
-        setenv("TELA_CUDA_GRAPHS", "0", 1);
-        CHECK_OK(tela_session_create(m, NULL, &b));
-        unsetenv("TELA_CUDA_GRAPHS");
-        if (!a || !b) return;
-        float *full = malloc(sizeof(float) * (size_t)N * V), *one = malloc(sizeof(float) * (size_t)V);
-        float *eager = malloc(sizeof(float) * (size_t)V), *parts = malloc(sizeof(float) * (size_t)N * V);
+        if (!a) return;
+        float *full = malloc(sizeof(float) * (size_t)N * V), *parts = malloc(sizeof(float) * (size_t)N * V);
         CHECK_OK(tela_session_eval(a, ids, N, full, 1));
         /* the same prompt in steps of 37, 1, 26 and 36 tokens */
         tela_session_reset(a);
@@ -153,45 +106,13 @@ static void check_session(const char *tmp) {
             const double e = row_err(parts + (size_t)t * V, full + (size_t)t * V, V);
             if (!(e <= worst_parts)) worst_parts = e;
         }
+        printf("qwen35 cuda %s: prefill in steps %.2e of the range\n", mode, worst_parts);
         CHECK_MSG(worst_parts <= (exact ? 1e-5 : 2e-2), "qwen35 cuda %s: prefill in steps vs one: %g of the range",
                   mode, worst_parts);
-        tela_session_reset(a);
-        double worst = 0;
-        int graph_diff = 0;
-        tela_snapshot *snap = NULL;
-        float *after_snap = malloc(sizeof(float) * (size_t)V * 5);
-        for (int t = 0; t < N; t++) {
-            CHECK_OK(tela_session_eval(a, ids + t, 1, one, 0));
-            CHECK_OK(tela_session_eval(b, ids + t, 1, eager, 0));
-            const double e = row_err(one, full + (size_t)t * V, V);
-            if (!(e <= worst)) worst = e;
-            graph_diff += memcmp(one, eager, sizeof(float) * (size_t)V) != 0;
-            if (t == 69) CHECK_OK(tela_session_snapshot(a, &snap));
-            if (t >= 70 && t < 75) memcpy(after_snap + (size_t)(t - 70) * V, one, sizeof(float) * (size_t)V);
-        }
-        printf("qwen35 cuda %s: decode vs prefill %.2e, prefill in steps %.2e of the range\n", mode, worst,
-               worst_parts);
-        CHECK_MSG(worst <= (exact ? 1e-5 : 2e-2), "qwen35 cuda %s: token-by-token decode vs one prefill: %g", mode,
-                  worst);
-        CHECK_MSG(graph_diff == 0, "qwen35 cuda %s: %d decode steps differ between graph replay and eager launches",
-                  mode, graph_diff);
-        if (snap) {
-            CHECK_OK(tela_session_restore(a, snap));
-            int diff = 0;
-            for (int t = 70; t < 75; t++) {
-                CHECK_OK(tela_session_eval(a, ids + t, 1, one, 0));
-                diff += memcmp(one, after_snap + (size_t)(t - 70) * V, sizeof(float) * (size_t)V) != 0;
-            }
-            CHECK_MSG(diff == 0, "qwen35 cuda: %d steps after a restored snapshot differ", diff);
-            tela_snapshot_free(snap);
-        }
-        free(after_snap);
+        tela_session_free(a);
+        check_decode_steps(m, ids, N, full, 69, exact ? 1e-5 : 2e-2, exact ? "qwen35 cuda exact" : "qwen35 cuda fast");
         free(full);
         free(parts);
-        free(one);
-        free(eager);
-        tela_session_free(a);
-        tela_session_free(b);
     }
     tela_ops_set_exact_matmul(false);
     tela_model_free(m);

@@ -31,20 +31,10 @@
 #include "test.h"
 #include "util/fp16.h"
 
-/* Under the sanitizers (unoptimized, instrumented) every logit row of the
- * d1 model's 151936-token vocabulary is costly: check fewer positions and
- * greedy steps there, to stay within CI's time; the numbers are checked in
- * the normal build. */
-#if defined(__SANITIZE_ADDRESS__)
-#define TEST_QUICK 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_QUICK 1
-#endif
-#endif
-#ifndef TEST_QUICK
-#define TEST_QUICK 0
-#endif
+/* Under the sanitizers (TEST_QUICK) every logit row of the d1 model's
+ * 151936-token vocabulary is costly: fewer positions and greedy steps are
+ * checked there, to stay within CI's time; the numbers are checked in the
+ * normal build. */
 
 /* ------------------------------------------------------------ helpers */
 

@@ -37,16 +37,6 @@
 #include "tela/tela.h"
 #include "test.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TEST_QUICK 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_QUICK 1
-#endif
-#endif
-#ifndef TEST_QUICK
-#define TEST_QUICK 0
-#endif
 
 static char src_dir[1024];
 

@@ -36,10 +36,9 @@ void cli_print_sampling_help(FILE *f) {
             (double)d.repeat_penalty, d.repeat_last_n);
 }
 
-int cli_parse_sampling(const char *cmd, const char *opt, const char *val, tela_sampler_params *sp, uint64_t *seed,
-                       int *have_seed) {
-    static const char *const names[] = {"--top-k", "--repeat-last-n", "--seed", "--temp", "--top-p", "--min-p",
-                                        "--repeat-penalty", "--frequency-penalty", "--presence-penalty", NULL};
+/* Whether opt is one of names (NULL-terminated): 0 if not, -1 (after a
+ * message) if it is but has no value, 1 if it is. */
+static int option_in(const char *cmd, const char *opt, const char *val, const char *const *names) {
     int known = 0;
     for (const char *const *o = names; *o; o++) known |= !strcmp(opt, *o);
     if (!known) return 0;
@@ -47,6 +46,15 @@ int cli_parse_sampling(const char *cmd, const char *opt, const char *val, tela_s
         fprintf(stderr, "tela %s: %s needs a value (see tela %s --help)\n", cmd, opt, cmd);
         return -1;
     }
+    return 1;
+}
+
+int cli_parse_sampling(const char *cmd, const char *opt, const char *val, tela_sampler_params *sp, uint64_t *seed,
+                       int *have_seed) {
+    static const char *const names[] = {"--top-k", "--repeat-last-n", "--seed", "--temp", "--top-p", "--min-p",
+                                        "--repeat-penalty", "--frequency-penalty", "--presence-penalty", NULL};
+    const int known = option_in(cmd, opt, val, names);
+    if (known <= 0) return known;
     long long iv;
     double fv;
     if (!strcmp(opt, "--top-k")) {
@@ -201,13 +209,8 @@ void cli_print_spec_help(FILE *f) {
 int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_params *sp, const char **draft_path) {
     static const char *const names[] = {"--spec", "--draft", "--draft-max", "--spec-ngram-min", "--spec-ngram-max",
                                         NULL};
-    int known = 0;
-    for (const char *const *o = names; *o; o++) known |= !strcmp(opt, *o);
-    if (!known) return 0;
-    if (!val) {
-        fprintf(stderr, "tela %s: %s needs a value (see tela %s --help)\n", cmd, opt, cmd);
-        return -1;
-    }
+    const int known = option_in(cmd, opt, val, names);
+    if (known <= 0) return known;
     long long v;
     if (!strcmp(opt, "--spec")) {
         if (!strcmp(val, "ngram")) sp->method = TELA_SPEC_NGRAM;

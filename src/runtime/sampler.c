@@ -212,16 +212,25 @@ static double temp_max(const candidate *c, size_t n, double inv_t) {
     return mx;
 }
 
+/* final_candidates into a buffer of its own (*c, malloc'd; NULL when the
+ * pick is greedy: no temperature). */
+static tela_status sampler_candidates(const tela_sampler_params *p, float *logits, int32_t n_vocab,
+                                      const int32_t *history, size_t n_history, candidate **c, size_t *n,
+                                      int32_t *greedy) {
+    *c = p->temperature > 0.0f ? malloc((size_t)n_vocab * sizeof **c) : NULL;
+    if (p->temperature > 0.0f && !*c) return tela_errorf(TELA_ERR_NOMEM, "sampler: out of memory");
+    return final_candidates(p, logits, n_vocab, history, n_history, *c, n, greedy);
+}
+
 tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_t n_vocab, const int32_t *history,
                         size_t n_history, uint64_t step, int32_t *out_token) {
     if (!params || !logits || !out_token || n_vocab <= 0 || (n_history && !history))
         return tela_errorf(TELA_ERR_ARG, "tela_sample: bad arguments");
     const tela_sampler_params *p = params;
-    candidate *c = p->temperature > 0.0f ? malloc((size_t)n_vocab * sizeof *c) : NULL;
-    if (p->temperature > 0.0f && !c) return tela_errorf(TELA_ERR_NOMEM, "sampler: out of memory");
+    candidate *c = NULL;
     size_t n = 0;
     int32_t greedy = -1;
-    tela_status st = final_candidates(p, logits, n_vocab, history, n_history, c, &n, &greedy);
+    tela_status st = sampler_candidates(p, logits, n_vocab, history, n_history, &c, &n, &greedy);
     if (st != TELA_OK || greedy >= 0) {
         free(c);
         if (st == TELA_OK) *out_token = greedy;
@@ -254,11 +263,10 @@ tela_status tela_sampler_dist(const tela_sampler_params *params, float *logits, 
         return tela_errorf(TELA_ERR_ARG, "tela_sampler_dist: bad arguments");
     *n_out = 0;
     const tela_sampler_params *p = params;
-    candidate *c = p->temperature > 0.0f ? malloc((size_t)n_vocab * sizeof *c) : NULL;
-    if (p->temperature > 0.0f && !c) return tela_errorf(TELA_ERR_NOMEM, "sampler: out of memory");
+    candidate *c = NULL;
     size_t n = 0;
     int32_t greedy = -1;
-    tela_status st = final_candidates(p, logits, n_vocab, history, n_history, c, &n, &greedy);
+    tela_status st = sampler_candidates(p, logits, n_vocab, history, n_history, &c, &n, &greedy);
     if (st != TELA_OK || greedy >= 0) {
         free(c);
         if (st == TELA_OK) {
