@@ -27,6 +27,15 @@ Stages
      llama-perplexity's rules, measured by transformers' LlamaForCausalLM
      loaded from that checkpoint (and by this script's own model, as a check).
 
+--arch qwen35 trains a Qwen3.5 hybrid instead (qwen35_model.py: Gated
+DeltaNet and gated attention layers, 3 : 1) with its multi-token-prediction
+block trained jointly (loss = main + mtp_weight * step 1 + mtp2_weight *
+step 2, the chained step an engine drafts with); --tokenizer-from GGUF
+takes the tokenizer of an existing model (the shipped Llama demo) instead of
+training one, so the two models share a vocabulary. Its export also writes
+mtp-reference.json/.f32: main and MTP logits of the model at a few
+positions, the reference of tela's MTP test.
+
 --byte-tokenizer replaces stage 1 by a plain byte vocabulary (no merges) and
 works without HF tokenizers/transformers; with --cpu --tiny it is a dry run
 of the whole pipeline on a laptop-class CPU.
@@ -42,6 +51,9 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import qwen35_model as qm  # noqa: E402
 
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"]
 BOS, EOS, IM_START, IM_END = 0, 1, 2, 3
@@ -143,6 +155,42 @@ def train_bpe(train_path, vocab_size):
     # the post-processor adds BOS, as Llama 3's does
     assert final.encode("In the beginning").ids[0] == BOS
     return tj, encode
+
+
+def gguf_tokenizer(path):
+    """The vocabulary and merges of a GGUF file (tokenizer.ggml.tokens /
+    .merges), laid out as tokenizer_json_skeleton does (the file was made
+    from such a tokenizer.json by tela convert)."""
+    import struct
+    f = open(path, "rb")
+    rd = lambda fmt: struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+    if f.read(4) != b"GGUF":
+        raise SystemExit("%s is not a GGUF file" % path)
+    rd("I")
+    rd("Q")
+    n_kv = rd("Q")
+    rstr = lambda: f.read(rd("Q")).decode("utf-8")
+    sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+    def value(t):
+        if t == 8:
+            return rstr()
+        if t == 9:
+            et, n = rd("I"), rd("Q")
+            return [value(et) for _ in range(n)]
+        return rd(sizes[t])
+    kv = {}
+    for _ in range(n_kv):
+        k = rstr()
+        kv[k] = value(rd("I"))
+    tokens, merges = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.merges"]
+    vocab = {t: i for i, t in enumerate(tokens) if not (t.startswith("[PAD") and t.endswith("]"))}
+    for i, s in enumerate(SPECIALS):
+        assert tokens[i] == s, "token %d of %s is %r, not %s" % (i, path, tokens[i], s)
+    from tokenizers import Tokenizer
+    tj = tokenizer_json_skeleton(vocab, merges)
+    final = Tokenizer.from_str(json.dumps(tj))
+    return tj, (lambda text: final.encode(text, add_special_tokens=False).ids)
 
 
 def tokenizer_config(ctx):
@@ -268,6 +316,10 @@ class Llama(nn.Module):
 
 
 def model_config(a, vocab_size):
+    if a.arch == "qwen35":
+        return qm.config(vocab_size, a.hidden, a.ff, a.layers, a.heads, a.kv_heads, a.head_dim or a.hidden // a.heads,
+                         a.ctx, a.linear_k_heads, a.linear_v_heads, a.linear_dim, a.linear_dim, a.mtp_layers, BOS,
+                         EOS)
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "vocab_size": vocab_size, "hidden_size": a.hidden, "intermediate_size": a.ff,
@@ -367,6 +419,8 @@ def prepare(a, out):
     t = time.time()
     if a.byte_tokenizer:
         tj, encode = byte_tokenizer()
+    elif a.tokenizer_from:
+        tj, encode = gguf_tokenizer(a.tokenizer_from)
     else:
         tj, encode = train_bpe(os.path.join(a.data, "train.txt") if not a.tiny else write_tmp(out, train_text), a.vocab)
     n_vocab = max(max(tj["model"]["vocab"].values()), max(x["id"] for x in tj["added_tokens"])) + 1
@@ -432,7 +486,8 @@ def worker(a, wcfg):
     chat = data["chat"].long().to(dev)
     ctx, B = a.ctx, a.batch
     n_chat = B // 8 if len(chat) else 0
-    model = Llama(c, wcfg["dropout"]).to(dev)
+    model = make_model(c, wcfg["dropout"]).to(dev)
+    use_mtp = isinstance(model, qm.Qwen35) and model.mtp is not None
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt_kw = {"fused": True} if dev == "cuda" else {}
@@ -452,18 +507,36 @@ def worker(a, wcfg):
     amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if dev == "cuda" else \
         (lambda: torch.autocast("cpu", enabled=False))
 
+    mtp_val = {}
+
     @torch.no_grad()
     def val_loss():
+        """The main model's loss (second halves); with MTP, also how often
+        each MTP step's greedy guess equals the main model's greedy pick
+        there (greedy speculative decoding's acceptance), in mtp_val."""
         model.eval()
         tot, n = 0.0, 0
+        agree, cnt = [0, 0], [0, 0]
         for i in range(0, nv, 32):
             x = vwin[i:i + 32]
             with amp():
-                lg = model(x)
+                if use_mtp:
+                    h = model.hidden(x)
+                    lg = model.head(h)
+                    ml, _ = model.mtp_forward(x, h, steps=2)
+                else:
+                    lg = model(x)
             lp = F.cross_entropy(lg[:, first:ctx - 1].float().reshape(-1, lg.shape[-1]),
                                  x[:, first + 1:].reshape(-1), reduction="sum")
             tot += lp.item()
             n += x.shape[0] * (ctx - first - 1)
+            if use_mtp:
+                pick = lg.argmax(-1)  # pick[:, t] guesses x[t + 1]
+                for s_, m in enumerate(ml):  # step s_ + 1, row i guesses x[i + 2 + s_] = pick[:, i + 1 + s_]
+                    agree[s_] += (m.argmax(-1) == pick[:, 1 + s_:]).sum().item()
+                    cnt[s_] += m.shape[0] * m.shape[1]
+        if use_mtp:
+            mtp_val["agree1"], mtp_val["agree2"] = agree[0] / cnt[0], agree[1] / cnt[1]
         model.train()
         return tot / n
 
@@ -503,8 +576,17 @@ def worker(a, wcfg):
                 x = x_text
             inp, tgt = x[:, :-1].clamp(min=0), x[:, 1:]
             with amp():
-                lg = model(inp)
+                if use_mtp:
+                    h = model.hidden(inp)
+                    lg = model.head(h)
+                    ml, _ = model.mtp_forward(inp, h, steps=2)
+                else:
+                    lg = model(inp)
             loss = F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), tgt.reshape(-1), ignore_index=-1)
+            if use_mtp:
+                ce = lambda l, t: F.cross_entropy(l.float().reshape(-1, l.shape[-1]), t.reshape(-1), ignore_index=-1)
+                main_loss = loss
+                loss = loss + a.mtp_weight * ce(ml[0], x[:, 2:]) + a.mtp2_weight * ce(ml[1], x[:, 3:])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -512,14 +594,18 @@ def worker(a, wcfg):
             step += 1
             if step % eval_every == 0 or step == total:
                 vl = val_loss()
-                hist["val"].append([step, round(loss.item(), 4), round(vl, 4)])
+                hist["val"].append([step, round((main_loss if use_mtp else loss).item(), 4), round(vl, 4)] +
+                                   ([round(mtp_val["agree1"], 4), round(mtp_val["agree2"], 4)] if use_mtp else []))
                 if vl < best:
                     best = vl
                     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
                     hist["best_step"] = step
+                    if use_mtp:
+                        hist["best_mtp_agree"] = [mtp_val["agree1"], mtp_val["agree2"]]
                 if step % (eval_every * 4) == 0 or step == total:
-                    log("%s: step %d/%d epoch %.1f lr %.2e train %.4f valid %.4f (ppl %.2f) best %.4f" % (
-                        name, step, total, step / steps_per_epoch, lr, loss.item(), vl, math.exp(vl), best))
+                    log("%s: step %d/%d epoch %.1f lr %.2e train %.4f valid %.4f (ppl %.2f) best %.4f%s" % (
+                        name, step, total, step / steps_per_epoch, lr, loss.item(), vl, math.exp(vl), best,
+                        " mtp agree %.3f %.3f" % (mtp_val["agree1"], mtp_val["agree2"]) if use_mtp else ""))
     except Exception as e:  # keep what was learnt (e.g. out of memory)
         hist["error"] = repr(e)
         log("%s: stopped by %r" % (name, e))
@@ -560,10 +646,14 @@ def save_safetensors(path, tensors):
             f.write(b)
 
 
+def make_model(c, dropout=0.0):
+    return qm.Qwen35(c, dropout) if c["model_type"].startswith("qwen3_5") else Llama(c, dropout)
+
+
 def export(a, tj, cfg, ids, results):
     dev = "cuda" if torch.cuda.is_available() and not a.cpu else "cpu"
     hists = []
-    for w in range(len(GRID if not a.tiny else TINY_GRID)):
+    for w in range(len(grid(a))):
         p = os.path.join(a.out, "work", "w%d.json" % w)
         if os.path.exists(p):
             hists.append(json.load(open(p)))
@@ -583,21 +673,31 @@ def export(a, tj, cfg, ids, results):
     json.dump(tokenizer_config(a.ctx), open(os.path.join(hf, "tokenizer_config.json"), "w"), indent=1)
     json.dump(cfg, open(os.path.join(hf, "config.json"), "w"), indent=1)
     json.dump({"bos_token_id": BOS, "eos_token_id": [EOS, IM_END]}, open(os.path.join(hf, "generation_config.json"), "w"))
+    qwen = cfg["model_type"].startswith("qwen3_5")
     try:  # transformers' own config.json, the canonical form for its version
-        from transformers import LlamaConfig
-        tc = LlamaConfig(**{k: v for k, v in cfg.items()
-                            if k not in ("architectures", "model_type", "dtype", "rope_theta")})
-        tc.architectures = ["LlamaForCausalLM"]
+        if qwen:
+            try:
+                from transformers import Qwen3_5TextConfig as Cfg
+            except ImportError:
+                from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig as Cfg
+        else:
+            from transformers import LlamaConfig as Cfg
+        tc = Cfg(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "dtype", "rope_theta")})
+        tc.architectures = cfg["architectures"]
         tc.save_pretrained(hf)
         c2 = json.load(open(os.path.join(hf, "config.json")))
         c2["dtype"] = "float16"
         json.dump(c2, open(os.path.join(hf, "config.json"), "w"), indent=1)
+        for k in ("mtp_num_hidden_layers", "layer_types"):  # what tela convert must see
+            if k in cfg and c2.get(k) != cfg[k]:
+                raise ValueError("transformers' config wrote %s = %r, not %r" % (k, c2.get(k), cfg[k]))
+        json.dump(c2, open(os.path.join(hf, "config.json"), "w"), indent=1)
     except Exception as e:  # keep the hand-written one
-        log("transformers' LlamaConfig: %r" % e)
+        log("transformers' config: %r" % e)
         json.dump(cfg, open(os.path.join(hf, "config.json"), "w"), indent=1)
 
     # own model, float32, f16-rounded weights
-    own = Llama(cfg).to(dev)
+    own = make_model(cfg).to(dev)
     own.load_state_dict({k: v.float() for k, v in state.items()})
     own.eval()
     own_fn = lambda chunk: own(torch.tensor([chunk], device=dev))[0].float()
@@ -605,9 +705,19 @@ def export(a, tj, cfg, ids, results):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     fns = {"own": own_fn}
+    if qwen:
+        with torch.no_grad():  # the chunked delta rule against the token-by-token one
+            x = torch.tensor([ids["excerpt"][:min(a.ctx, 200)]], device=dev)
+            d = (own(x) - own(x, recurrent=True)).abs().max().item()
+        results["own_chunked_vs_recurrent_max_abs_logit_diff"] = d
+        log("own model, chunked vs recurrent delta rule: max |logit diff| %.3g" % d)
+        mtp_reference(a, own, ids, results, dev)
     try:
-        from transformers import LlamaForCausalLM
-        m = LlamaForCausalLM.from_pretrained(hf, dtype=torch.float32, attn_implementation="eager").to(dev).eval()
+        if qwen:
+            from transformers import AutoModelForCausalLM as Auto
+        else:
+            from transformers import LlamaForCausalLM as Auto
+        m = Auto.from_pretrained(hf, dtype=torch.float32, attn_implementation="eager").to(dev).eval()
         fns["transformers"] = lambda chunk: m(torch.tensor([chunk], device=dev)).logits[0].float()
         with torch.no_grad():
             x = ids["excerpt"][:a.ctx]
@@ -617,7 +727,7 @@ def export(a, tj, cfg, ids, results):
     except Exception as e:
         fns.pop("transformers", None)
         results["transformers_error"] = repr(e)
-        log("transformers' LlamaForCausalLM: %r" % e)
+        log("transformers' model: %r" % e)
     ref = "transformers" if "transformers" in fns else "own"
     results["reference"] = ref
     results["ppl"] = {}
@@ -660,6 +770,46 @@ def export(a, tj, cfg, ids, results):
     results["greedy_samples"] = samples
 
 
+@torch.no_grad()
+def mtp_reference(a, own, ids, results, dev):
+    """What tela's MTP test checks (mtp-reference.json + .f32, float32
+    rows of n_vocab): over the excerpt's first N tokens x, the main logits
+    and MTP step-1 logits (from h_i and x[i+1], guessing x[i+2]) at the
+    rows listed, and MTP step-2 logits there (from step 1's output g_i and
+    x[i+2] at position i+1, guessing x[i+3]). Also the MTP steps' greedy
+    agreement with the main model over the heldout text (windows of ctx)."""
+    n = 48
+    x = torch.tensor([ids["excerpt"][:n]], device=dev)
+    h = own.hidden(x)
+    main = own.head(h)[0]
+    (m1, m2), _ = own.mtp_forward(x, h, steps=2)
+    rows = [0, 5, 17, 33, n - 3]
+    blob = torch.cat([main[rows], m1[0, rows], m2[0, rows]]).float().cpu().contiguous()
+    open(os.path.join(a.out, "mtp-reference.f32"), "wb").write(blob.numpy().tobytes())
+    json.dump({"tokens": ids["excerpt"][:n], "rows": rows, "n_vocab": main.shape[-1],
+               "layout": "main logits at rows, then MTP step 1 at rows, then MTP step 2 at rows (float32)"},
+              open(os.path.join(a.out, "mtp-reference.json"), "w"), indent=1)
+    held = ids["heldout"]
+    agree, cnt = [0, 0], [0, 0]
+    for s in range(0, len(held) - a.ctx, a.ctx):
+        w = torch.tensor([held[s:s + a.ctx]], device=dev)
+        h = own.hidden(w)
+        pick = own.head(h).argmax(-1)
+        ml, _ = own.mtp_forward(w, h, steps=2)
+        for k, m in enumerate(ml):
+            agree[k] += (m.argmax(-1) == pick[:, 1 + k:]).sum().item()
+            cnt[k] += m.shape[1]
+    results["mtp_greedy_agreement_heldout"] = [agree[0] / max(1, cnt[0]), agree[1] / max(1, cnt[1])]
+    log("MTP greedy agreement with the main model on heldout: step 1 %.3f, step 2 %.3f" % tuple(
+        results["mtp_greedy_agreement_heldout"]))
+
+
+GRID_QWEN35 = [  # fewer at once: each step costs more than the Llama's
+    ("w0", 0.2, 40, 2e-3, 0.1),
+    ("w1", 0.3, 80, 1.5e-3, 0.1),
+    ("w2", 0.4, 120, 1.5e-3, 0.1),
+]
+
 GRID = [  # name, dropout, epochs, lr, weight decay
     ("w0", 0.1, 12, 2e-3, 0.1),
     ("w1", 0.2, 25, 2e-3, 0.1),
@@ -669,6 +819,10 @@ GRID = [  # name, dropout, epochs, lr, weight decay
     ("w5", 0.3, 120, 1.5e-3, 0.1),
 ]
 TINY_GRID = [("w0", 0.1, 2, 3e-3, 0.1), ("w1", 0.2, 3, 3e-3, 0.1)]
+
+
+def grid(a):
+    return TINY_GRID if a.tiny else GRID_QWEN35 if a.arch == "qwen35" else GRID
 
 
 def main():
@@ -685,6 +839,15 @@ def main():
     p.add_argument("--ctx", type=int, default=512)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--warmup", type=int, default=150)
+    p.add_argument("--arch", choices=("llama", "qwen35"), default="llama")
+    p.add_argument("--tokenizer-from", help="a GGUF whose tokenizer to use (no tokenizer training)")
+    p.add_argument("--head-dim", type=int, default=0, help="attention head size (0: hidden / heads)")
+    p.add_argument("--linear-k-heads", type=int, default=2, help="qwen35: Gated DeltaNet key heads")
+    p.add_argument("--linear-v-heads", type=int, default=4, help="qwen35: Gated DeltaNet value heads")
+    p.add_argument("--linear-dim", type=int, default=64, help="qwen35: Gated DeltaNet key and value head size")
+    p.add_argument("--mtp-layers", type=int, default=1, help="qwen35: MTP blocks (0: none)")
+    p.add_argument("--mtp-weight", type=float, default=0.3, help="qwen35: loss weight of MTP step 1")
+    p.add_argument("--mtp2-weight", type=float, default=0.15, help="qwen35: loss weight of MTP step 2 (chained)")
     p.add_argument("--byte-tokenizer", action="store_true", help="no BPE: one token per byte (dry runs)")
     p.add_argument("--tiny", action="store_true", help="a tiny model on a slice of the data (dry runs)")
     p.add_argument("--cpu", action="store_true")
@@ -705,10 +868,10 @@ def main():
         results["gpu"] = torch.cuda.get_device_name(0)
     tj, cfg, ids = prepare(a, a.out)
     json.dump(cfg, open(os.path.join(a.out, "work", "config.json"), "w"))
-    log("model: %d parameters" % sum(p.numel() for p in Llama(cfg).parameters()))
+    log("model: %d parameters" % sum(p.numel() for p in make_model(cfg).parameters()))
     deadline = time.time() + a.train_seconds
     procs = []
-    for i, (name, dr, ep, lr, wd) in enumerate(TINY_GRID if a.tiny else GRID):
+    for i, (name, dr, ep, lr, wd) in enumerate(grid(a)):
         w = {"name": name, "dropout": dr, "epochs": ep, "lr": lr, "wd": wd, "seed": 1000 + i, "deadline": deadline}
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(w)] + \
             [x for k, v in vars(a).items() if k not in ("worker",) for x in arg_of(k, v)]
@@ -732,6 +895,8 @@ def main():
 
 def arg_of(k, v):
     flag = "--" + k.replace("_", "-")
+    if v is None:
+        return []
     if isinstance(v, bool):
         return [flag] if v else []
     return [flag, str(v)]
