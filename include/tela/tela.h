@@ -329,8 +329,20 @@ typedef void (*tela_logits_hook)(void *user, float *logits, int32_t n_vocab, uin
  *    (`draft`, of a context at least the target's), proposing greedily, or
  *    with sampling by drawing from its own distribution under the same
  *    sampler settings. Its session is kept in step with the target's (and
- *    rolled back too); the caller creates and frees it. */
-typedef enum tela_spec_method { TELA_SPEC_NONE = 0, TELA_SPEC_NGRAM = 1, TELA_SPEC_DRAFT = 2 } tela_spec_method;
+ *    rolled back too); the caller creates and frees it.
+ *  - MTP: the model's own multi-token-prediction block (Qwen3.5's nextn;
+ *    the model loaded with load_mtp): from the last position's hidden state
+ *    and the token sampled after it, a guess at the next token, then
+ *    chained from its own output for the drafts after (greedy, or drawn
+ *    from its distribution when sampling, as DRAFT). The session keeps what
+ *    the block needs as it evaluates (its KV cache runs one position behind
+ *    the model's), which costs one attention block per token. */
+typedef enum tela_spec_method {
+    TELA_SPEC_NONE = 0,
+    TELA_SPEC_NGRAM = 1,
+    TELA_SPEC_DRAFT = 2,
+    TELA_SPEC_MTP = 3
+} tela_spec_method;
 
 /* The most tokens a verification step proposes. */
 #define TELA_SPEC_MAX_DRAFT 15

@@ -190,7 +190,7 @@ int cli_bench_spec(tela_model *m, const cli_bench_opts *o, const cli_bench_table
     buf = malloc((size_t)(kmax + 1) * (size_t)info->n_vocab * sizeof *buf);
     if (!out || !ref || !ids || !buf) goto oom;
 
-    const char *method = o->spec.method == TELA_SPEC_NGRAM ? "ngram" : "draft";
+    const char *method = cli_spec_method_name(o->spec.method);
     if (!t->json) {
         printf("speculative decoding (%s%s%s): greedy, tg%d after a prompt of %zu tokens\n", method,
                dm ? " " : "", dm ? o->draft_path : "", n_gen, np);

@@ -138,6 +138,8 @@ int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_
 /* Checks the combination (--draft with --spec ngram, ...): 0, or -1 after
  * printing an error. */
 int cli_check_spec(const char *cmd, tela_spec_params *sp, const char *draft_path);
+/* The --spec name of a method. */
+const char *cli_spec_method_name(tela_spec_method m);
 /* " | speculative: ..." for a timing line (acceptance, tokens per
  * verification step) into buf; "" without verification steps. */
 void cli_spec_summary(char *buf, size_t cap, int32_t steps, int32_t drafted, int32_t accepted, int32_t tokens);

@@ -195,10 +195,12 @@ void cli_gen_opts_init(cli_gen_opts *o, long long n_predict) {
 void cli_print_spec_help(FILE *f) {
     const tela_spec_params d = tela_spec_default_params();
     fprintf(f,
-            "      --spec ngram|draft   speculative decoding: drafts verified in one forward pass; the output\n"
+            "      --spec ngram|draft|mtp\n"
+            "                           speculative decoding: drafts verified in one forward pass; the output\n"
             "                           is the model's own (greedy: identical; sampling: the same distribution)\n"
             "                           ngram = prompt lookup (what followed the last n-gram earlier on)\n"
             "                           draft = a draft model (--draft) with the same vocabulary\n"
+            "                           mtp   = the model's own multi-token-prediction block (Qwen3.5)\n"
             "      --draft MODEL        the draft model (implies --spec draft)\n"
             "      --draft-max K        tokens drafted per verification step, 1..%d (default %d)\n"
             "      --spec-ngram-min N, --spec-ngram-max N\n"
@@ -215,9 +217,10 @@ int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_
     if (!strcmp(opt, "--spec")) {
         if (!strcmp(val, "ngram")) sp->method = TELA_SPEC_NGRAM;
         else if (!strcmp(val, "draft")) sp->method = TELA_SPEC_DRAFT;
+        else if (!strcmp(val, "mtp")) sp->method = TELA_SPEC_MTP;
         else if (!strcmp(val, "none")) sp->method = TELA_SPEC_NONE;
         else {
-            fprintf(stderr, "tela %s: --spec: '%s' is not ngram, draft or none\n", cmd, val);
+            fprintf(stderr, "tela %s: --spec: '%s' is not ngram, draft, mtp or none\n", cmd, val);
             return -1;
         }
     } else if (!strcmp(opt, "--draft")) {
@@ -233,11 +236,20 @@ int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_
     return 1;
 }
 
+const char *cli_spec_method_name(tela_spec_method m) {
+    switch (m) {
+    case TELA_SPEC_NGRAM: return "ngram";
+    case TELA_SPEC_DRAFT: return "draft";
+    case TELA_SPEC_MTP: return "mtp";
+    default: return "none";
+    }
+}
+
 int cli_check_spec(const char *cmd, tela_spec_params *sp, const char *draft_path) {
     if (draft_path && sp->method == TELA_SPEC_NONE) sp->method = TELA_SPEC_DRAFT;
     if (draft_path && sp->method != TELA_SPEC_DRAFT) {
         fprintf(stderr, "tela %s: --draft goes with --spec draft, not --spec %s\n", cmd,
-                sp->method == TELA_SPEC_NGRAM ? "ngram" : "none");
+                cli_spec_method_name(sp->method));
         return -1;
     }
     if (sp->method == TELA_SPEC_DRAFT && !draft_path) {
@@ -347,6 +359,7 @@ int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
     mp.skip_layers = o->skip_layers;
     mp.n_skip_layers = o->n_skip_layers;
     mp.verbose = 1;
+    mp.load_mtp = o->spec.method == TELA_SPEC_MTP;
     if (tela_model_load(o->model_path, &mp, &g->model) != TELA_OK) {
         fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
         return -1;

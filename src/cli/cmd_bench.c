@@ -239,6 +239,7 @@ int tela_cmd_bench(int argc, char **argv) {
     mp.device = device;
     mp.skip_layers = skip;
     mp.n_skip_layers = n_skip;
+    mp.load_mtp = bo.spec.method == TELA_SPEC_MTP;
     tela_model *m = NULL;
     if (tela_model_load(model_path, &mp, &m) != TELA_OK) {
         fprintf(stderr, "tela bench: %s\n", tela_last_error());

@@ -22,8 +22,18 @@ tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, in
     return TELA_OK;
 }
 
+tela_status tela_model_io_prev_positions(tela_model_io *io) {
+    if (io->pos_prev) return TELA_OK;
+    io->pos_prev_host = malloc((size_t)io->n_batch * sizeof *io->pos_prev_host);
+    if (!io->pos_prev_host) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    return tela_backend_alloc(tela_exec_backend(io->ex), (size_t)io->n_batch * sizeof(int32_t), "positions",
+                              (void **)&io->pos_prev);
+}
+
 void tela_model_io_free(tela_model_io *io) {
     free(io->probe_buf);
+    free(io->pos_prev_host);
+    io->pos_prev_host = NULL;
     io->probe_buf = NULL;
     free(io->run_tok);
     free(io->run_seqs);
@@ -35,6 +45,7 @@ void tela_model_io_free(tela_model_io *io) {
     tela_backend *be = tela_exec_backend(io->ex);
     tela_backend_free_mem(be, io->tok);
     tela_backend_free_mem(be, io->pos);
+    tela_backend_free_mem(be, io->pos_prev);
     tela_backend_free_mem(be, io->logits1);
     tela_backend_free_mem(be, io->logits);
     tela_backend_free_mem(be, io->pick);
@@ -78,6 +89,10 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
         if (step.rows && host && host_dst) step.logits = host_dst; /* the CPU writes straight to the caller */
         else if (step.rows) TELA_TRY(io_logits(io, step.rows, &step.logits));
         TELA_TRY(tela_exec_set_batch(ex, &io->batch, io->tok, io->pos, tokens + done, nt, n_past + done));
+        if (io->pos_prev) {
+            for (int i = 0; i < nt; i++) io->pos_prev_host[i] = n_past + done + i - 1;
+            TELA_TRY(tela_exec_upload(ex, io->pos_prev, io->pos_prev_host, (size_t)nt * sizeof(int32_t)));
+        }
         io->probe = last ? out->probe : NULL;
         io->probe_user = out->probe_user;
         io->probe_status = TELA_OK;

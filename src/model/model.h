@@ -163,6 +163,21 @@ struct tela_arch {
     bool (*keeps_states)(const tela_model *m, const void *state);
     tela_status (*state_rewind)(const tela_model *m, void *state, int32_t n_keep);
 
+    /* Multi-token prediction (speculative decoding's drafter from the model
+     * itself); NULL for architectures without it. mtp_layers: the MTP
+     * blocks loaded (0: none, or not loaded). A state of such a model keeps
+     * what its MTP block needs as the forward passes go (its own KV cache,
+     * the last position's hidden state). mtp_draft: one draft step of the
+     * block at position pos: from the hidden state after position pos (the
+     * last evaluated one: pos = n_past - 1) or, with chain, from the
+     * previous draft step's output, and the token tok that followed; writes
+     * its KV row at pos and returns its logits (host, n_vocab floats, when
+     * logits) and/or their greedy pick (when pick), a guess at the token
+     * after tok. */
+    int (*mtp_layers)(const tela_model *m);
+    tela_status (*mtp_draft)(const tela_model *m, void *state, int32_t tok, int32_t pos, bool chain, float *logits,
+                             int32_t *pick);
+
     /* The kind of decoder layer l (tela_layer_kind). */
     int (*layer_kind)(const tela_model *m, int layer);
 
@@ -210,6 +225,11 @@ typedef struct tela_model_io {
     float *logits;               /* [logit_rows][n_vocab] for all-logits steps, grown as needed */
     int logit_rows;
     int32_t *pick;               /* [1] */
+    /* [n_batch] or NULL: each step's positions minus one, for a model part
+     * that runs one position behind (Qwen3.5's MTP block); turned on by
+     * tela_model_io_prev_positions. */
+    int32_t *pos_prev;
+    int32_t *pos_prev_host;
     tela_layer_probe probe;      /* set during the last step of a probed evaluation */
     void *probe_user;
     float *probe_buf;            /* host: the downloaded hidden state */
@@ -222,6 +242,8 @@ typedef struct tela_model_io {
 } tela_model_io;
 
 tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, int n_embd, int n_batch);
+/* From now on every step also uploads its positions minus one (io->pos_prev). */
+tela_status tela_model_io_prev_positions(tela_model_io *io);
 void tela_model_io_free(tela_model_io *io);
 
 /* What one step computes at its end: the logits of `rows` hidden-state rows

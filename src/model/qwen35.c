@@ -61,9 +61,20 @@
  *      out = W_o a.
  *
  * Multi-token prediction ("nextn", "mtp.*" in HF): an extra full-attention
- * block for speculative decoding. Recognized and loaded (shapes checked)
- * when params.load_mtp is set, otherwise ignored; GGUF counts it in
- * block_count and says how many in nextn_predict_layers.
+ * block for speculative decoding, loaded when params.load_mtp is set (else
+ * ignored); GGUF counts it in block_count and says how many in
+ * nextn_predict_layers. As vLLM runs Qwen3.5's MTP: for position i, from
+ * the final hidden state h_i (after the output norm) and the token x_{i+1}
+ *     u = W_eh [rmsnorm(embed(x_{i+1})) * enorm ; rmsnorm(h_i) * hnorm]
+ *     u = the block's decoder layer (gated attention with its own KV cache,
+ *         RoPE position i; SwiGLU MLP)
+ *     g_i = rmsnorm(u) * shared_head_norm,  logits = W_output g_i
+ * guess x_{i+2}. A state with MTP runs the block over every position as
+ * the forward passes go, one position behind (the token after the last
+ * position is not known yet), so its KV cache is always filled; a draft
+ * step (mtp_draft) then runs it at the last position with the pending
+ * token, and chained steps from its own output g with the drafted token at
+ * the positions after.
  *
  * Session state: per attention layer f32 K and V rows for every position;
  * per GDN layer the conv state ((K-1) x conv_dim floats) and the recurrent
@@ -111,9 +122,10 @@ typedef struct qwen35_layer {
 /* A multi-token-prediction block: a full-attention layer fed with
  * eh_proj [rmsnorm(embedding) * enorm ; rmsnorm(hidden) * hnorm]. */
 typedef struct qwen35_mtp {
-    qwen35_layer layer;
+    qwen35_layer layer;          /* layer.slot: its layer in the MTP KV cache */
     tela_mat eh_proj;            /* n_embd rows of 2 * n_embd */
     float *enorm, *hnorm, *out_norm;
+    const float *enorm_b, *hnorm_b, *out_norm_b;
 } qwen35_mtp;
 
 typedef struct qwen35_model {
@@ -353,8 +365,14 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
     const size_t E = (size_t)Q->n_embd * sizeof(float);
     TELA_TRY(tela_model_const(m, Q->inv_freq, (size_t)(Q->n_rot / 2) * sizeof(double), (const void **)&Q->inv_freq_b));
     TELA_TRY(tela_model_const(m, Q->output_norm, E, (const void **)&Q->output_norm_b));
-    for (int l = 0; l < Q->n_layer; l++) {
-        qwen35_layer *ly = &Q->layers[l];
+    for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
+        qwen35_mtp *b = &Q->mtp[i];
+        TELA_TRY(tela_model_const(m, b->enorm, E, (const void **)&b->enorm_b));
+        TELA_TRY(tela_model_const(m, b->hnorm, E, (const void **)&b->hnorm_b));
+        TELA_TRY(tela_model_const(m, b->out_norm, E, (const void **)&b->out_norm_b));
+    }
+    for (int l = 0; l < Q->n_layer + (Q->mtp ? Q->n_mtp : 0); l++) {
+        qwen35_layer *ly = l < Q->n_layer ? &Q->layers[l] : &Q->mtp[l - Q->n_layer].layer;
         if (ly->slot < 0) continue; /* skipped */
         TELA_TRY(tela_model_const(m, ly->attn_norm, E, (const void **)&ly->attn_norm_b));
         if (ly->is_attn) {
@@ -434,6 +452,7 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
         qwen35_mtp *b = &Q->mtp[i];
         layer_loc loc;
         b->layer.is_attn = true;
+        b->layer.slot = i;
         if (nm->hf) {
             /* mtp.layers.i.* plus mtp.fc / mtp.pre_fc_norm_* / mtp.norm */
             static const qwen35_names mtp_hf = {
@@ -731,6 +750,16 @@ typedef struct qwen35_state {
     int32_t keep_pos0;           /* the position of the pass's first token */
     int keep_n;                  /* tokens of the last pass, when it kept them; 0: nothing kept */
     bool keeping;                /* during such a pass */
+    /* Multi-token prediction (a session of a model with its MTP block
+     * loaded): the block's KV cache, and mtp_h: row 0 the final hidden state
+     * (output-normed) of the last position evaluated, rows 1.. those of the
+     * last step's tokens; mtp_x the block's residual stream, mtp_cat its
+     * input [embedding ; hidden] (rows of 2 n_embd), mtp_g a draft step's
+     * output (the next chained step's hidden state), mtp_in a draft step's
+     * token and position. */
+    tela_kv_cache *mtp_kv;
+    float *mtp_h, *mtp_x, *mtp_cat, *mtp_g, *mtp_logits;
+    int32_t *mtp_in, *mtp_pick;
 } qwen35_state;
 
 static void qwen35_state_free(void *p) {
@@ -738,12 +767,35 @@ static void qwen35_state_free(void *p) {
     if (!s) return;
     tela_backend *be = tela_exec_backend(s->ex);
     tela_kv_free(s->kv);
-    float *bufs[] = {s->conv, s->rec, s->x, s->xb, s->q, s->qg, s->k, s->v, s->att, s->gate,
-                     s->cs, s->qkv_in, s->qkv, s->z, s->beta, s->g, s->core, s->keep_rec, s->keep_conv};
+    tela_kv_free(s->mtp_kv);
+    float *bufs[] = {s->conv,  s->rec,       s->x,         s->xb,       s->q,     s->qg,      s->k,
+                     s->v,     s->att,       s->gate,      s->cs,       s->qkv_in, s->qkv,    s->z,
+                     s->beta,  s->g,         s->core,      s->keep_rec, s->keep_conv, s->mtp_h, s->mtp_x,
+                     s->mtp_cat, s->mtp_g, s->mtp_logits};
+    tela_backend_free_mem(be, s->mtp_in);
+    tela_backend_free_mem(be, s->mtp_pick);
     free(s->keep_idx);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(be, bufs[i]);
     tela_model_io_free(&s->io);
     free(s);
+}
+
+/* What a session needs for its MTP block (one block: the first; the
+ * checkpoints have one). */
+static tela_status mtp_state_create(const qwen35_model *Q, qwen35_state *s, tela_kv_dtype dtype) {
+    const tela_kv_shape shape = {1, s->n_ctx, Q->n_kv_head, Q->head_dim, Q->head_dim, dtype, 0, s->n_ctx};
+    TELA_TRY(tela_kv_create(s->ex, &shape, &s->mtp_kv));
+    const size_t nb = (size_t)s->n_batch, E = (size_t)Q->n_embd;
+    tela_backend *be = tela_exec_backend(s->ex);
+    TELA_TRY(tela_backend_alloc(be, (nb + 1) * E * sizeof(float), "MTP hidden states", (void **)&s->mtp_h));
+    TELA_TRY(tela_backend_alloc(be, nb * E * sizeof(float), "MTP activations", (void **)&s->mtp_x));
+    TELA_TRY(tela_backend_alloc(be, nb * 2 * E * sizeof(float), "MTP inputs", (void **)&s->mtp_cat));
+    TELA_TRY(tela_backend_alloc(be, E * sizeof(float), "MTP outputs", (void **)&s->mtp_g));
+    TELA_TRY(tela_backend_alloc(be, (size_t)Q->n_vocab * sizeof(float), "MTP logits", (void **)&s->mtp_logits));
+    TELA_TRY(tela_backend_alloc(be, 2 * sizeof(int32_t), "MTP inputs", (void **)&s->mtp_in));
+    TELA_TRY(tela_backend_alloc(be, sizeof(int32_t), "MTP greedy pick", (void **)&s->mtp_pick));
+    tela_exec_zero(s->ex, s->mtp_h, E * sizeof(float));
+    return tela_model_io_prev_positions(&s->io);
 }
 
 static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const tela_state_params *p, void **out) {
@@ -789,6 +841,7 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == TELA_OK; i++)
         st = tela_backend_alloc(be, bufs[i].floats * sizeof(float), bufs[i].what, (void **)bufs[i].buf);
     if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, Q->n_vocab, Q->n_embd, s->n_batch);
+    if (st == TELA_OK && Q->mtp && !paged && s->n_seq == 1) st = mtp_state_create(Q, s, p->kv_dtype);
     if (st != TELA_OK) {
         qwen35_state_free(s);
         return st;
@@ -812,7 +865,11 @@ static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params 
               ((uint64_t)(Q->conv_k - 1) * conv_dim(Q) + (uint64_t)Q->nv * Q->dk * Q->dv) * 4;
         row += 2ull * conv_dim(Q) + 2ull * value_dim(Q) + 2ull * Q->nv;
     }
-    return kv + rec + nb * row * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
+    uint64_t mtp = 0; /* a session's MTP block: its KV cache and buffers */
+    if (Q->mtp && !paged && n_seq == 1)
+        mtp = (uint64_t)p->n_ctx * (uint64_t)kv_dim(Q) * 2 * tela_kv_dtype_bytes(p->kv_dtype) +
+              (4 * nb + 2) * (uint64_t)Q->n_embd * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
+    return kv + rec + mtp + nb * row * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
 }
 
 /* The KV rows past n_past are never read before they are written, but the
@@ -821,6 +878,7 @@ static void qwen35_state_reset(const tela_model *m, void *state) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     if (s->kv) tela_kv_clear(s->ex, s->kv);
+    if (s->mtp_kv) tela_kv_clear(s->ex, s->mtp_kv);
     s->keep_n = 0;
     tela_exec_zero(s->ex, s->conv, (size_t)s->n_seq * Q->n_gdn * s->conv_floats * sizeof(float));
     tela_exec_zero(s->ex, s->rec, (size_t)s->n_seq * Q->n_gdn * s->rec_floats * sizeof(float));
@@ -834,12 +892,18 @@ static float *slot_rec(const qwen35_model *Q, const qwen35_state *s, int slot) {
     return s->rec + (size_t)slot * Q->n_gdn * s->rec_floats;
 }
 
+/* With the MTP block loaded, a slot's image also holds the last
+ * position's hidden state (what the block continues from; zeros in states
+ * that run no MTP). */
+static size_t mtp_slot_bytes(const qwen35_model *Q) { return Q->mtp ? (size_t)Q->n_embd * sizeof(float) : 0; }
+
 static size_t qwen35_slot_bytes(const tela_model *m) {
     const qwen35_model *Q = m->impl;
-    if (Q->n_gdn == 0) return 0;
+    if (Q->n_gdn == 0) return mtp_slot_bytes(Q);
     return (size_t)Q->n_gdn *
-           ((size_t)(Q->conv_k - 1) * (size_t)conv_dim(Q) + (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv) *
-           sizeof(float);
+               ((size_t)(Q->conv_k - 1) * (size_t)conv_dim(Q) + (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv) *
+               sizeof(float) +
+           mtp_slot_bytes(Q);
 }
 
 static void qwen35_slot_reset(const tela_model *m, void *state, int slot) {
@@ -849,14 +913,20 @@ static void qwen35_slot_reset(const tela_model *m, void *state, int slot) {
     tela_exec_zero(s->ex, slot_rec(Q, s, slot), (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
 }
 
-/* The image: the slot's conv states, then its recurrent states. */
+/* The image: the slot's conv states, then its recurrent states (then the
+ * MTP hidden state). */
 static tela_status qwen35_slot_save(const tela_model *m, void *state, int slot, void *dst) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
-    TELA_TRY(tela_exec_download(s->ex, dst, slot_conv(Q, s, slot), cb));
-    return tela_exec_download(s->ex, (unsigned char *)dst + cb, slot_rec(Q, s, slot),
-                              (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+    const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
+    unsigned char *p = dst;
+    TELA_TRY(tela_exec_download(s->ex, p, slot_conv(Q, s, slot), cb));
+    TELA_TRY(tela_exec_download(s->ex, p + cb, slot_rec(Q, s, slot), rb));
+    if (!mtp_slot_bytes(Q)) return TELA_OK;
+    if (s->mtp_h) return tela_exec_download(s->ex, p + cb + rb, s->mtp_h, mtp_slot_bytes(Q));
+    memset(p + cb + rb, 0, mtp_slot_bytes(Q));
+    return TELA_OK;
 }
 
 static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, const void *src) {
@@ -864,9 +934,10 @@ static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, 
     qwen35_state *s = state;
     const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
     s->keep_n = 0;
+    const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
     TELA_TRY(tela_exec_upload(s->ex, slot_conv(Q, s, slot), src, cb));
-    TELA_TRY(tela_exec_upload(s->ex, slot_rec(Q, s, slot), (const unsigned char *)src + cb,
-                              (size_t)Q->n_gdn * s->rec_floats * sizeof(float)));
+    TELA_TRY(tela_exec_upload(s->ex, slot_rec(Q, s, slot), (const unsigned char *)src + cb, rb));
+    if (s->mtp_h) TELA_TRY(tela_exec_upload(s->ex, s->mtp_h, (const unsigned char *)src + cb + rb, mtp_slot_bytes(Q)));
     return tela_exec_sync(s->ex);
 }
 
@@ -880,13 +951,21 @@ static size_t recurrent_bytes(const qwen35_model *Q, const qwen35_state *s) {
     return (size_t)Q->n_gdn * (s->conv_floats + s->rec_floats) * sizeof(float);
 }
 
+/* The MTP block's part of a session image: its KV rows and the last
+ * position's hidden state. */
+static size_t mtp_image_bytes(const qwen35_model *Q, const qwen35_state *s, int32_t n_past) {
+    return s->mtp_kv ? tela_kv_image_bytes(s->mtp_kv, n_past) + (size_t)Q->n_embd * sizeof(float) : 0;
+}
+
 static size_t qwen35_state_size(const tela_model *m, const void *state, int32_t n_past) {
     const qwen35_state *s = state;
-    return (s->kv ? tela_kv_image_bytes(s->kv, n_past) : 0) + recurrent_bytes(m->impl, s);
+    return (s->kv ? tela_kv_image_bytes(s->kv, n_past) : 0) + recurrent_bytes(m->impl, s) +
+           mtp_image_bytes(m->impl, s, n_past);
 }
 
 /* The image: the KV cache's image of positions [0, n_past), then every GDN
- * layer's conv state, then every recurrent state. */
+ * layer's conv state, then every recurrent state, then the MTP block's KV
+ * image and hidden state. */
 static tela_status qwen35_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
     const qwen35_model *Q = m->impl;
     const qwen35_state *s = state;
@@ -896,8 +975,14 @@ static tela_status qwen35_state_save(const tela_model *m, const void *state, int
         p += tela_kv_image_bytes(s->kv, n_past);
     }
     const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
     TELA_TRY(tela_exec_download(s->ex, p, s->conv, cb));
-    return tela_exec_download(s->ex, p + cb, s->rec, (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+    TELA_TRY(tela_exec_download(s->ex, p + cb, s->rec, rb));
+    if (!s->mtp_kv) return TELA_OK;
+    p += cb + rb;
+    TELA_TRY(tela_kv_save(s->ex, s->mtp_kv, n_past, p));
+    return tela_exec_download(s->ex, p + tela_kv_image_bytes(s->mtp_kv, n_past), s->mtp_h,
+                              (size_t)Q->n_embd * sizeof(float));
 }
 
 static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
@@ -910,8 +995,15 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
         p += tela_kv_image_bytes(s->kv, n_past);
     }
     const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
     TELA_TRY(tela_exec_upload(s->ex, s->conv, p, cb));
-    TELA_TRY(tela_exec_upload(s->ex, s->rec, p + cb, (size_t)Q->n_gdn * s->rec_floats * sizeof(float)));
+    TELA_TRY(tela_exec_upload(s->ex, s->rec, p + cb, rb));
+    if (s->mtp_kv) {
+        p += cb + rb;
+        TELA_TRY(tela_kv_load(s->ex, s->mtp_kv, n_past, p));
+        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h, p + tela_kv_image_bytes(s->mtp_kv, n_past),
+                                  (size_t)Q->n_embd * sizeof(float)));
+    }
     return tela_exec_sync(s->ex);
 }
 
@@ -948,25 +1040,27 @@ static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
 }
 
 /* Gated full attention over the batch: x += W_o (attention(q, k, v) *
- * sigmoid(gate)), the projections of rmsnorm(x) * attn_norm. */
-static void attn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, const tela_batch *b) {
+ * sigmoid(gate)), the projections of rmsnorm(x) * attn_norm; keys and
+ * values in layer ly->slot of kv. */
+static void attn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, tela_kv_cache *kv, float *x,
+                       const tela_batch *b) {
     tela_exec *ex = s->ex;
     const qwen35_attn *A = &ly->attn;
     const int E = Q->n_embd, hd = Q->head_dim, H = Q->n_head, nt = b->n_tok;
     const int64_t q_dim = (int64_t)H * hd, k_dim = kv_dim(Q);
     const tela_norm_in norm = {ly->attn_norm_b, Q->eps, s->xb};
     const tela_matmul_target qkv[3] = {{&A->wq, s->qg, 2 * q_dim}, {&A->wk, s->k, k_dim}, {&A->wv, s->v, k_dim}};
-    tela_exec_norm_matmul_many(ex, &norm, qkv, 3, s->x, E, nt);
+    tela_exec_norm_matmul_many(ex, &norm, qkv, 3, x, E, nt);
     /* q: the first half of each head's 2*hd block, normalized per head (the
      * rows (t, h) of qg are 2*hd apart); k: normalized in place */
     tela_exec_rmsnorm(ex, s->q, hd, s->qg, 2 * hd, A->q_norm_b, hd, nt * H, Q->eps);
     tela_exec_rmsnorm(ex, s->k, hd, s->k, hd, A->k_norm_b, hd, nt * Q->n_kv_head, Q->eps);
-    tela_exec_rope_store(ex, s->kv, ly->slot, s->q, q_dim, H, s->k, k_dim, s->v, k_dim, b, s->cs, Q->n_rot,
+    tela_exec_rope_store(ex, kv, ly->slot, s->q, q_dim, H, s->k, k_dim, s->v, k_dim, b, s->cs, Q->n_rot,
                          TELA_ROPE_HALVES);
-    tela_exec_attention(ex, s->kv, ly->slot, s->q, q_dim, s->att, q_dim, b, H, (float)(1.0 / sqrt((double)hd)));
+    tela_exec_attention(ex, kv, ly->slot, s->q, q_dim, s->att, q_dim, b, H, (float)(1.0 / sqrt((double)hd)));
     /* the output gate: the second half of each head's block */
     tela_exec_sigmoid_gate(ex, s->att, hd, s->qg + hd, 2 * hd, nt * H, hd);
-    tela_exec_matmul(ex, &A->wo, s->att, q_dim, s->x, E, nt, true);
+    tela_exec_matmul(ex, &A->wo, s->att, q_dim, x, E, nt, true);
 }
 
 /* Gated DeltaNet over the batch: x += W_out gdn(rmsnorm(x) * attn_norm).
@@ -1027,7 +1121,7 @@ static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batc
         const qwen35_layer *ly = &Q->layers[l];
         if (ly->slot >= 0) { /* else skipped: the residual stream passes unchanged */
             if (ly->is_attn)
-                attn_layer(Q, s, ly, b);
+                attn_layer(Q, s, ly, s->kv, s->x, b);
             else
                 gdn_layer(Q, s, ly, b);
             tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, Q->eps);
@@ -1036,11 +1130,80 @@ static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batc
     }
 }
 
+/* The MTP block over b's rows (its own KV cache at b's positions), from
+ * the hidden states h (rows of n_embd) and the embeddings of b's tokens;
+ * leaves the block's residual stream in s->mtp_x. */
+static void mtp_block(const qwen35_model *Q, qwen35_state *s, const qwen35_mtp *B, const float *h,
+                      const tela_batch *b) {
+    tela_exec *ex = s->ex;
+    const int E = Q->n_embd, nr = b->n_tok;
+    tela_exec_profile_phase(ex, "MTP");
+    tela_exec_get_rows(ex, &Q->tok_embd, b->tokens, nr, s->mtp_x, E);
+    tela_exec_rmsnorm(ex, s->mtp_cat, 2 * E, s->mtp_x, E, B->enorm_b, E, nr, Q->eps);
+    tela_exec_rmsnorm(ex, s->mtp_cat + E, 2 * E, h, E, B->hnorm_b, E, nr, Q->eps);
+    tela_exec_matmul(ex, &B->eh_proj, s->mtp_cat, 2 * E, s->mtp_x, E, nr, false);
+    tela_exec_rope_table(ex, s->cs, b, Q->inv_freq_b, Q->n_rot);
+    attn_layer(Q, s, &B->layer, s->mtp_kv, s->mtp_x, b);
+    tela_model_ffn_swiglu(ex, &B->layer.ffn, s->mtp_x, s->xb, s->gate, E, nr, Q->eps);
+    tela_exec_profile_phase(ex, NULL);
+}
+
+/* After a session's step (final hidden states in s->x): the MTP block over
+ * the step's positions one behind, the token at position p with the hidden
+ * state of p - 1 (the first from mtp_h row 0, the previous step's last),
+ * at MTP position p - 1; then row 0 becomes this step's last hidden state. */
+static void mtp_catch_up(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
+    const int E = Q->n_embd, nt = b->n_tok, first = b->pos0 == 0; /* position 0 follows nothing */
+    tela_exec_rmsnorm(s->ex, s->mtp_h + E, E, s->x, E, Q->output_norm_b, E, nt, Q->eps);
+    if (nt > first) {
+        const tela_batch mb = {nt - first, b->pos0 - 1 + first, b->tokens + first, s->io.pos_prev + first, 1, NULL};
+        mtp_block(Q, s, &Q->mtp[0], s->mtp_h + (size_t)first * E, &mb);
+    }
+    tela_exec_rmsnorm(s->ex, s->mtp_h, E, s->x + (size_t)(nt - 1) * E, E, Q->output_norm_b, E, 1, Q->eps);
+}
+
 static void forward_output(const tela_model *m, void *state, const tela_model_step *step) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     forward_step(Q, s, &s->io.batch);
     tela_model_output_head(s->ex, &Q->output, Q->output_norm_b, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
+    if (s->mtp_kv && !s->io.batch.seqs) mtp_catch_up(Q, s, &s->io.batch);
+}
+
+static int qwen35_mtp_layers(const tela_model *m) {
+    const qwen35_model *Q = m->impl;
+    return Q->mtp ? Q->n_mtp : 0;
+}
+
+/* One draft step of the MTP block at position pos (see tela_arch.mtp_draft),
+ * a captured graph on a GPU like a decode step. */
+static tela_status qwen35_mtp_draft(const tela_model *m, void *state, int32_t tok, int32_t pos, bool chain,
+                                    float *logits, int32_t *pick) {
+    const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    if (!s->mtp_kv)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: %s", m->path,
+                           Q->n_mtp == 0 ? "the model has no MTP (nextn) block"
+                           : Q->mtp     ? "MTP drafting needs a session (this state serves batched sequences)"
+                                        : "the MTP block was not loaded (load the model with load_mtp)");
+    if (pos < 0 || pos >= s->n_ctx || tok < 0 || tok >= Q->n_vocab)
+        return tela_errorf(TELA_ERR_ARG, "MTP draft: token %d at position %d is out of range (vocabulary %d, context %d)",
+                           tok, pos, Q->n_vocab, s->n_ctx);
+    const int32_t in[2] = {tok, pos};
+    TELA_TRY(tela_exec_upload(s->ex, s->mtp_in, in, sizeof in));
+    const tela_batch mb = {1, pos, s->mtp_in, s->mtp_in + 1, 1, NULL};
+    const int E = Q->n_embd;
+    const uint64_t key = 2u | (uint64_t)chain << 8 | (uint64_t)tela_exec_length_bucket(s->ex, pos + 1) << 32;
+    if (tela_exec_graph_begin(s->ex, key)) {
+        mtp_block(Q, s, &Q->mtp[0], chain ? s->mtp_g : s->mtp_h, &mb);
+        tela_exec_rmsnorm(s->ex, s->mtp_g, E, s->mtp_x, E, Q->mtp[0].out_norm_b, E, 1, Q->eps);
+        tela_exec_matmul(s->ex, &Q->output, s->mtp_g, E, s->mtp_logits, Q->n_vocab, 1, false);
+        tela_exec_argmax(s->ex, s->mtp_logits, Q->n_vocab, s->mtp_pick);
+    }
+    TELA_TRY(tela_exec_graph_end(s->ex));
+    if (logits) TELA_TRY(tela_exec_download(s->ex, logits, s->mtp_logits, (size_t)Q->n_vocab * sizeof(float)));
+    if (pick) TELA_TRY(tela_exec_download(s->ex, pick, s->mtp_pick, sizeof *pick));
+    return tela_exec_sync(s->ex);
 }
 
 static tela_status qwen35_forward(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
@@ -1083,6 +1246,14 @@ static tela_status qwen35_state_rewind(const tela_model *m, void *state, int32_t
         tela_exec_copy_rows(s->ex, slot_conv(Q, s, 0) + g * s->conv_floats, cd, kc + (size_t)n_keep * cd, cd,
                             s->keep_idx, hist, cd);
     }
+    /* the MTP block continues from the hidden state of the last token kept:
+     * mtp_h holds the pass's last step's (a verification pass is one step;
+     * a token of an earlier step leaves the block a stale start, which
+     * only costs drafts) */
+    const int last0 = (s->keep_n - 1) / s->n_batch * s->n_batch; /* the last step's first token */
+    if (s->mtp_h && n_keep - 1 >= last0)
+        tela_exec_copy_rows(s->ex, s->mtp_h, Q->n_embd, s->mtp_h + (size_t)(n_keep - last0) * Q->n_embd, Q->n_embd,
+                            s->keep_idx, 1, Q->n_embd);
     s->keep_n = 0;
     return tela_exec_sync(s->ex);
 }
@@ -1121,6 +1292,8 @@ const tela_arch tela_arch_qwen35 = {
     .kv_copy_rows = qwen35_kv_copy_rows,
     .keeps_states = qwen35_keeps_states,
     .state_rewind = qwen35_state_rewind,
+    .mtp_layers = qwen35_mtp_layers,
+    .mtp_draft = qwen35_mtp_draft,
     .layer_kind = qwen35_layer_kind,
     .forward_naive = NULL,
 };

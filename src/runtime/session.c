@@ -206,6 +206,22 @@ tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int3
 
 bool tela_session_has_recurrent(const tela_session *s) { return s->model->arch->slot_bytes(s->model) > 0; }
 
+int tela_session_mtp_layers(const tela_session *s) {
+    const tela_arch *a = s->model->arch;
+    return a->mtp_layers && a->mtp_draft ? a->mtp_layers(s->model) : 0;
+}
+
+tela_status tela_session_mtp_draft(tela_session *s, int32_t tok, int32_t pos, bool chain, float *logits,
+                                   int32_t *pick) {
+    if (!tela_session_mtp_layers(s))
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: no MTP block loaded",
+                           s->model->path ? s->model->path : "the model");
+    if (s->n_past < 1 || pos < s->n_past - 1 || pos >= s->n_ctx || (!chain && pos != s->n_past - 1))
+        return tela_errorf(TELA_ERR_ARG, "MTP draft%s at position %d: the session holds %d tokens (context %d)",
+                           chain ? " (chained)" : "", pos, s->n_past, s->n_ctx);
+    return s->model->arch->mtp_draft(s->model, s->state, tok, pos, chain, logits, pick);
+}
+
 bool tela_session_keeps_states(const tela_session *s) {
     const tela_arch *a = s->model->arch;
     return a->keeps_states && a->state_rewind && a->keeps_states(s->model, s->state);

@@ -73,6 +73,17 @@ bool tela_session_has_recurrent(const tela_session *s);
 bool tela_session_keeps_states(const tela_session *s);
 tela_status tela_session_eval_keep(tela_session *s, const int32_t *tokens, int32_t n, float *logits);
 
+/* Multi-token prediction (the model's own drafter, when its MTP block is
+ * loaded): the blocks loaded (0: none), and one draft step
+ * (tela_arch.mtp_draft): at pos = n_past - 1 from the last position's
+ * hidden state, or with chain at the positions after from the previous
+ * step's output; tok the token that follows; logits (host) and/or the
+ * greedy pick of the guess at the token after tok. The positions it writes
+ * past n_past - 1 are the next evaluation's to overwrite. */
+int tela_session_mtp_layers(const tela_session *s);
+tela_status tela_session_mtp_draft(tela_session *s, int32_t tok, int32_t pos, bool chain, float *logits,
+                                   int32_t *pick);
+
 /* Shared with the engine: the KV precision a kv_type means on the model's
  * device (f16 only on a GPU); the context length n_ctx (0: the default)
  * means; and the memory check (need bytes against the budget, or what the

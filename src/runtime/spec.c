@@ -1,8 +1,9 @@
 /* spec.c: the drafters of speculative decoding: prompt lookup (the
  * continuation of the latest earlier occurrence of the context's last
- * n-gram) and a draft model on its own session, kept in step with the
+ * n-gram), a draft model on its own session, kept in step with the
  * target's context (rolled back with tela_session_truncate where they
- * differ); the check that a draft model shares the target's vocabulary. */
+ * differ), and the target's own MTP block (tela_session_mtp_draft); the
+ * check that a draft model shares the target's vocabulary. */
 #include "runtime/spec.h"
 #include "util/error.h"
 
@@ -81,8 +82,14 @@ tela_status tela_spec_begin(const tela_spec_params *p, tela_session *target, con
                             tela_spec **out) {
     *out = NULL;
     tela_spec_params q = *p;
-    if (q.method != TELA_SPEC_NGRAM && q.method != TELA_SPEC_DRAFT)
+    if (q.method != TELA_SPEC_NGRAM && q.method != TELA_SPEC_DRAFT && q.method != TELA_SPEC_MTP)
         return tela_errorf(TELA_ERR_ARG, "speculative decoding: unknown method %d", (int)q.method);
+    if (q.method == TELA_SPEC_MTP && tela_session_mtp_layers(target) == 0)
+        return tela_errorf(TELA_ERR_UNSUPPORTED,
+                           "speculative decoding: MTP drafting needs a model with a multi-token-prediction block, "
+                           "loaded (load_mtp): %s has %s",
+                           target->model->path ? target->model->path : "the model",
+                           target->model->arch->mtp_layers ? "none loaded" : "no MTP support in its architecture");
     if (q.draft_max == 0) q.draft_max = SPEC_DEFAULT_DRAFT;
     if (q.draft_max < 1 || q.draft_max > TELA_SPEC_MAX_DRAFT)
         return tela_errorf(TELA_ERR_ARG, "speculative decoding: draft_max %d is out of range (1..%d)", q.draft_max,
@@ -94,7 +101,7 @@ tela_status tela_spec_begin(const tela_spec_params *p, tela_session *target, con
             return tela_errorf(TELA_ERR_ARG,
                                "speculative decoding: n-gram sizes %d..%d are out of range (1 <= min <= max <= %d)",
                                q.ngram_min, q.ngram_max, SPEC_MAX_NGRAM);
-    } else {
+    } else if (q.method == TELA_SPEC_DRAFT) {
         if (!q.draft) return tela_errorf(TELA_ERR_ARG, "speculative decoding: the draft method needs a draft session");
         if (q.draft == target)
             return tela_errorf(TELA_ERR_ARG, "speculative decoding: the draft session is the target session itself");
@@ -112,7 +119,7 @@ tela_status tela_spec_begin(const tela_spec_params *p, tela_session *target, con
     sp->sampler = *sampler;
     sp->sampling = sampler->temperature > 0.0f;
     sp->n_vocab = target->model->info.n_vocab;
-    if (q.method == TELA_SPEC_DRAFT) {
+    if (q.method == TELA_SPEC_DRAFT || q.method == TELA_SPEC_MTP) {
         sp->row = malloc((size_t)sp->n_vocab * sizeof *sp->row);
         bool ok = sp->row != NULL;
         for (int i = 0; ok && sp->sampling && i < q.draft_max; i++)
@@ -129,7 +136,7 @@ tela_status tela_spec_begin(const tela_spec_params *p, tela_session *target, con
 int32_t tela_spec_draft_max(const tela_spec *sp) { return sp->p.draft_max; }
 
 const tela_token_prob *tela_spec_draft_dist(const tela_spec *sp, int32_t i, size_t *n) {
-    if (!sp->sampling || sp->p.method != TELA_SPEC_DRAFT || i < 0 || i >= sp->n_last) {
+    if (!sp->sampling || sp->p.method == TELA_SPEC_NGRAM || i < 0 || i >= sp->n_last) {
         *n = 0;
         return NULL;
     }
@@ -196,6 +203,51 @@ static tela_status propose_draft(tela_spec *sp, const int32_t *ctx, int32_t n, i
     return TELA_OK;
 }
 
+/* Whether the sampler picks the largest logit unchanged (greedy, no
+ * penalties or bias): then a drafter's pick can be made where its logits
+ * are. */
+static bool plain_greedy(const tela_sampler_params *p) {
+    return p->temperature <= 0.0f && p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+           p->presence_penalty == 0.0f && p->n_logit_bias == 0;
+}
+
+/* The MTP block's proposal: k tokens, the first from the last position's
+ * hidden state and the pending token ctx[n-1], each after from the block's
+ * own output and the token before; picked or drawn as propose_draft does
+ * (penalties see ctx, not the drafts before). */
+static tela_status propose_mtp(tela_spec *sp, const int32_t *ctx, int32_t n, int32_t k, int32_t *drafts,
+                               int32_t *n_draft) {
+    tela_session *s = sp->target;
+    if (s->n_past != n - 1)
+        return tela_errorf(TELA_ERR_INTERNAL, "MTP drafting: the context (%d tokens) is not the session's (%d) and one",
+                           n, s->n_past);
+    if (s->n_past < 1) return TELA_OK; /* no hidden state yet */
+    const int32_t V = sp->n_vocab;
+    const bool device_pick = plain_greedy(&sp->sampler);
+    for (int32_t i = 0; i < k; i++) {
+        const int32_t prev = i == 0 ? ctx[n - 1] : drafts[i - 1];
+        const uint64_t step = (uint64_t)n + (uint64_t)i;
+        int32_t tok;
+        if (device_pick) {
+            TELA_TRY(tela_session_mtp_draft(s, prev, s->n_past - 1 + i, i > 0, NULL, &tok));
+        } else {
+            TELA_TRY(tela_session_mtp_draft(s, prev, s->n_past - 1 + i, i > 0, sp->row, NULL));
+            if (sp->sampling) {
+                TELA_TRY(tela_sampler_dist(&sp->sampler, sp->row, V, ctx, (size_t)n, sp->dist[i], &sp->n_dist[i]));
+                tok = tela_sampler_draw(sp->dist[i], sp->n_dist[i],
+                                        tela_sampler_uniform(sp->sampler.seed, step, TELA_SPEC_STREAM_DRAFT));
+                if (tok < 0) return tela_errorf(TELA_ERR_INTERNAL, "speculative decoding: an empty draft distribution");
+            } else {
+                TELA_TRY(tela_sample(&sp->sampler, sp->row, V, ctx, (size_t)n, step, &tok));
+            }
+        }
+        drafts[i] = tok;
+        *n_draft = i + 1;
+        sp->n_last = i + 1;
+    }
+    return TELA_OK;
+}
+
 tela_status tela_spec_propose(tela_spec *sp, const int32_t *ctx, int32_t n, int32_t k, int32_t *drafts,
                               int32_t *n_draft) {
     *n_draft = 0;
@@ -207,5 +259,6 @@ tela_status tela_spec_propose(tela_spec *sp, const int32_t *ctx, int32_t n, int3
         sp->n_last = *n_draft;
         return TELA_OK;
     }
+    if (sp->p.method == TELA_SPEC_MTP) return propose_mtp(sp, ctx, n, k, drafts, n_draft);
     return propose_draft(sp, ctx, n, k, drafts, n_draft);
 }

@@ -1,0 +1,319 @@
+/* test_mtp.c: Qwen3.5's multi-token-prediction block (model/qwen35.c) and
+ * MTP drafting (runtime/spec.c), on the shipped hybrid demo
+ * (models/tela-kjv-qwen35-f16.gguf, trained with its MTP block):
+ *  - the block against the PyTorch model it was trained as
+ *    (tests/fixtures/demo/qwen35-mtp-reference.*, written by
+ *    tools/train/train.py from the same f16 weights): at several positions
+ *    of a KJV excerpt, the main logits, the MTP step-1 logits (from the
+ *    position's hidden state and the next token, after the block's cache
+ *    has been filled by the evaluation) and the chained step-2 logits (from
+ *    step 1's output and the token after), within 1e-3 of the logit range
+ *    (the tolerance of the F16 fixtures in test_qwen35: the CPU's F16
+ *    products take f16 activations), and the same greedy picks;
+ *  - greedy speculative decoding with MTP drafts gives the plain greedy
+ *    tokens, k = 1..4 and 15, by both rollback routes (kept states, and
+ *    TELA_SPEC_REPLAY=1: the mark reloaded and the kept tokens evaluated
+ *    again), with penalties (the host's pick) and without (the device's),
+ *    and drafts are accepted (a trained block: more than half at k = 2);
+ *  - after speculative generation (accepts and rejects), the session and its
+ *    MTP block are as after a plain evaluation of the same tokens: the
+ *    model's logits and a draft step's logits agree bit for bit;
+ *  - snapshots carry the block's state; errors: MTP without the block loaded,
+ *    on a model without one, a chained step before any. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "runtime/session.h"
+#include "tela/tela.h"
+#include "test.h"
+
+static char src_dir[1024];
+
+static tela_model *load(const char *rel, bool mtp) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", src_dir, rel);
+    tela_model_params mp = tela_model_default_params();
+    mp.n_threads = 2;
+    mp.device = "cpu";
+    mp.load_mtp = mtp;
+    tela_model *m = NULL;
+    if (tela_model_load(path, &mp, &m) != TELA_OK) {
+        fprintf(stderr, "loading %s: %s\n", path, tela_last_error());
+        test_failed_++;
+        return NULL;
+    }
+    return m;
+}
+
+static tela_session *new_session(tela_model *m, int n_ctx) {
+    tela_session_params sp = tela_session_default_params();
+    sp.n_ctx = n_ctx;
+    sp.n_threads = 2;
+    tela_session *s = NULL;
+    CHECK_OK(tela_session_create(m, &sp, &s));
+    return s;
+}
+
+/* max |a - b| over n, and the range of b */
+static double max_diff(const float *a, const float *b, int n, double *range) {
+    double d = 0, lo = b[0], hi = b[0];
+    for (int i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        lo = fmin(lo, b[i]);
+        hi = fmax(hi, b[i]);
+    }
+    *range = hi - lo;
+    return d;
+}
+
+static void test_reference(tela_model *m) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/tests/fixtures/demo/qwen35-mtp-reference.json", src_dir);
+    char *json = test_read_file(path, NULL);
+    snprintf(path, sizeof path, "%s/tests/fixtures/demo/qwen35-mtp-reference.f32", src_dir);
+    size_t blob_len = 0;
+    float *blob = (float *)test_read_file(path, &blob_len);
+    CHECK(json && blob);
+    if (!json || !blob) return;
+    cJSON *root = cJSON_Parse(json);
+    const cJSON *jt = cJSON_GetObjectItem(root, "tokens"), *jr = cJSON_GetObjectItem(root, "rows");
+    const int V = tela_model_get_info(m)->n_vocab, n = cJSON_GetArraySize(jt), nr = cJSON_GetArraySize(jr);
+    CHECK_EQ_INT(cJSON_GetObjectItem(root, "n_vocab")->valueint, V);
+    CHECK_EQ_INT(blob_len, (size_t)3 * nr * V * sizeof(float));
+    int32_t *tok = malloc(sizeof *tok * (size_t)n);
+    for (int i = 0; i < n; i++) tok[i] = cJSON_GetArrayItem(jt, i)->valueint;
+    float *got = malloc(sizeof *got * (size_t)V);
+    double worst[3] = {0, 0, 0};
+    for (int j = 0; j < nr; j++) {
+        const int r = cJSON_GetArrayItem(jr, j)->valueint;
+        CHECK(r + 2 < n);
+        /* evaluated through row r: the block's cache holds rows 0 .. r-1 */
+        tela_session *s = new_session(m, 128);
+        CHECK_OK(tela_session_eval(s, tok, r + 1, got, 0));
+        const float *ref[3] = {blob + (size_t)j * V, blob + (size_t)(nr + j) * V, blob + (size_t)(2 * nr + j) * V};
+        for (int step = 0; step < 3; step++) {
+            int32_t pick = -1;
+            if (step == 1) CHECK_OK(tela_session_mtp_draft(s, tok[r + 1], r, false, got, &pick));
+            if (step == 2) CHECK_OK(tela_session_mtp_draft(s, tok[r + 2], r + 1, true, got, &pick));
+            double range;
+            const double d = max_diff(got, ref[step], V, &range);
+            worst[step] = fmax(worst[step], d / range);
+            const char *what = step == 0 ? "main" : step == 1 ? "MTP step 1" : "MTP step 2";
+            CHECK_MSG(d <= 1e-3 * range, "%s logits at row %d: max |diff| %.3g of a range of %.3g", what, r, d, range);
+            /* the greedy pick: the reference's, and the one made where the logits are */
+            int best = 0, ref_best = 0;
+            for (int i = 1; i < V; i++) {
+                if (got[i] > got[best]) best = i;
+                if (ref[step][i] > ref[step][ref_best]) ref_best = i;
+            }
+            CHECK_MSG(best == ref_best, "%s at row %d: greedy pick %d, the reference's %d", what, r, best, ref_best);
+            if (step) CHECK_EQ_INT(pick, best);
+        }
+        tela_session_free(s);
+    }
+    printf("reference (PyTorch, %d rows): max |diff| / range: main %.2g, MTP step 1 %.2g, step 2 %.2g\n", nr,
+           worst[0], worst[1], worst[2]);
+    cJSON_Delete(root);
+    free(tok);
+    free(got);
+    free(json);
+    free(blob);
+}
+
+typedef struct gen_out {
+    int32_t toks[256];
+    tela_generate_result r;
+} gen_out;
+
+static void generate(tela_model *m, const int32_t *prompt, int np, const tela_sampler_params *sampler, int n_gen,
+                     int k, gen_out *o, tela_session **keep) {
+    tela_session *s = new_session(m, 512);
+    tela_generate_params gp = tela_generate_default_params();
+    gp.max_tokens = n_gen;
+    gp.ignore_eos = 1;
+    gp.sampler = *sampler;
+    tela_spec_params sp = tela_spec_default_params();
+    sp.method = TELA_SPEC_MTP;
+    sp.draft_max = k;
+    if (k > 0) gp.spec = &sp;
+    memset(o, 0, sizeof *o);
+    CHECK_OK(tela_generate(s, prompt, np, &gp, o->toks, 256, &o->r));
+    if (keep) *keep = s;
+    else tela_session_free(s);
+}
+
+static int tokenize(tela_model *m, const char *text, int32_t *out, int cap) {
+    size_t n = 0;
+    CHECK_OK(tela_tokenize(m, text, strlen(text), 1, 0, out, (size_t)cap, &n));
+    return (int)n;
+}
+
+static const char *const prompts[] = {
+    "And God said, Let there be light: and there was light.",
+    "The LORD is my shepherd; I shall not want.",
+    "<|im_start|>user\nIn the beginning God created the heaven and the earth.<|im_end|>\n<|im_start|>assistant\n",
+};
+
+static void test_greedy(tela_model *m) {
+    static const int ks_all[] = {1, 2, 3, 4, 15}, ks_quick[] = {2, 15};
+    const int *ks = TEST_QUICK ? ks_quick : ks_all, n_ks = TEST_QUICK ? 2 : 5;
+    tela_sampler_params greedy = tela_sampler_default_params(), pen = greedy;
+    greedy.temperature = 0;
+    pen.temperature = 0;
+    pen.repeat_penalty = 1.15f;
+    for (int route = 0; route < 2; route++) {
+        if (route) setenv("TELA_SPEC_REPLAY", "1", 1);
+        for (size_t p = 0; p < sizeof prompts / sizeof prompts[0]; p++) {
+            int32_t prompt[128];
+            const int np = tokenize(m, prompts[p], prompt, 128);
+            for (int withpen = 0; withpen < 2; withpen++) {
+                if (withpen && (route || p)) continue; /* penalties: one case is enough */
+                const tela_sampler_params *sp = withpen ? &pen : &greedy;
+                static gen_out ref, got;
+                generate(m, prompt, np, sp, 96, 0, &ref, NULL);
+                for (int i = 0; i < n_ks; i++) {
+                    generate(m, prompt, np, sp, 96, ks[i], &got, NULL);
+                    const bool same = got.r.n_generated == ref.r.n_generated &&
+                                      !memcmp(got.toks, ref.toks, sizeof(int32_t) * (size_t)ref.r.n_generated);
+                    CHECK_MSG(same, "prompt %zu k=%d%s%s: MTP greedy output differs from plain greedy", p, ks[i],
+                              route ? " (replay)" : "", withpen ? " (penalties)" : "");
+                    printf("prompt %zu%s%s k=%d: %d of %d drafts accepted (%.1f%%), %.2f tokens/step\n", p,
+                           route ? " replay" : "", withpen ? " penalties" : "", ks[i], got.r.n_accepted,
+                           got.r.n_drafted, 100.0 * got.r.n_accepted / (got.r.n_drafted ? got.r.n_drafted : 1),
+                           got.r.n_spec_steps ? (double)got.r.n_spec_tokens / got.r.n_spec_steps : 0.0);
+                    if (ks[i] == 2 && !withpen)
+                        CHECK_MSG(2 * got.r.n_accepted > got.r.n_drafted,
+                                  "prompt %zu k=2: only %d of %d MTP drafts accepted", p, got.r.n_accepted,
+                                  got.r.n_drafted);
+                }
+            }
+        }
+        if (route) unsetenv("TELA_SPEC_REPLAY");
+    }
+}
+
+/* After speculative sampling (accepts and rejects), the session holds what
+ * a plain evaluation of its tokens holds, the MTP block's part included. */
+static void test_state_after(tela_model *m) {
+    tela_sampler_params sp = tela_sampler_default_params();
+    sp.temperature = 0.9f;
+    sp.top_k = 20;
+    int32_t prompt[128];
+    const int np = tokenize(m, prompts[1], prompt, 128);
+    const int V = tela_model_get_info(m)->n_vocab;
+    float *a = malloc(sizeof *a * (size_t)V), *b = malloc(sizeof *b * (size_t)V);
+    for (int route = 0; route < 2; route++) {
+        if (route) setenv("TELA_SPEC_REPLAY", "1", 1);
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            sp.seed = seed;
+            gen_out o;
+            tela_session *s = NULL;
+            generate(m, prompt, np, &sp, 40, 3, &o, &s);
+            CHECK_MSG(o.r.n_accepted > 0 && o.r.n_accepted < o.r.n_drafted, "seed %llu: %d of %d accepted",
+                      (unsigned long long)seed, o.r.n_accepted, o.r.n_drafted);
+            /* the plain session: prompt and the generated tokens but the last (not evaluated) */
+            const int32_t n = tela_session_n_past(s);
+            CHECK_EQ_INT(n, np + o.r.n_generated - 1);
+            tela_session *p = new_session(m, 512);
+            int32_t all[512];
+            memcpy(all, prompt, sizeof(int32_t) * (size_t)np);
+            memcpy(all + np, o.toks, sizeof(int32_t) * (size_t)(o.r.n_generated - 1));
+            /* in the pieces of single steps (the verification passes compute
+             * their very bits; a long prefill's chunks round otherwise) */
+            CHECK_OK(tela_session_eval(p, all, np, NULL, 0));
+            for (int32_t i = np; i < n; i++) CHECK_OK(tela_session_eval(p, all + i, 1, NULL, 0));
+            const int32_t last = o.toks[o.r.n_generated - 1];
+            /* the MTP block's next draft, then the model's logits after the pending token */
+            CHECK_OK(tela_session_mtp_draft(s, last, n - 1, false, a, NULL));
+            CHECK_OK(tela_session_mtp_draft(p, last, n - 1, false, b, NULL));
+            CHECK_MSG(!memcmp(a, b, sizeof *a * (size_t)V), "seed %llu%s: MTP logits after speculation differ",
+                      (unsigned long long)seed, route ? " (replay)" : "");
+            CHECK_OK(tela_session_eval(s, &last, 1, a, 0));
+            CHECK_OK(tela_session_eval(p, &last, 1, b, 0));
+            CHECK_MSG(!memcmp(a, b, sizeof *a * (size_t)V), "seed %llu%s: logits after speculation differ",
+                      (unsigned long long)seed, route ? " (replay)" : "");
+            tela_session_free(p);
+            tela_session_free(s);
+        }
+        if (route) unsetenv("TELA_SPEC_REPLAY");
+    }
+    free(a);
+    free(b);
+}
+
+/* A snapshot restored into another session continues the MTP block too. */
+static void test_snapshot(tela_model *m) {
+    int32_t prompt[128];
+    const int np = tokenize(m, prompts[0], prompt, 128);
+    const int V = tela_model_get_info(m)->n_vocab;
+    float *a = malloc(sizeof *a * (size_t)V), *b = malloc(sizeof *b * (size_t)V);
+    tela_session *s = new_session(m, 256), *t = new_session(m, 256);
+    CHECK_OK(tela_session_eval(s, prompt, np - 1, NULL, 0));
+    tela_snapshot *snap = NULL;
+    CHECK_OK(tela_session_snapshot(s, &snap));
+    CHECK_OK(tela_session_eval(t, prompt, 3, NULL, 0)); /* something else first */
+    CHECK_OK(tela_session_restore(t, snap));
+    CHECK_OK(tela_session_eval(s, prompt + np - 1, 1, NULL, 0));
+    CHECK_OK(tela_session_eval(t, prompt + np - 1, 1, NULL, 0));
+    CHECK_OK(tela_session_mtp_draft(s, prompt[2], np - 1, false, a, NULL));
+    CHECK_OK(tela_session_mtp_draft(t, prompt[2], np - 1, false, b, NULL));
+    CHECK_MSG(!memcmp(a, b, sizeof *a * (size_t)V), "MTP logits after a snapshot's restore differ");
+    tela_snapshot_free(snap);
+    tela_session_free(s);
+    tela_session_free(t);
+    free(a);
+    free(b);
+}
+
+static void test_errors(tela_model *with, tela_model *without, tela_model *llama) {
+    tela_generate_params gp = tela_generate_default_params();
+    gp.max_tokens = 4;
+    tela_spec_params sp = tela_spec_default_params();
+    sp.method = TELA_SPEC_MTP;
+    gp.spec = &sp;
+    const int32_t prompt[] = {0, 100, 200};
+    int32_t out[8];
+    tela_model *ms[] = {without, llama};
+    const char *expect[] = {"none loaded", "no MTP support"};
+    for (int i = 0; i < 2; i++) {
+        tela_session *s = new_session(ms[i], 64);
+        const tela_status st = tela_generate(s, prompt, 3, &gp, out, 8, NULL);
+        CHECK_EQ_INT(st, TELA_ERR_UNSUPPORTED);
+        CHECK_MSG(strstr(tela_last_error(), expect[i]) != NULL, "error: %s", tela_last_error());
+        tela_session_free(s);
+    }
+    tela_session *s = new_session(with, 64);
+    float *l = malloc(sizeof *l * 4096);
+    CHECK(tela_session_mtp_draft(s, 5, 0, false, l, NULL) == TELA_ERR_ARG); /* nothing evaluated yet */
+    CHECK_OK(tela_session_eval(s, prompt, 3, NULL, 0));
+    CHECK(tela_session_mtp_draft(s, 5, 1, false, l, NULL) == TELA_ERR_ARG); /* not the last position */
+    CHECK(tela_session_mtp_draft(s, 5, 64, true, l, NULL) == TELA_ERR_ARG); /* past the context */
+    CHECK(tela_session_mtp_draft(s, 4096, 2, false, l, NULL) == TELA_ERR_ARG); /* no such token */
+    CHECK_OK(tela_session_mtp_draft(s, 5, 2, false, l, NULL));
+    free(l);
+    tela_session_free(s);
+}
+
+int main(void) {
+    const char *src = getenv("TELA_SOURCE_DIR");
+    if (!src) test_skip("TELA_SOURCE_DIR is not set");
+    snprintf(src_dir, sizeof src_dir, "%s", src);
+    tela_model *m = load("models/tela-kjv-qwen35-f16.gguf", true);
+    tela_model *plain = load("models/tela-kjv-qwen35-f16.gguf", false);
+    tela_model *llama = load("models/tela-kjv-q8_0.gguf", true);
+    if (!m || !plain || !llama) return test_finish();
+    test_reference(m);
+    test_greedy(m);
+    test_state_after(m);
+    test_snapshot(m);
+    test_errors(m, plain, llama);
+    tela_model_free(m);
+    tela_model_free(plain);
+    tela_model_free(llama);
+    return test_finish();
+}
