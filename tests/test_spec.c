@@ -22,8 +22,9 @@
  *    evaluations' logits with a sampler written in this file (top-k, top-p,
  *    min-p, temperature, repetition penalty, logit bias), by a chi-square
  *    test that fails at p < 1e-3; for prompt lookup, a close draft and a far
- *    draft (both accept and reject branches taken, asserted), and a control
- *    showing the test rejects the far draft's own distribution;
+ *    draft (both accept and reject branches taken, asserted), the MTP block
+ *    of the hybrid demo (a 4096-token vocabulary), and a control showing
+ *    the test rejects the far draft's own distribution;
  *  - errors: vocabulary mismatch (count; token text), draft_max and n-gram
  *    sizes out of range, a missing or shorter draft session, a logits hook. */
 #include <math.h>
@@ -46,10 +47,11 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static tela_model *load(const char *rel) {
+static tela_model *load_with(const char *rel, bool mtp) {
     char path[1400];
     snprintf(path, sizeof path, "%s/%s", src_dir, rel);
     tela_model_params mp = tela_model_default_params();
+    mp.load_mtp = mtp;
     mp.n_threads = 2;
     mp.device = "cpu"; /* the exactness checked is the CPU's (a GPU's prefill products round otherwise) */
     tela_model *m = NULL;
@@ -60,6 +62,9 @@ static tela_model *load(const char *rel) {
     }
     return m;
 }
+
+static tela_model *load(const char *rel) { return load_with(rel, false); }
+static tela_model *load_mtp(const char *rel) { return load_with(rel, true); }
 
 /* One thread for the fixtures (their products are too small to share),
  * two for the KJV model. */
@@ -388,6 +393,14 @@ static void test_state_after_sampling(tela_model *m, tela_model *draft, const ch
 
 /* ------------------------------------------------------------ sampling */
 
+static const float *sort_logits;
+
+static int by_logit_desc(const void *pa, const void *pb) {
+    const int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    if (sort_logits[a] != sort_logits[b]) return sort_logits[a] > sort_logits[b] ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
 /* The sampler's final distribution, written here from tela.h's description
  * (the independent reference): bias, repetition penalty over the last
  * repeat_last_n tokens, top-k, top-p, min-p, temperature; p[V] out. */
@@ -411,16 +424,9 @@ static void ref_dist(const tela_sampler_params *sp, const float *logits_in, int3
     int n = 0;
     for (int32_t i = 0; i < V; i++)
         if (l[i] > -INFINITY) idx[n++] = i;
-    /* sort by logit descending, id ascending (insertion sort: V is small) */
-    for (int i = 1; i < n; i++) {
-        int32_t x = idx[i];
-        int j = i - 1;
-        while (j >= 0 && (l[idx[j]] < l[x] || (l[idx[j]] == l[x] && idx[j] > x))) {
-            idx[j + 1] = idx[j];
-            j--;
-        }
-        idx[j + 1] = x;
-    }
+    /* sort by logit descending, id ascending */
+    sort_logits = l;
+    qsort(idx, (size_t)n, sizeof *idx, by_logit_desc);
     if (sp->top_k > 0 && sp->top_k < n) n = sp->top_k;
     if (sp->top_p < 1.0f) {
         double sum = 0, cum = 0;
@@ -519,19 +525,21 @@ static double chi_square_p(const int *counts, const double *p, int32_t V, int n,
 }
 
 #define SAMPLED_POS 4 /* generated tokens per seed: the first, then three from verification steps */
+#define SAMPLED_V 4096 /* the largest vocabulary sampled (the KJV models') */
 
 /* The exact marginals of generated tokens 2..SAMPLED_POS under model m
  * (sampler sp) after the prompt: marg[i][V] for token i + 1, by
  * enumerating the (few) likely prefixes with plain evaluations. */
 static void exact_marginals(tela_model *m, const tela_sampler_params *sp, const int32_t *prompt, int np,
-                            double marg[SAMPLED_POS][512]) {
+                            double marg[SAMPLED_POS][SAMPLED_V]) {
     const int32_t V = tela_model_get_info(m)->n_vocab;
     tela_session *s = new_session(m, 256);
     float *logits = malloc(sizeof(float) * (size_t)V);
     double *p = malloc(sizeof(double) * (size_t)V);
     int32_t hist[256];
     memcpy(hist, prompt, sizeof(int32_t) * (size_t)np);
-    memset(marg, 0, sizeof(double) * SAMPLED_POS * 512);
+    CHECK(V <= SAMPLED_V);
+    memset(marg, 0, sizeof(double) * SAMPLED_POS * SAMPLED_V);
     /* depth-first over prefixes of probability mass; the last position's
      * distribution is added weighted by its prefix's probability */
     struct frame {
@@ -574,11 +582,12 @@ static void exact_marginals(tela_model *m, const tela_sampler_params *sp, const 
 
 /* N seeds of speculative sampling; histograms of generated tokens 2..4
  * against the exact marginals. Returns the drafted/accepted counts. */
-static void sample_test(const char *label, tela_model *m, tela_model *draft, const tela_sampler_params *base,
-                        const int32_t *prompt, int np, int n_seeds, double marg[SAMPLED_POS][512],
-                        double wrong[SAMPLED_POS][512]) {
+static void sample_test(const char *label, tela_model *m, tela_model *draft, tela_spec_method method,
+                        const tela_sampler_params *base,
+                        const int32_t *prompt, int np, int n_seeds, double marg[SAMPLED_POS][SAMPLED_V],
+                        double wrong[SAMPLED_POS][SAMPLED_V]) {
     const int32_t V = tela_model_get_info(m)->n_vocab;
-    static int counts[SAMPLED_POS][512];
+    static int counts[SAMPLED_POS][SAMPLED_V];
     memset(counts, 0, sizeof counts);
     tela_session *s = new_session(m, 256), *d = draft ? new_session(draft, 256) : NULL;
     tela_snapshot *snap = NULL;
@@ -591,7 +600,7 @@ static void sample_test(const char *label, tela_model *m, tela_model *draft, con
         CHECK_OK(tela_session_snapshot(d, &dsnap));
     }
     tela_spec_params spec = tela_spec_default_params();
-    spec.method = draft ? TELA_SPEC_DRAFT : TELA_SPEC_NGRAM;
+    spec.method = method;
     spec.draft_max = 3;
     spec.ngram_min = 1;
     spec.draft = d;
@@ -638,7 +647,7 @@ static void sample_test(const char *label, tela_model *m, tela_model *draft, con
     tela_session_free(s);
 }
 
-static void test_sampling(tela_model *lg, tela_model *lq8, tela_model *qa) {
+static void test_sampling(tela_model *lg, tela_model *lq8, tela_model *qa, tela_model *hyb) {
     tela_sampler_params sp = tela_sampler_default_params();
     sp.temperature = 1.0f;
     sp.top_k = 6;
@@ -650,13 +659,19 @@ static void test_sampling(tela_model *lg, tela_model *lq8, tela_model *qa) {
     sp.n_logit_bias = 1;
     int32_t prompt[64];
     const int np = make_prompt(lg, prompt, 77);
-    static double marg[SAMPLED_POS][512], wrong[SAMPLED_POS][512];
+    static double marg[SAMPLED_POS][SAMPLED_V], wrong[SAMPLED_POS][SAMPLED_V];
     exact_marginals(lg, &sp, prompt, np, marg);
     exact_marginals(qa, &sp, prompt, np, wrong);
     const int n = TEST_QUICK ? 300 : 3000;
-    sample_test("sampling, prompt lookup", lg, NULL, &sp, prompt, np, n, marg, NULL);
-    sample_test("sampling, draft llama-gqa-q8_0", lg, lq8, &sp, prompt, np, n, marg, NULL);
-    sample_test("sampling, draft qwen35-asym", lg, qa, &sp, prompt, np, n, marg, wrong);
+    sample_test("sampling, prompt lookup", lg, NULL, TELA_SPEC_NGRAM, &sp, prompt, np, n, marg, NULL);
+    sample_test("sampling, draft llama-gqa-q8_0", lg, lq8, TELA_SPEC_DRAFT, &sp, prompt, np, n, marg, NULL);
+    sample_test("sampling, draft qwen35-asym", lg, qa, TELA_SPEC_DRAFT, &sp, prompt, np, n, marg, wrong);
+    /* the MTP block of the hybrid demo, after a KJV prompt */
+    size_t nh = 0;
+    const char *text = "And the LORD spake unto Moses, saying, Speak unto the children of Israel";
+    CHECK_OK(tela_tokenize(hyb, text, strlen(text), 1, 0, prompt, 64, &nh));
+    exact_marginals(hyb, &sp, prompt, (int)nh, marg);
+    sample_test("sampling, MTP of the hybrid demo", hyb, NULL, TELA_SPEC_MTP, &sp, prompt, (int)nh, n, marg, NULL);
 }
 
 /* --------------------------------------------------------------- errors */
@@ -814,7 +829,9 @@ int main(void) {
     }
     tela_model_free(qs16);
     tela_model_free(qa32);
-    test_sampling(lg, lq8, qa);
+    tela_model *hyb = load_mtp("models/tela-kjv-qwen35-f16.gguf");
+    if (hyb) test_sampling(lg, lq8, qa, hyb);
+    tela_model_free(hyb);
     printf("[rollback and sampling: %.2f s]\n", now() - t);
     test_errors(lg, kf, kq);
     test_token_text_mismatch(kf);
