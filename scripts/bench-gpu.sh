@@ -11,7 +11,9 @@
 # (F16: TELA_CUDA_GEMV_ROWS=0 the one-row kernel, 1, 2, 4 rows a warp;
 # quantized: TELA_CUDA_GEMV=1 the first variant, TELA_CUDA_GEMV_QROWS=1, 2
 # rows a warp of the second), BENCH_PROFILE=1 a --profile run of each to
-# $OUT/profile.log; BENCH_PP=0 skips the prefill tests. Files go to $TELA_MODELS (default
+# $OUT/profile.log; BENCH_SPEC=1 speculative decoding (the demo models with MTP, prompt
+# lookup and a draft model; the 2B shape's verification cost) to $OUT/spec.log;
+# BENCH_PP=0 skips the prefill tests. Files go to $TELA_MODELS (default
 # /tmp/tela-models); JSON lines to $OUT/bench.jsonl when OUT is set. A table
 # is printed last.
 set -uo pipefail
@@ -73,6 +75,23 @@ if [ "${BENCH_8B:-0}" = 1 ]; then
     qz l8b-f16.gguf Q4_K_M l8b-q4_k_m.gguf
     for f in l8b-f16.gguf l8b-q4_k_m.gguf; do one "$f"; done
     [ "$P" = 0 ] || bench l8b-f16.gguf -p 0 -n 128 -d 32768 -r 2
+fi
+if [ "${BENCH_SPEC:-0}" = 1 ]; then # speculative decoding: the demos (real acceptance), then the 2B's verification cost
+    SP=${OUT:-/tmp}/spec.log
+    : > "$SP"
+    for a in "--spec mtp" "--spec ngram" "--draft models/tela-kjv-q8_0.gguf"; do
+        echo "== tela-kjv-qwen35-f16 $a" >> "$SP"
+        "$B/tela" bench -m models/tela-kjv-qwen35-f16.gguf -p 0 -n 128 -r "$R" $a --draft-max 1,2,3 >> "$SP" 2>&1
+    done
+    echo "== tela-kjv-f16 --spec ngram" >> "$SP"
+    "$B/tela" bench -m models/tela-kjv-f16.gguf -p 0 -n 128 -r "$R" --spec ngram --draft-max 1,2,3 >> "$SP" 2>&1
+    mk qwen3.5-2b q35-2b-f16.gguf
+    qz q35-2b-f16.gguf Q4_K_M q35-2b-q4_k_m.gguf
+    for f in q35-2b-f16.gguf q35-2b-q4_k_m.gguf; do
+        echo "== $f --spec ngram (random weights: the verification cost table)" >> "$SP"
+        "$B/tela" bench -m "$D/$f" -p 0 -n 32 -r "$R" --spec ngram --draft-max 1,2,3 >> "$SP" 2>&1
+    done
+    grep -v "^|.*---" "$SP"
 fi
 
 echo

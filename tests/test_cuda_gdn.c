@@ -47,6 +47,7 @@ typedef struct gdn_case {
     bool v_tiled;
     int n1, n2;                  /* tokens of the first call, then of a second (0: none) */
     bool gates;                  /* raw inputs, the gates applied by the op */
+    bool keep;                   /* the first call keeps the state after each token (tela_gdn_args.states) */
 } gdn_case;
 
 /* The float64 model of one value head over n tokens: state S (dk x dv,
@@ -146,6 +147,7 @@ static void check_delta(const gdn_case *c) {
     float *d_qkv = dcopy(qkv, (size_t)n * qs), *d_beta = dcopy(beta, (size_t)n * nv), *d_g = dcopy(g, (size_t)n * nv);
     float *d_z = dcopy(z, (size_t)n * vd), *d_nw = dcopy(nw, (size_t)dv), *d_s = dcopy(s0, state_n);
     float *d_out = dmalloc(sizeof(float) * (size_t)n * vd), *d_ga = dcopy(ga, (size_t)nv), *d_gdt = dcopy(gdt, (size_t)nv);
+    float *d_keep = c->keep ? dmalloc(sizeof(float) * state_n * (size_t)c->n1) : NULL;
     poison(d_out, (size_t)n * vd);
     const tela_gdn_gates_in gates = {d_ga, d_gdt, l2_eps};
     int t0 = 0;
@@ -157,6 +159,7 @@ static void check_delta(const gdn_case *c) {
             .v_tiled = c->v_tiled, .q_scale = (float)(1.0 / sqrt((double)dk)), .beta = d_beta + (size_t)t0 * nv,
             .g = d_g + (size_t)t0 * nv, .z = d_z + (size_t)t0 * vd, .norm_w = d_nw, .eps = eps, .state = d_s,
             .out = d_out + (size_t)t0 * vd, .n_tok = nt, .gates = c->gates ? &gates : NULL,
+            .states = part == 0 ? d_keep : NULL,
         };
         tela_exec_gdn_delta(gx, &a);
         t0 += nt;
@@ -173,6 +176,26 @@ static void check_delta(const gdn_case *c) {
     CHECK_MSG(e_out <= tol && e_state <= tol,
               "delta rule (nk %d, nv %d, dk %d, dv %d, %d+%d tokens): outputs off by %g, state by %g (bound %g)", nk,
               nv, dk, dv, c->n1, c->n2, e_out, e_state, tol);
+    if (c->keep) { /* each kept state against the reference's after that token */
+        double *Sk = malloc(sizeof(double) * state_n), *ok = malloc(sizeof(double) * (size_t)vd);
+        float *kept = malloc(sizeof(float) * state_n * (size_t)c->n1);
+        downf(kept, d_keep, state_n * (size_t)c->n1);
+        for (size_t i = 0; i < state_n; i++) Sk[i] = s0[i];
+        double worst = 0;
+        for (int t = 0; t < c->n1; t++) {
+            for (int h = 0; h < nv; h++)
+                ref_head(qkv_d + (size_t)t * qs, qs, c->v_tiled ? h % nk : h / group, h, c, beta_d + (size_t)t * nv,
+                         g_d + (size_t)t * nv, 1, Sk + (size_t)h * dk * dv, ok, vd);
+            const double e = rel_err(kept + (size_t)t * state_n, Sk, state_n);
+            worst = e > worst ? e : worst;
+        }
+        printf("  kept states of %d tokens: %.2e\n", c->n1, worst);
+        CHECK_MSG(worst <= tol, "delta rule (dk %d, %d tokens): kept states off by %g (bound %g)", dk, c->n1, worst, tol);
+        /* the last kept state is the state the call left (before a second call) */
+        if (c->n2 == 0) CHECK(!memcmp(kept + (size_t)(c->n1 - 1) * state_n, got_s, sizeof(float) * state_n));
+        free(Sk), free(ok), free(kept);
+        tela_backend_free_mem(gpu, d_keep);
+    }
     void *bufs[] = {d_qkv, d_beta, d_g, d_z, d_nw, d_s, d_out, d_ga, d_gdt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(gpu, bufs[i]);
     free(qkv), free(beta), free(g), free(z), free(nw), free(s0), free(S), free(o), free(got), free(got_s);
@@ -183,15 +206,20 @@ static void check_delta(const gdn_case *c) {
  * to 128), prefills (the scan), with and without the gates in the op. */
 static void test_delta(bool long_run) {
     const gdn_case cases[] = {
-        {2, 4, 16, 16, false, 1, 0, false},    {2, 4, 16, 16, true, 7, 1, true},
-        {2, 4, 16, 16, false, 100, 37, false}, {2, 4, 16, 16, false, 1, 3, true},
-        {2, 2, 128, 128, false, 1, 0, false},  {2, 2, 128, 128, false, 1, 1, true},
-        {2, 2, 128, 128, false, 4, 0, true},   {2, 2, 128, 128, false, 64, 0, false},
-        {2, 2, 128, 128, false, 300, 5, true}, {2, 6, 128, 128, true, 1, 0, true},
-        {2, 6, 128, 128, true, 513, 0, false}, {2, 6, 128, 128, false, 77, 1, true},
-        {2, 6, 128, 128, false, 2, 1, false},  {1, 2, 64, 64, false, 33, 2, true},
-        {1, 1, 256, 128, false, 45, 1, false}, {1, 1, 256, 128, false, 1, 0, true},
-        {1, 2, 32, 32, true, 3, 1, true},      {1, 2, 128, 128, false, 8192, 0, false},
+        {2, 4, 16, 16, false, 1, 0, false, false},    {2, 4, 16, 16, true, 7, 1, true, false},
+        {2, 4, 16, 16, false, 100, 37, false, false}, {2, 4, 16, 16, false, 1, 3, true, false},
+        {2, 2, 128, 128, false, 1, 0, false, false},  {2, 2, 128, 128, false, 1, 1, true, false},
+        {2, 2, 128, 128, false, 4, 0, true, false},   {2, 2, 128, 128, false, 64, 0, false, false},
+        {2, 2, 128, 128, false, 300, 5, true, false}, {2, 6, 128, 128, true, 1, 0, true, false},
+        {2, 6, 128, 128, true, 513, 0, false, false}, {2, 6, 128, 128, false, 77, 1, true, false},
+        {2, 6, 128, 128, false, 2, 1, false, false},  {1, 2, 64, 64, false, 33, 2, true, false},
+        {1, 1, 256, 128, false, 45, 1, false, false}, {1, 1, 256, 128, false, 1, 0, true, false},
+        {1, 2, 32, 32, true, 3, 1, true, false},      {1, 2, 128, 128, false, 8192, 0, false, false},
+        /* the states after each token kept (a speculative step's rollback):
+         * the step kernel (<= 4 tokens), the staged scan, the register scans */
+        {2, 4, 16, 16, false, 4, 0, false, true}, {2, 6, 128, 128, true, 3, 0, true, true},
+        {2, 2, 128, 128, false, 16, 0, false, true}, {1, 2, 64, 64, false, 7, 1, true, true},
+        {1, 1, 256, 128, false, 5, 0, false, true}, {1, 2, 32, 32, true, 6, 0, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (long_run || cases[i].n1 + cases[i].n2 < 1000) check_delta(&cases[i]);

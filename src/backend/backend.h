@@ -397,7 +397,8 @@ typedef struct tela_gdn_args {
     int n_tok;
     const tela_gdn_gates_in *gates;
     float *states;               /* NULL, or n_tok states of nv * dk * dv: the state after each token (the
-                                    rollback of a speculative step; the CPU backend only, by the recurrence) */
+                                    rollback of a speculative step; computed by the recurrence, so each is
+                                    what single steps give) */
 } tela_gdn_args;
 
 void tela_exec_gdn_delta(tela_exec *ex, const tela_gdn_args *a);

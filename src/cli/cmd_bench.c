@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "      --profile[=json] time every phase over all the tests; a table (or JSON) on stderr\n"
             "  -np, --parallel P,.. also decode with P sequences at once through the batching engine:\n"
             "                       tgN x P = aggregate tokens/s of P sequences decoding N tokens each\n"
-            "      --spec ngram|draft  also measure speculative decoding: greedy tgN (the first -n) after a\n"
+            "      --spec ngram|draft|mtp  also measure speculative decoding: greedy tgN (the first -n) after a\n"
             "                       text prompt, plain and for each --draft-max k: tokens/s, the share of\n"
             "                       drafts accepted, tokens per verification step, the speedup, whether\n"
             "                       the tokens are the plain ones; then the cost of a forward pass of\n"

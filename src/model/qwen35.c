@@ -1009,11 +1009,12 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
 
 /* ------------------------------------------------------------- forward */
 
-/* Kept states (state_rewind): on the CPU, for a session's one sequence. */
+/* Kept states (state_rewind): for a session's one sequence, on both
+ * backends (their delta rules write tela_gdn_args.states). */
 static bool qwen35_keeps_states(const tela_model *m, const void *state) {
     const qwen35_model *Q = m->impl;
     const qwen35_state *s = state;
-    return Q->n_gdn > 0 && s->n_seq == 1 && tela_backend_get_kind(tela_exec_backend(s->ex)) == TELA_BACKEND_CPU;
+    return Q->n_gdn > 0 && s->n_seq == 1;
 }
 
 /* Room to keep the states of an n-token pass. */

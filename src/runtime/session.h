@@ -66,7 +66,7 @@ tela_status tela_session_truncate(tela_session *s, int32_t n);
 /* Whether truncating costs an evaluation (the model has recurrent state). */
 bool tela_session_has_recurrent(const tela_session *s);
 /* Models with recurrent state whose forward pass can keep the state after
- * each token (Qwen3.5 on the CPU): tela_session_eval_keep evaluates like
+ * each token (Qwen3.5 sessions): tela_session_eval_keep evaluates like
  * tela_session_eval with every position's logits and keeps them, so that a
  * truncation to a position within that evaluation (before any other) is a
  * copy of the kept state, with no mark and no evaluation again. */

@@ -165,6 +165,17 @@ void tela_cuda_gdn_gates(cuda_exec *ex, float *qkv, int64_t qkv_stride, int n_qk
 
 #define GDN_WARPS 4 /* warps per block of the scan */
 
+/* The state after token t into the t-th of the kept states (a speculative
+ * step's rollback, tela_gdn_args.states): this lane's rows r of its column,
+ * at offset off (its first row's) within a state. */
+template <int R>
+static __device__ __forceinline__ void keep_state(float *states, int t, int nv, int dk, int dv, ptrdiff_t off,
+                                                  const float (&s)[R]) {
+    float *dst = states + (size_t)t * nv * dk * dv + off;
+#pragma unroll
+    for (int r = 0; r < R; r++) dst[(size_t)r * dv] = s[r];
+}
+
 /* The scan (see the top of the file). DK: the key head dim; G: lanes per
  * column; a warp covers 32/G consecutive columns of one value head
  * (blockIdx.y), lane = grp * (32/G) + col, so each row's loads and stores
@@ -174,7 +185,7 @@ void tela_cuda_gdn_gates(cuda_exec *ex, float *qkv, int64_t qkv_stride, int n_qk
 template <int DK, int G>
 static __global__ void __launch_bounds__(GDN_WARPS * 32)
 gdn_scan_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale, const float *beta,
-                const float *g, float *state, float *out, int64_t os, int n_tok) {
+                const float *g, float *state, float *out, int64_t os, int n_tok, float *states) {
     TELA_PDL_ENTRY();
     constexpr int C = 32 / G, R = DK / G; /* columns a warp, rows a lane */
     const int lane = threadIdx.x & 31, col = lane % C, grp = lane / C;
@@ -227,6 +238,7 @@ gdn_scan_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
 #pragma unroll
         for (int off = C; off < 32; off <<= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
         if (grp == 0) out[(int64_t)t * os + (size_t)h * dv + j] = o * q_scale;
+        if (states) keep_state(states, t, nv, DK, dv, S - state, s);
         if (t + 1 < n_tok) cur = nxt;
     }
 #pragma unroll
@@ -244,7 +256,8 @@ gdn_scan_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
 template <int DK, int G>
 static __global__ void __launch_bounds__(GDN_WARPS * 32)
 gdn_scan_smem_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale,
-                     const float *beta, const float *g, float *state, float *out, int64_t os, int n_tok) {
+                     const float *beta, const float *g, float *state, float *out, int64_t os, int n_tok,
+                     float *states) {
     TELA_PDL_ENTRY();
     constexpr int C = 32 / G, R = DK / G, CB = GDN_WARPS * C, T = GDN_CHUNK_T;
     constexpr int KQ4 = T * 2 * DK / 4;                          /* float4s of k and q a chunk */
@@ -335,6 +348,7 @@ gdn_scan_smem_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v
 #pragma unroll
                 for (int off = C; off < 32; off <<= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
                 if (grp == 0) out[(int64_t)(t0 + t) * os + (size_t)h * dv + j] = o * q_scale;
+                if (states) keep_state(states, t0 + t, nv, DK, dv, S - state, s);
             }
         if (more) stash(buf[c ^ 1]); /* its last readers finished before the previous barrier */
         __syncthreads();
@@ -355,7 +369,7 @@ template <int DK>
 static __global__ void __launch_bounds__(512)
 gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale, const float *beta,
                 const float *g, const float *a_gate, const float *dt_bias, float l2_eps, const float *z,
-                const float *norm_w, float eps, float *state, float *out, int64_t os, int n_tok) {
+                const float *norm_w, float eps, float *state, float *out, int64_t os, int n_tok, float *states) {
     TELA_PDL_ENTRY();
     constexpr int G = 4, C = 8, R = DK / G;
     __shared__ float4 qk4[2 * DK / 4]; /* q, then k */
@@ -405,6 +419,7 @@ gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
         const float delta = b * (vj - eg * ks);
 #pragma unroll
         for (int r = 0; r < R; r++) s[r] = fmaf(ks_[r], delta, s[r] * eg);
+        if (states) keep_state(states, t, nv, DK, dv, S - state, s);
         float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int r = 0; r < R; r++) o4[r & 3] = fmaf(qs_[r], s[r], o4[r & 3]);
@@ -450,10 +465,10 @@ static __global__ void gdn_out_norm_kernel(float *out, int64_t os, const float *
 }
 
 typedef void (*gdn_scan_fn)(const float *, int64_t, int, int, int, int, float, const float *, const float *, float *,
-                            float *, int64_t, int);
+                            float *, int64_t, int, float *);
 typedef void (*gdn_step_fn)(const float *, int64_t, int, int, int, int, float, const float *, const float *,
                             const float *, const float *, float, const float *, const float *, float, float *, float *,
-                            int64_t, int);
+                            int64_t, int, float *);
 
 /* Lanes per column of the scan: 8 for the key dims of 64 and up (more,
  * shorter chains per token: a prefill's steps are latency-bound), 4 for
@@ -510,7 +525,7 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a) {
         tela_cuda_launch(ex, step, (unsigned)a->nv, (unsigned)(a->dv / 8 * 32), 0,
             a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0, a->q_scale, a->beta, a->g,
             gt ? gt->a : NULL, gt ? gt->dt_bias : NULL, gt ? gt->eps : 0.0f, a->z, a->norm_w, a->eps, a->state,
-            a->out, vd, a->n_tok);
+            a->out, vd, a->n_tok, a->states);
         tela_cuda_launched(ex, "Gated DeltaNet decode step");
         return;
     }
@@ -520,7 +535,7 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a) {
     const int cols_per_block = GDN_WARPS * (32 / lanes);
     const dim3 grid((unsigned)((a->dv + cols_per_block - 1) / cols_per_block), (unsigned)a->nv);
     tela_cuda_launch(ex, fn, grid, GDN_WARPS * 32, 0, a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0,
-                                                a->q_scale, a->beta, a->g, a->state, a->out, vd, a->n_tok);
+                                                a->q_scale, a->beta, a->g, a->state, a->out, vd, a->n_tok, a->states);
     tela_cuda_launched(ex, "Gated DeltaNet delta rule");
     const int64_t items = (int64_t)a->n_tok * a->nv;
     tela_cuda_launch(ex, gdn_out_norm_kernel, blocks_for(items, 4), 128, 0, a->out, vd, a->z, vd, a->norm_w, a->nv, a->dv,
