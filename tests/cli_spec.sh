@@ -2,7 +2,9 @@
 # cli_spec.sh: speculative decoding as a user drives it, on the shipped KJV
 # models: 'tela run --spec ngram' and '--draft tela-kjv-q8_0.gguf' print the
 # same greedy ids as plain 'tela run' and report the acceptance on the
-# timing line; a draft of another vocabulary, --draft-max out of range and
+# timing line, as does '--spec mtp' on the Qwen3.5 hybrid demo (a model
+# without an MTP block is refused); a draft of another vocabulary,
+# --draft-max out of range and
 # conflicting options fail with messages; 'tela bench --spec' reports its
 # table; --help documents the options. On the CPU (--device cpu): the
 # exactness checked is the CPU's.
@@ -42,7 +44,26 @@ done
 "$TELA" run --device cpu -m "$M" -p "$P" -n 4 --spec ngram --draft "$D" >/dev/null 2>"$tmp/e4"
 [ $? -eq 2 ] && grep -q "goes with --spec draft" "$tmp/e4" && ok "--draft with --spec ngram" || bad "--draft + ngram: $(cat "$tmp/e4")"
 "$TELA" run --device cpu -m "$M" -p "$P" -n 4 --spec bogus >/dev/null 2>"$tmp/e5"
-[ $? -eq 2 ] && grep -q "not ngram, draft or none" "$tmp/e5" && ok "--spec bogus" || bad "--spec bogus: $(cat "$tmp/e5")"
+[ $? -eq 2 ] && grep -q "not ngram, draft, mtp or none" "$tmp/e5" && ok "--spec bogus" || bad "--spec bogus: $(cat "$tmp/e5")"
+
+# MTP: the hybrid demo's own block (its drafts accepted), and a model without one
+H=$SRC/models/tela-kjv-qwen35-f16.gguf
+if [ -f "$H" ]; then
+    "$TELA" run --device cpu -m "$H" -p "$P" -n 32 --temp 0 -t 2 --print-ids >"$tmp/hplain" 2>/dev/null || bad "hybrid plain run"
+    if "$TELA" run --device cpu -m "$H" -p "$P" -n 32 --temp 0 -t 2 --print-ids --spec mtp --draft-max 2 >"$tmp/hspec" \
+        2>"$tmp/hspec.err"; then
+        cmp -s "$tmp/hplain" "$tmp/hspec" && ok "run --spec mtp: the plain greedy ids" || bad "run --spec mtp: ids differ"
+        grep -Eq "speculative: [1-9][0-9]* of [0-9]+ drafts accepted" "$tmp/hspec.err" && ok "run --spec mtp: drafts accepted" ||
+            bad "run --spec mtp: timing line: $(tail -1 "$tmp/hspec.err")"
+    else
+        bad "run --spec mtp failed: $(cat "$tmp/hspec.err")"
+    fi
+    "$TELA" bench --device cpu -m "$H" -p 0 -n 16 -r 1 -t 2 --spec mtp --draft-max 2 >"$tmp/hbench" 2>&1 &&
+        grep -Eq "^\| tg16 mtp k=2 +\| +[0-9.]+ \| +[0-9.]+% \| +[0-9.]+ \| +[0-9.]+ \| +yes" "$tmp/hbench" &&
+        ok "bench --spec mtp" || bad "bench --spec mtp: $(cat "$tmp/hbench")"
+fi
+"$TELA" run --device cpu -m "$M" -p "$P" -n 4 --spec mtp >/dev/null 2>"$tmp/e6"
+[ $? -eq 1 ] && grep -q "multi-token-prediction block" "$tmp/e6" && ok "--spec mtp on a Llama is refused" || bad "--spec mtp on a Llama: $(cat "$tmp/e6")"
 
 # bench
 if "$TELA" bench --device cpu -m "$M" -p 0 -n 16 -r 1 -t 2 --draft "$D" --draft-max 1,2 >"$tmp/bench" 2>"$tmp/bench.err"; then

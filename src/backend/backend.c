@@ -195,6 +195,9 @@ tela_status tela_exec_download(tela_exec *ex, void *host_dst, const void *src, s
 bool tela_exec_graph_begin(tela_exec *ex, uint64_t key) { return ex->ops->graph_begin(ex, key); }
 tela_status tela_exec_graph_end(tela_exec *ex) { return ex->ops->graph_end(ex); }
 uint32_t tela_exec_length_bucket(const tela_exec *ex, int32_t n_kv) { return ex->ops->length_bucket(ex, n_kv); }
+void tela_exec_graphs_drop(tela_exec *ex) {
+    if (ex->ops->graphs_drop) ex->ops->graphs_drop(ex);
+}
 
 tela_status tela_exec_set_batch(tela_exec *ex, tela_batch *batch, int32_t *tok_mem, int32_t *pos_mem,
                                 const int32_t *tokens, int n, int32_t pos0) {

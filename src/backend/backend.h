@@ -217,6 +217,13 @@ tela_status tela_exec_graph_end(tela_exec *ex);
 /* The length bucket a decode step at context length n_kv belongs to, for
  * graph keys: steps in one bucket must be able to share a captured graph. */
 uint32_t tela_exec_length_bucket(const tela_exec *ex, int32_t n_kv);
+/* Forgets the captured steps: buffers they use have moved (a forward
+ * pass's own, grown). */
+void tela_exec_graphs_drop(tela_exec *ex);
+/* Steps of up to this many tokens may be captured like decode steps (a
+ * speculative step's verification): the backends compute them, like a
+ * single token, the same way at every length of a bucket. */
+#define TELA_GRAPH_MAX_TOK 8
 
 /* Fills batch with n tokens at positions pos0.., uploading the ids (host)
  * and positions into tok_mem and pos_mem (backend memory of >= n int32). */

@@ -32,6 +32,7 @@ struct tela_backend_ops {
     bool (*graph_begin)(tela_exec *ex, uint64_t key);
     tela_status (*graph_end)(tela_exec *ex);
     uint32_t (*length_bucket)(const tela_exec *ex, int32_t n_kv);
+    void (*graphs_drop)(tela_exec *ex); /* NULL: no graphs */
 
     void (*get_rows)(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
     void (*rmsnorm)(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w,

@@ -48,16 +48,26 @@ void tela_model_io_free(tela_model_io *io) {
     tela_backend_free_mem(be, io->pos_prev);
     tela_backend_free_mem(be, io->logits1);
     tela_backend_free_mem(be, io->logits);
+    tela_backend_free_mem(be, io->logits_small);
     tela_backend_free_mem(be, io->pick);
     memset(io, 0, sizeof *io);
 }
 
-/* Backend memory for `rows` rows of logits: the fixed one-row buffer, or
- * the all-logits buffer grown to size (never while a graph is captured:
- * only decode steps are, and they have one row). */
+/* Backend memory for `rows` rows of logits: the fixed one-row buffer, a
+ * fixed buffer of TELA_GRAPH_MAX_TOK rows (steps that may be captured hold
+ * their addresses), or the all-logits buffer grown to size (steps that are
+ * never captured). */
 static tela_status io_logits(tela_model_io *io, int rows, float **out) {
     if (rows <= 1) {
         *out = io->logits1;
+        return TELA_OK;
+    }
+    if (rows <= TELA_GRAPH_MAX_TOK) {
+        if (!io->logits_small)
+            TELA_TRY(tela_backend_alloc(tela_exec_backend(io->ex),
+                                        (size_t)TELA_GRAPH_MAX_TOK * (size_t)io->n_vocab * sizeof(float), "logits",
+                                        (void **)&io->logits_small));
+        *out = io->logits_small;
         return TELA_OK;
     }
     if (rows > io->logit_rows) {
@@ -98,10 +108,14 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
         io->probe_status = TELA_OK;
         if (io->probe && !io->probe_buf && !(io->probe_buf = malloc(sizeof(float) * (size_t)io->n_embd)))
             return tela_errorf(TELA_ERR_NOMEM, "out of memory");
-        if (nt == 1 && !io->probe) {
-            /* decode steps repeat: the same work at every position of a length bucket */
+        /* decode steps repeat: the same work at every position of a length
+         * bucket; so do small passes of one step (a speculative step's
+         * verification), but for a sequence's first (position 0 is
+         * special: nothing before it) */
+        if (!io->probe && (nt == 1 || (nt == n && nt <= TELA_GRAPH_MAX_TOK && n_past > 0))) {
             uint64_t key = 1u | (uint64_t)step.rows << 8 | (uint64_t)step.pick << 16 |
-                           (uint64_t)tela_exec_length_bucket(ex, n_past + done + 1) << 32;
+                           (uint64_t)(out->keep_states != 0) << 17 | (uint64_t)nt << 20 |
+                           (uint64_t)tela_exec_length_bucket(ex, n_past + done + nt) << 32;
             if (tela_exec_graph_begin(ex, key)) fn(m, state, &step);
             TELA_TRY(tela_exec_graph_end(ex));
         } else {

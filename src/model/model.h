@@ -223,6 +223,7 @@ typedef struct tela_model_io {
     tela_batch batch;
     float *logits1;              /* [n_vocab]: one row, at a fixed address (captured decode steps) */
     float *logits;               /* [logit_rows][n_vocab] for all-logits steps, grown as needed */
+    float *logits_small;         /* [TELA_GRAPH_MAX_TOK][n_vocab]: those of steps that may be captured */
     int logit_rows;
     int32_t *pick;               /* [1] */
     /* [n_batch] or NULL: each step's positions minus one, for a model part

@@ -1017,10 +1017,13 @@ static bool qwen35_keeps_states(const tela_model *m, const void *state) {
     return Q->n_gdn > 0 && s->n_seq == 1;
 }
 
-/* Room to keep the states of an n-token pass. */
+/* Room to keep the states of an n-token pass (a speculative step's
+ * verification); when it moves, the captured passes that held its
+ * addresses are dropped. */
 static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
     const qwen35_model *Q = m->impl;
     if (n <= s->keep_cap) return TELA_OK;
+    tela_exec_graphs_drop(s->ex);
     tela_backend *be = tela_exec_backend(s->ex);
     tela_backend_free_mem(be, s->keep_rec);
     tela_backend_free_mem(be, s->keep_conv);
@@ -1157,7 +1160,10 @@ static void mtp_catch_up(const qwen35_model *Q, qwen35_state *s, const tela_batc
     const int E = Q->n_embd, nt = b->n_tok, first = b->pos0 == 0; /* position 0 follows nothing */
     tela_exec_rmsnorm(s->ex, s->mtp_h + E, E, s->x, E, Q->output_norm_b, E, nt, Q->eps);
     if (nt > first) {
-        const tela_batch mb = {nt - first, b->pos0 - 1 + first, b->tokens + first, s->io.pos_prev + first, 1, NULL};
+        /* (pos0: the step's own, so that the block's attention is sized by
+         * the same length bucket as the step: a captured step replays it at
+         * every length of the bucket) */
+        const tela_batch mb = {nt - first, b->pos0 + first, b->tokens + first, s->io.pos_prev + first, 1, NULL};
         mtp_block(Q, s, &Q->mtp[0], s->mtp_h + (size_t)first * E, &mb);
     }
     tela_exec_rmsnorm(s->ex, s->mtp_h, E, s->x + (size_t)(nt - 1) * E, E, Q->output_norm_b, E, 1, Q->eps);

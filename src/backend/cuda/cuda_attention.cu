@@ -632,8 +632,10 @@ void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const floa
     const bool flash = n_tok > TELA_CUDA_GEMV_MAX_TOK && kv->elt == 2 && s->k_dim == s->v_dim &&
                        (D == 64 || D == 128 || D == 256) && fa_smem_bytes(D) <= ex->be->smem_optin;
     if (!flash) {
+        /* steps that may be captured (TELA_GRAPH_MAX_TOK) are sized by their
+         * length bucket, so the graph serves the whole bucket */
         attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, n_tok, n_head, scale,
-                         n_tok == 1 ? bucket_len : pos0 + n_tok);
+                         n_tok <= TELA_GRAPH_MAX_TOK ? bucket_len : pos0 + n_tok);
         return;
     }
     fa_params p;

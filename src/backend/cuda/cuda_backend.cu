@@ -423,6 +423,12 @@ static tela_status cuda_graph_end(tela_exec *e) {
     return TELA_OK;
 }
 
+static void cuda_graphs_drop(tela_exec *e) {
+    cuda_exec *ex = as_ex(e);
+    tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize");
+    tela_cuda_drop_graphs(ex);
+}
+
 static uint32_t cuda_length_bucket(const tela_exec *ex, int32_t n_kv) {
     (void)ex;
     return tela_cuda_length_bucket(n_kv);
@@ -763,6 +769,7 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_graph_begin,
     cuda_graph_end,
     cuda_length_bucket,
+    cuda_graphs_drop,
     cuda_get_rows,
     cuda_rmsnorm,
     cuda_matmul_many,

@@ -159,6 +159,8 @@ static inline void tela_cuda_launch(cuda_exec *ex, void (*kernel)(P...), dim3 gr
  * types) inside the kernel. With w_up: y[t] = silu(W x[t]) * (W_up x[t])
  * (same type and shape). */
 #define TELA_CUDA_GEMV_MAX_TOK 8
+/* captured steps take the decode attention (sized by the length bucket) */
+static_assert(TELA_GRAPH_MAX_TOK <= TELA_CUDA_GEMV_MAX_TOK, "captured steps must not take the flash prefill path");
 #define TELA_CUDA_GEMV_MAX_W 4
 /* y[i] (+)= W[i] x for n_w <= TELA_CUDA_GEMV_MAX_W matrices of one type
  * and width in one launch (a Gated DeltaNet layer's four input
