@@ -91,6 +91,8 @@ if [ "${BENCH_SPEC:-0}" = 1 ]; then # speculative decoding: the demos (real acce
         echo "== $f --spec ngram (random weights: the verification cost table)" >> "$SP"
         "$B/tela" bench -m "$D/$f" -p 0 -n 32 -r "$R" --spec ngram --draft-max 1,2,3 >> "$SP" 2>&1
     done
+    echo "== q35-2b-f16.gguf, TELA_CUDA_FLOAT_GEMM=9 (small passes through the decode kernels)" >> "$SP"
+    TELA_CUDA_FLOAT_GEMM=9 "$B/tela" bench -m "$D/q35-2b-f16.gguf" -p 0 -n 32 -r "$R" --spec ngram --draft-max 3 >> "$SP" 2>&1
     grep -v "^|.*---" "$SP"
 fi
 

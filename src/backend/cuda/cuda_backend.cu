@@ -269,6 +269,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gdn_lanes = gl && (!strcmp(gl, "4") || !strcmp(gl, "8")) ? atoi(gl) : 0;
     const char *gs = getenv("TELA_CUDA_GDN_STEP");
     ex->gdn_step = !(gs && !strcmp(gs, "0"));
+    const char *fg = getenv("TELA_CUDA_FLOAT_GEMM");
+    ex->float_gemm_min = fg && fg[0] >= '2' && fg[0] <= '9' && !fg[1] ? fg[0] - '0' : 2;
     const char *pd = getenv("TELA_CUDA_PDL");
     ex->pdl = b->cc_major >= 9 && !(pd && !strcmp(pd, "0"));
     const char *dbg = getenv("TELA_CUDA_DEBUG");
@@ -445,11 +447,23 @@ static void cuda_rmsnorm(tela_exec *e, float *out, int64_t out_stride, const flo
     tela_cuda_rmsnorm(as_ex(e), out, out_stride, x, x_stride, w, n, n_rows, eps);
 }
 
+/* The most tokens a product of w takes through the decode kernels. They
+ * read the weights once for all tokens, but the activations again for
+ * every row: quantized weights (int8 activations, from shared memory) up to
+ * TELA_CUDA_GEMV_MAX_TOK; float weights only one token (f32 activations
+ * from L1 per 16-byte weight load: a 4-token verification pass of the
+ * Qwen3.5-2B F16 took 3.3 times one token), more go to cuBLAS, which
+ * reads them once as a memory-bound GEMM. */
+static int gemv_max_tok(const cuda_exec *ex, const tela_mat *w) {
+    const bool flt = w->type == TELA_TYPE_F16 || w->type == TELA_TYPE_BF16 || w->type == TELA_TYPE_F32;
+    return flt ? ex->float_gemm_min - 1 : TELA_CUDA_GEMV_MAX_TOK;
+}
+
 static void matmul_one(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
                        int n_tok, bool accumulate) {
     if (tela_ops_exact_matmul() || !tela_cuda_gemv_ok(ex, w, n_tok))
         tela_cuda_matmul_exact(ex, w, x, x_stride, y, y_stride, n_tok, accumulate);
-    else if (n_tok <= TELA_CUDA_GEMV_MAX_TOK)
+    else if (n_tok <= gemv_max_tok(ex, w))
         tela_cuda_gemv(ex, &w, &y, &y_stride, 1, NULL, x, x_stride, n_tok, accumulate, NULL, 0.0f);
     else
         tela_cuda_matmul_gemm(ex, w, x, x_stride, y, y_stride, n_tok, accumulate, NULL);
@@ -471,7 +485,7 @@ static void gemm_many(cuda_exec *ex, const tela_mat *const *w, float *const *y, 
 
 /* Whether the decode kernels take these products with the norm folded in. */
 static bool fused_decode(cuda_exec *ex, const tela_mat *w, int n_tok) {
-    return !tela_ops_exact_matmul() && n_tok <= TELA_CUDA_GEMV_MAX_TOK && tela_cuda_gemv_ok(ex, w, n_tok);
+    return !tela_ops_exact_matmul() && n_tok <= gemv_max_tok(ex, w) && tela_cuda_gemv_ok(ex, w, n_tok);
 }
 
 /* Decode steps: the matrices grouped by type, each group in one launch,
@@ -510,8 +524,8 @@ static void cuda_matmul_many(tela_exec *e, const tela_norm_in *norm, const tela_
         tela_cuda_rmsnorm(ex, norm->xn, x_stride, x, x_stride, norm->w, t[0].w->n_cols, n_tok, norm->eps);
         x = norm->xn;
     }
-    bool gemm = !tela_ops_exact_matmul() && n_tok > TELA_CUDA_GEMV_MAX_TOK && n <= 8;
-    for (int i = 0; i < n; i++) gemm = gemm && tela_cuda_gemv_ok(ex, t[i].w, 1);
+    bool gemm = !tela_ops_exact_matmul() && n <= 8;
+    for (int i = 0; i < n; i++) gemm = gemm && n_tok > gemv_max_tok(ex, t[i].w) && tela_cuda_gemv_ok(ex, t[i].w, 1);
     if (gemm) {
         const tela_mat *ws[8];
         float *ys[8];
@@ -539,8 +553,8 @@ static void cuda_matmul_swiglu(tela_exec *e, const tela_norm_in *norm, const tel
     /* the up half in a buffer of its own (the products use the scratch) */
     float *up = (float *)tela_cuda_aux(ex, (size_t)n_tok * (size_t)n_ff * sizeof(float));
     if (!up) return;
-    if (!tela_ops_exact_matmul() && n_tok > TELA_CUDA_GEMV_MAX_TOK && tela_cuda_gemv_ok(ex, w_gate, 1) &&
-        tela_cuda_gemv_ok(ex, w_up, 1)) {
+    if (!tela_ops_exact_matmul() && n_tok > gemv_max_tok(ex, w_gate) && n_tok > gemv_max_tok(ex, w_up) &&
+        tela_cuda_gemv_ok(ex, w_gate, 1) && tela_cuda_gemv_ok(ex, w_up, 1)) {
         const tela_mat *ws[2] = {w_gate, w_up};
         float *ys[2] = {out, up};
         const int64_t ss[2] = {out_stride, n_ff};
