@@ -82,9 +82,21 @@ static const tela_type gpu_types[] = {TELA_TYPE_F32, TELA_TYPE_F16, TELA_TYPE_BF
  * quantize activations to 8 bits per 32 for quantized weights (about
  * 0.3% of each product); the prefill path rounds activations and weights
  * to f16 (bf16: 8 bits of mantissa). */
+/* Float products of n_tok tokens take cuBLAS (f16/bf16 activations) from
+ * TELA_CUDA_FLOAT_GEMM tokens on (3) for matrices of at least
+ * TELA_CUDA_FLOAT_GEMM_BYTES (4 MiB: none of this file's, unless the
+ * variant sets 0), the decode kernels (f32 activations) below. */
+static bool float_gemm(tela_type type, int n_tok) {
+    const char *t = getenv("TELA_CUDA_FLOAT_GEMM"), *b = getenv("TELA_CUDA_FLOAT_GEMM_BYTES");
+    const int min = t && t[0] >= '2' && t[0] <= '9' && !t[1] ? t[0] - '0' : 3;
+    const long long bytes = b && b[0] >= '0' && b[0] <= '9' ? atoll(b) : 4ll << 20;
+    return (type == TELA_TYPE_F16 || type == TELA_TYPE_BF16) && n_tok >= min && 299ll * 1024 * 2 >= bytes;
+}
+
 static double bound(tela_type type, int n_tok, bool exact) {
     if (exact || type == TELA_TYPE_F32) return 2e-5;
-    if (n_tok <= 8) return type == TELA_TYPE_F16 || type == TELA_TYPE_BF16 ? 2e-5 : 1.5e-2;
+    if (n_tok <= 8 && !float_gemm(type, n_tok))
+        return type == TELA_TYPE_F16 || type == TELA_TYPE_BF16 ? 2e-5 : 1.5e-2;
     return type == TELA_TYPE_BF16 ? 1e-2 : 2e-3;
 }
 

@@ -270,7 +270,9 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *gs = getenv("TELA_CUDA_GDN_STEP");
     ex->gdn_step = !(gs && !strcmp(gs, "0"));
     const char *fg = getenv("TELA_CUDA_FLOAT_GEMM");
-    ex->float_gemm_min = fg && fg[0] >= '2' && fg[0] <= '9' && !fg[1] ? fg[0] - '0' : 2;
+    ex->float_gemm_min = fg && fg[0] >= '2' && fg[0] <= '9' && !fg[1] ? fg[0] - '0' : 3;
+    const char *fb = getenv("TELA_CUDA_FLOAT_GEMM_BYTES");
+    ex->float_gemm_bytes = fb && fb[0] >= '0' && fb[0] <= '9' ? atoll(fb) : (int64_t)4 << 20;
     const char *pd = getenv("TELA_CUDA_PDL");
     ex->pdl = b->cc_major >= 9 && !(pd && !strcmp(pd, "0"));
     const char *dbg = getenv("TELA_CUDA_DEBUG");
@@ -450,13 +452,16 @@ static void cuda_rmsnorm(tela_exec *e, float *out, int64_t out_stride, const flo
 /* The most tokens a product of w takes through the decode kernels. They
  * read the weights once for all tokens, but the activations again for
  * every row: quantized weights (int8 activations, from shared memory) up to
- * TELA_CUDA_GEMV_MAX_TOK; float weights only one token (f32 activations
- * from L1 per 16-byte weight load: a 4-token verification pass of the
- * Qwen3.5-2B F16 took 3.3 times one token), more go to cuBLAS, which
- * reads them once as a memory-bound GEMM. */
+ * TELA_CUDA_GEMV_MAX_TOK; large float matrices up to two tokens, more go
+ * to cuBLAS (f16/bf16 activations, the prefill's precision). Measured on
+ * the H200 (docs/PERF-NOTES.md), Qwen3.5-2B F16, a pass of n tokens against
+ * one: decode kernels 1.85 / 2.64 / 3.28 for n = 2 / 3 / 4, cuBLAS 2.16 /
+ * 2.14 / 2.19; on the 8M-parameter demo (matrices under 1 MB) cuBLAS was
+ * the slower at every n. */
 static int gemv_max_tok(const cuda_exec *ex, const tela_mat *w) {
     const bool flt = w->type == TELA_TYPE_F16 || w->type == TELA_TYPE_BF16 || w->type == TELA_TYPE_F32;
-    return flt ? ex->float_gemm_min - 1 : TELA_CUDA_GEMV_MAX_TOK;
+    const int64_t bytes = w->n_rows * w->n_cols * (w->type == TELA_TYPE_F32 ? 4 : 2);
+    return flt && bytes >= ex->float_gemm_bytes ? ex->float_gemm_min - 1 : TELA_CUDA_GEMV_MAX_TOK;
 }
 
 static void matmul_one(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y, int64_t y_stride,

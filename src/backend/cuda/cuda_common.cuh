@@ -78,7 +78,8 @@ typedef struct cuda_exec {
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
     bool gdn_step;               /* fused decode steps of the delta rule (default; TELA_CUDA_GDN_STEP=0: off) */
-    int float_gemm_min;          /* float weights: cuBLAS from this many tokens on (2; TELA_CUDA_FLOAT_GEMM=N, 9: never below the prefill's) */
+    int float_gemm_min;          /* float weights: cuBLAS from this many tokens on (3; TELA_CUDA_FLOAT_GEMM=N, 9: never below the prefill's) */
+    int64_t float_gemm_bytes;    /* ... for matrices of at least this many bytes (4 MiB; TELA_CUDA_FLOAT_GEMM_BYTES) */
     void *pinned;                /* host staging for downloads */
     size_t pinned_bytes;
     void *ring;                  /* pinned staging for small uploads */
