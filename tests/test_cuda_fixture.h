@@ -137,6 +137,12 @@ static void check_shared(const char *name, double tol) {
     size_t len = 0;
     float *all = (float *)test_read_file(path, &len);
     snprintf(path, sizeof path, "%s/reference/fixtures/%s.gguf", sh, name);
+    if (access(path, R_OK) != 0) { /* a copy of ../shared with part of it (a device run's carry) */
+        printf("note: no %s.gguf beside refs-d1.json: its checks skipped\n", name);
+        cJSON_Delete(refs);
+        free(all);
+        return;
+    }
     tela_model *m = load_on(path, "cuda");
     const cJSON *prompts = cJSON_GetObjectItem(cJSON_GetObjectItem(refs, name), "prompts");
     for (int pi = 0; m && all && pi < cJSON_GetArraySize(prompts); pi++) {

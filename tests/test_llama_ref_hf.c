@@ -8,6 +8,9 @@
 
 int main(void) {
     const cJSON *prompts = load_refs();
+    char tgz[1200];
+    snprintf(tgz, sizeof tgz, "%s/llama-d1-hf.tgz", fixtures);
+    if (access(tgz, R_OK) != 0) test_skip("no llama-d1-hf.tgz beside refs-d1.json");
     char dir[] = "/tmp/tela_llama_ref_XXXXXX";
     if (!mkdtemp(dir)) {
         fprintf(stderr, "cannot make a temporary directory\n");

@@ -14,7 +14,7 @@
  *    tokens, k = 1..4 and 15, by both rollback routes (kept states, and
  *    TELA_SPEC_REPLAY=1: the mark reloaded and the kept tokens evaluated
  *    again), with penalties (the host's pick) and without (the device's),
- *    and drafts are accepted (a trained block: more than half at k = 2);
+ *    and drafts are accepted (a trained block: over 40% at k <= 3);
  *  - after speculative generation (accepts and rejects), the session and its
  *    MTP block are as after a plain evaluation of the same tokens: the
  *    model's logits and a draft step's logits agree bit for bit;
@@ -93,8 +93,9 @@ static const char *const prompts[] = {
 };
 
 static void test_greedy(tela_model *m) {
-    static const int ks_all[] = {1, 2, 3, 4, 15}, ks_quick[] = {2, 15};
-    const int *ks = TEST_QUICK ? ks_quick : ks_all, n_ks = TEST_QUICK ? 2 : 5;
+    /* under the sanitizers (unoptimized, instrumented): one k, shorter runs */
+    static const int ks_all[] = {1, 2, 3, 4, 15}, ks_quick[] = {3};
+    const int *ks = TEST_QUICK ? ks_quick : ks_all, n_ks = TEST_QUICK ? 1 : 5, n_gen = TEST_QUICK ? 48 : 96;
     tela_sampler_params greedy = tela_sampler_default_params(), pen = greedy;
     greedy.temperature = 0;
     pen.temperature = 0;
@@ -108,9 +109,9 @@ static void test_greedy(tela_model *m) {
                 if (withpen && (route || p)) continue; /* penalties: one case is enough */
                 const tela_sampler_params *sp = withpen ? &pen : &greedy;
                 static gen_out ref, got;
-                generate(m, prompt, np, sp, 96, 0, &ref, NULL);
+                generate(m, prompt, np, sp, n_gen, 0, &ref, NULL);
                 for (int i = 0; i < n_ks; i++) {
-                    generate(m, prompt, np, sp, 96, ks[i], &got, NULL);
+                    generate(m, prompt, np, sp, n_gen, ks[i], &got, NULL);
                     const bool same = got.r.n_generated == ref.r.n_generated &&
                                       !memcmp(got.toks, ref.toks, sizeof(int32_t) * (size_t)ref.r.n_generated);
                     CHECK_MSG(same, "prompt %zu k=%d%s%s: MTP greedy output differs from plain greedy", p, ks[i],
@@ -119,9 +120,9 @@ static void test_greedy(tela_model *m) {
                            route ? " replay" : "", withpen ? " penalties" : "", ks[i], got.r.n_accepted,
                            got.r.n_drafted, 100.0 * got.r.n_accepted / (got.r.n_drafted ? got.r.n_drafted : 1),
                            got.r.n_spec_steps ? (double)got.r.n_spec_tokens / got.r.n_spec_steps : 0.0);
-                    if (ks[i] == 2 && !withpen)
-                        CHECK_MSG(2 * got.r.n_accepted > got.r.n_drafted,
-                                  "prompt %zu k=2: only %d of %d MTP drafts accepted", p, got.r.n_accepted,
+                    if (ks[i] <= 3 && !withpen) /* a trained block: most drafts accepted at small k */
+                        CHECK_MSG(5 * got.r.n_accepted > 2 * got.r.n_drafted,
+                                  "prompt %zu k=%d: only %d of %d MTP drafts accepted", p, ks[i], got.r.n_accepted,
                                   got.r.n_drafted);
                 }
             }
@@ -142,7 +143,7 @@ static void test_state_after(tela_model *m) {
     float *a = malloc(sizeof *a * (size_t)V), *b = malloc(sizeof *b * (size_t)V);
     for (int route = 0; route < 2; route++) {
         if (route) setenv("TELA_SPEC_REPLAY", "1", 1);
-        for (uint64_t seed = 1; seed <= 3; seed++) {
+        for (uint64_t seed = 1; seed <= (TEST_QUICK ? 2u : 3u); seed++) {
             sp.seed = seed;
             gen_out o;
             tela_session *s = NULL;
