@@ -255,16 +255,7 @@ class Attention(nn.Module):
         return self.o_proj(o.transpose(1, 2).reshape(B, T, self.nh * self.hd))
 
 
-class MLP(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        d, ff = c["hidden_size"], c["intermediate_size"]
-        self.gate_proj = nn.Linear(d, ff, bias=False)
-        self.up_proj = nn.Linear(d, ff, bias=False)
-        self.down_proj = nn.Linear(ff, d, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+MLP = qm.MLP  # the SwiGLU block, the same in both architectures
 
 
 class Layer(nn.Module):
