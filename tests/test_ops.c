@@ -516,7 +516,18 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         };
         tela_op_attention(pool, &f32, 1);
         tela_op_attention(pool, f16, 2);
+        /* and decoded token by token from the paged f16 cache (a decoding
+         * token's few rows take their own kernel: the same bits) */
+        float *o16t = calloc(on, sizeof(float));
+        for (int t = 0; t < NT; t++) {
+            const tela_attn_args one = {q + t * NH * KD, NH * KD, pk, ks, pv, vs, o16t + t * NH * VD, NH * VD, 1,
+                                        POS0 + t, NH, NKV, KD, VD, 0.3f, table, bs, 1, 0, 0};
+            tela_op_attention(pool, &one, 1);
+        }
         tela_threadpool_free(pool);
+        CHECK_MSG(!memcmp(o32, o16t, sizeof(float) * on), "attention %d/%d heads, pos0 %d: f16 decode != f16 prefill",
+                  NH, NKV, POS0);
+        free(o16t);
         CHECK_MSG(!memcmp(o32, o16, sizeof(float) * on), "attention %d/%d heads, pos0 %d: f16 cache != f32 of its values",
                   NH, NKV, POS0);
         CHECK_MSG(!memcmp(o32, o16p, sizeof(float) * on), "attention %d/%d heads, pos0 %d: paged f16 cache differs", NH,
@@ -545,6 +556,8 @@ static void test_attention(void) {
     check_attention(6, 2, 64, 128, 3, 7); /* group of 3: partial row blocks */
     check_attention(4, 4, 32, 80, 15, 2); /* no grouping, 64 + 16 value dims */
     check_attention(2, 1, 256, 256, 40, 3);
+    check_attention(16, 16, 64, 64, 33, 3); /* no grouping: one row per KV head */
+    check_attention(8, 2, 128, 128, 300, 2); /* longer: keys past prefetch distance, 2 value chunks */
 }
 
 int main(void) {

@@ -648,6 +648,147 @@ static inline void attn_values_4x64(float *const *o, const int *row, const float
         ATT_UNROLL for (int i = 0; i < 4; i++) *(tela_v16f *)(o[r] + d0 + 16 * i) = acc[r][i];
 }
 
+#if defined(__AVX512F__)
+/* In-place transpose of 16 vectors of 16 floats: r[i][j] -> r[j][i]. */
+static inline __attribute__((always_inline)) void transpose16x16(__m512 *r) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    /* rows now hold 4-element pieces: combine 128-bit lanes across groups */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+#endif
+
+#if defined(__AVX512F__)
+/* Keys ahead of the score pass that it prefetches. */
+#define KEY_PREFETCH 32
+
+/* Sixteen consecutive elements of a cache row of either precision. */
+static inline __m512 load16_kv(const tela_attn_args *a, const void *base, int64_t off) {
+    return a->kv_f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + off)))
+                     : _mm512_loadu_ps((const float *)base + off);
+}
+
+/* Rows of an attention block of at most 4 rows (a decoding token's query
+ * heads of one KV head): keys in the vector lanes instead of rows, so no
+ * lane is idle. The arithmetic of each score, exp, sum and value sum is
+ * the row path's, in the same order (the keys of 16 positions transposed
+ * so that the sum over d stays one FMA chain per score; the softmax sum a
+ * scalar chain over p), so a decoded token gets the bits a prefilled one
+ * does. Needs k_dim % 16 == 0 and v_dim % 64 == 0; s holds 4 rows of
+ * n_keys rounded up to 16 scores. */
+static inline __attribute__((always_inline)) void attention_few_rows(const int n_rows, const tela_attn_args *a,
+                                                                     const float *const *q, float *const *o,
+                                                                     const int32_t *limit, int64_t n_keys,
+                                                                     const void *kbase, const void *vbase, float *s) {
+    const int64_t n_pad = (n_keys + 15) / 16 * 16;
+    const int kd = a->k_dim, el = a->kv_f16 ? 2 : 4;
+    __m512 mx[4];
+    for (int r = 0; r < 4; r++) mx[r] = _mm512_set1_ps(-__builtin_inff());
+    /* 1. scores, 16 keys at a time */
+    for (int64_t p0 = 0; p0 < n_keys; p0 += 16) {
+        int64_t off[16];
+        for (int j = 0; j < 16; j++) off[j] = attn_row(a, p0 + j < n_keys ? p0 + j : n_keys - 1) * a->k_stride;
+        if (p0 + KEY_PREFETCH + 16 <= n_keys) /* the rows read in column order defeat the hardware prefetcher */
+            for (int j = 0; j < 16; j++) {
+                const char *row = (const char *)kbase + attn_row(a, p0 + KEY_PREFETCH + j) * a->k_stride * el;
+                for (int b = 0; b < kd * el; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+            }
+        __m512 acc[4];
+        for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+        for (int d0 = 0; d0 < kd; d0 += 16) {
+            __m512 kt[16];
+            ATT_UNROLL for (int j = 0; j < 16; j++) kt[j] = load16_kv(a, kbase, off[j] + d0);
+            transpose16x16(kt);
+            ATT_UNROLL for (int dd = 0; dd < 16; dd++)
+                ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d0 + dd]), kt[dd], acc[r]);
+        }
+        const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32((int32_t)p0),
+                                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+        ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) {
+            const __mmask16 masked = _mm512_cmpgt_epi32_mask(pos, _mm512_set1_epi32(limit[r]));
+            const __m512 v = _mm512_mask_mov_ps(_mm512_mul_ps(acc[r], _mm512_set1_ps(a->scale)), masked,
+                                                _mm512_set1_ps(-__builtin_inff()));
+            mx[r] = _mm512_max_ps(mx[r], v);
+            _mm512_storeu_ps(s + r * n_pad + p0, v);
+        }
+    }
+    /* 2. exp and the sums, each a chain over p in order */
+    float sum[4] = {0, 0, 0, 0};
+    ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) {
+        const tela_v16f m = SPLAT16(_mm512_reduce_max_ps(mx[r]));
+        float *sr = s + r * n_pad;
+        for (int64_t p = 0; p < n_keys; p += 16) {
+            tela_v16f e = *(tela_v16f *)(sr + p) - m;
+            exp_v16(&e);
+            *(tela_v16f *)(sr + p) = e;
+        }
+    }
+    for (int64_t p = 0; p < n_keys; p++)
+        ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) sum[r] += s[r * n_pad + p];
+    /* 3. weighted values, 64 dimensions of every row at a time, the value
+     * rows walked in runs of consecutive cache rows */
+    const int64_t run = a->blocks ? a->block_size : n_keys;
+    for (int d0 = 0; d0 < a->v_dim; d0 += 64) {
+        __m512 acc[4][4];
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
+        for (int64_t p = 0; p < n_keys;) {
+            const int64_t end = p - p % run + run < n_keys ? p - p % run + run : n_keys;
+            int64_t off = attn_row(a, p) * a->v_stride + d0;
+            for (; p < end; p++, off += a->v_stride) {
+                const __m512 v0 = load16_kv(a, vbase, off), v1 = load16_kv(a, vbase, off + 16),
+                             v2 = load16_kv(a, vbase, off + 32), v3 = load16_kv(a, vbase, off + 48);
+                ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) {
+                    const __m512 w = _mm512_set1_ps(s[r * n_pad + p]);
+                    acc[r][0] = _mm512_fmadd_ps(w, v0, acc[r][0]);
+                    acc[r][1] = _mm512_fmadd_ps(w, v1, acc[r][1]);
+                    acc[r][2] = _mm512_fmadd_ps(w, v2, acc[r][2]);
+                    acc[r][3] = _mm512_fmadd_ps(w, v3, acc[r][3]);
+                }
+            }
+        }
+        ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows)
+            for (int i = 0; i < 4; i++) _mm512_storeu_ps(o[r] + d0 + 16 * i, acc[r][i]);
+    }
+    ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) {
+        const float inv = 1.0f / sum[r];
+        for (int d = 0; d < a->v_dim; d++) o[r][d] *= inv;
+    }
+}
+
+/* attention_few_rows for a run-time row count (the loops over rows
+ * unrolled for each). */
+static void attention_few_rows_n(int n_rows, const tela_attn_args *a, const float *const *q, float *const *o,
+                                 const int32_t *limit, int64_t n_keys, const void *kbase, const void *vbase, float *s) {
+    switch (n_rows) {
+    case 1: attention_few_rows(1, a, q, o, limit, n_keys, kbase, vbase, s); break;
+    case 2: attention_few_rows(2, a, q, o, limit, n_keys, kbase, vbase, s); break;
+    case 3: attention_few_rows(3, a, q, o, limit, n_keys, kbase, vbase, s); break;
+    default: attention_few_rows(4, a, q, o, limit, n_keys, kbase, vbase, s); break;
+    }
+}
+#endif
+
 /* Keys per tile of the values pass: 128 value rows of up to 256 floats
  * (128 KiB) stay in L2 while every row group of the block takes them. */
 #define ATT_KEY_TILE 128
@@ -679,6 +820,23 @@ static void attention_block(void *arg, int chunk, int ith) {
         limit[l / ATT_LANES][l % ATT_LANES] = l < n_rows ? a->pos0 + tok[l] : -1;
         if (l < n_rows && a->pos0 + tok[l] + 1 > n_keys) n_keys = a->pos0 + tok[l] + 1;
     }
+    const int64_t kv_el = a->kv_f16 ? 2 : 4;
+    const void *kbase = (const char *)a->k + (int64_t)kvh * (a->k_head_stride ? a->k_head_stride : a->k_dim) * kv_el;
+    const void *vbase = (const char *)a->v + (int64_t)kvh * (a->v_head_stride ? a->v_head_stride : a->v_dim) * kv_el;
+#if defined(__AVX512F__)
+    if (n_rows <= 4 && a->k_dim % 16 == 0 && a->v_dim % 64 == 0) { /* a decoding token's rows */
+        const float *qr[4];
+        float *orow[4];
+        int32_t lim[4];
+        for (int l = 0; l < n_rows; l++) {
+            qr[l] = a->q + tok[l] * a->q_stride + (int64_t)head[l] * a->k_dim;
+            orow[l] = a->out + tok[l] * a->out_stride + (int64_t)head[l] * a->v_dim;
+            lim[l] = a->pos0 + tok[l];
+        }
+        attention_few_rows_n(n_rows, a, qr, orow, lim, n_keys, kbase, vbase, qt);
+        return;
+    }
+#endif
     for (int l = 0; l < R; l++) {
         const float *q = a->q + tok[l] * a->q_stride + (int64_t)head[l] * a->k_dim;
         for (int d = 0; d < a->k_dim; d++) qt[d * R + l] = q[d];
@@ -686,8 +844,6 @@ static void attention_block(void *arg, int chunk, int ith) {
     /* 1. scores and their row maxima */
     tela_v16f mx[4];
     for (int b = 0; b < 4; b++) mx[b] = (tela_v16f){0} - __builtin_inff();
-    const int64_t kv_el = a->kv_f16 ? 2 : 4;
-    const void *kbase = (const char *)a->k + (int64_t)kvh * (a->k_head_stride ? a->k_head_stride : a->k_dim) * kv_el;
     float *kconv = st + (size_t)R * (size_t)n_keys; /* f16 keys as floats, ATT_LANES rows */
     kconv = (float *)(((uintptr_t)kconv + 63) & ~(uintptr_t)63);
     const int kb = ATT_LANES / QB;
@@ -711,7 +867,6 @@ static void attention_block(void *arg, int chunk, int ith) {
     /* 3. weighted values: tile by tile of keys, 4 rows x 64 dimensions at a
      * time (the full groups of 4 rows, the multiples of 64 dimensions), then
      * the rest one element at a time, then the normalization */
-    const void *vbase = (const char *)a->v + (int64_t)kvh * (a->v_head_stride ? a->v_head_stride : a->v_dim) * kv_el;
     const int n_full = n_rows / 4 * 4, d_full = a->v_dim / 64 * 64;
     float *o_of[ATT_MAX_ROWS];
     for (int l = 0; l < n_rows; l++) o_of[l] = a->out + tok[l] * a->out_stride + (int64_t)head[l] * a->v_dim;
