@@ -104,7 +104,7 @@ run_case() {
     local name=$1 model=$2 refj=$3 spec=$4 ctx=$5 fmt=$6 tol=$7 chunks=${8:-}
     python3 "$tmp/ref.py" "$FIX/$refj" "$spec" "$fmt" "$tmp/$name.tok" "$tmp/$name.exp" ${chunks:+"$chunks"} ||
         { bad "$name: reference"; return; }
-    if "$TELA" perplexity -m "$FIX/$model" --tokens-file "$tmp/$name.tok" -c "$ctx" ${chunks:+--chunks "$chunks"} -t 2 \
+    if "$TELA" perplexity -m "$FIX/$model" --tokens-file "$tmp/$name.tok" -c "$ctx" ${chunks:+--chunks "$chunks"} -t 2 ${KV:+--kv-type "$KV"} \
         >"$tmp/$name.out" 2>"$tmp/$name.err"; then
         if msg=$(python3 "$tmp/cmp.py" "$tmp/$name.exp" "$tmp/$name.out" "$tol" 2>&1); then ok "$name: $msg"
         else bad "$name: $msg"; fi
@@ -122,6 +122,9 @@ run_case tied-f16-c32 llama-tied-f16.gguf llama-tied.json "32:260:32,33:32,260:3
 # Q8_0 file against the reference of its exact dequantization (exact matmul
 # mode: the fast mode rounds activations to 8 bits, see test_llama_fixtures)
 TELA_EXACT_MATMUL=1 run_case gqa-q8-c32 llama-gqa-q8_0.gguf llama-gqa-q8_0.json "32:33:32,260:32" 32 lines 1e-3
+# an f16 KV cache (--kv-type f16) against the same float64 reference (the
+# q8_0 cache is checked in test_mtp: these heads of 24 take no Q8_0 blocks)
+KV=f16 run_case gqa-c128-kv-f16 llama-gqa-f32.gguf llama-gqa.json "128:260:128,260:128,260:100" 128 json 1e-3
 
 # the stderr summary and ETA line
 grep -q "2 chunks of 32 tokens, scoring tokens 17..31" "$tmp/gqa-c32.err" && grep -q "seconds per pass - ETA" "$tmp/gqa-c32.err" &&
@@ -153,4 +156,6 @@ expect_error "context too small" "integer in" "$TELA" perplexity -m "$M" --token
 expect_error "bad --chunks" "integer in" "$TELA" perplexity -m "$M" --tokens-file "$tmp/short.tok" --chunks 0
 expect_error "unknown option" "unknown option" "$TELA" perplexity -m "$M" --bogus
 expect_error "option without value" "needs a value" "$TELA" perplexity -m "$M" -c
+expect_error "q8_0 KV with heads of 24" "multiples of 32 (keys 24, values 24)" "$TELA" perplexity -m "$M" --tokens-file "$tmp/short.tok" -c 4 --kv-type q8_0
+expect_error "bad --kv-type" "takes f16, f32 or q8_0" "$TELA" perplexity -m "$M" --tokens-file "$tmp/short.tok" --kv-type q4
 exit $fail

@@ -141,7 +141,7 @@ int main(void) {
     tela_model *kjv8 = load_cuda("models/tela-kjv-q8_0.gguf", false);
     if (!hyb || !kjv || !kjv8) return test_finish();
 
-    check_mtp_reference(hyb, src_dir, 1e-3);
+    check_mtp_reference(hyb, src_dir, 1e-3, TELA_KV_DEFAULT);
 
     int32_t prompt[128];
     const int np = tokenize(hyb, "And God said, Let there be light: and there was light.", prompt, 128);

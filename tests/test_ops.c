@@ -409,12 +409,12 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         out[nt - 1] = calloc(on, sizeof(float));
         if (nt < 4) {
             tela_attn_args a = {q, NH * KD, k, ks, v, vs, out[nt - 1], NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f,
-                                NULL, 0, 0, 0, 0};
+                                NULL, 0, 0, 0, 0, 0};
             tela_op_attention(pool, &a, 1);
         } else {
             for (int t = 0; t < NT; t++) { /* token by token */
                 tela_attn_args a = {q + t * NH * KD, NH * KD, k, ks, v, vs, out[3] + t * NH * VD, NH * VD,
-                                    1,  POS0 + t,    NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0};
+                                    1,  POS0 + t,    NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0, 0};
                 tela_op_attention(pool, &a, 1);
             }
         }
@@ -472,9 +472,9 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         CHECK_OK(tela_threadpool_create(2, &pool));
         CHECK_OK(tela_threadpool_reserve(pool, tela_op_attention_scratch(n_ctx, KD)));
         const tela_attn_args two[2] = {
-            {q, NH * KD, pk, ks, pv, vs, po, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 0, 0, 0},
+            {q, NH * KD, pk, ks, pv, vs, po, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 0, 0, 0, 0},
             {q + (NT - 1) * NH * KD, NH * KD, k, ks, v, vs, last, NH * VD, 1, POS0 + NT - 1, NH, NKV, KD, VD, 0.3f,
-             NULL, 0, 0, 0, 0},
+             NULL, 0, 0, 0, 0, 0},
         };
         tela_op_attention(pool, two, 2);
         tela_threadpool_free(pool);
@@ -509,10 +509,10 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         tela_threadpool *pool;
         CHECK_OK(tela_threadpool_create(2, &pool));
         CHECK_OK(tela_threadpool_reserve(pool, tela_op_attention_scratch(n_ctx, KD)));
-        const tela_attn_args f32 = {q, NH * KD, rk, ks, rv, vs, o32, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0};
+        const tela_attn_args f32 = {q, NH * KD, rk, ks, rv, vs, o32, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0, 0};
         const tela_attn_args f16[2] = {
-            {q, NH * KD, hk, ks, hv, vs, o16, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 1, 0, 0},
-            {q, NH * KD, pk, ks, pv, vs, o16p, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 1, 0, 0},
+            {q, NH * KD, hk, ks, hv, vs, o16, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 1, 0, 0, 0},
+            {q, NH * KD, pk, ks, pv, vs, o16p, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 1, 0, 0, 0},
         };
         tela_op_attention(pool, &f32, 1);
         tela_op_attention(pool, f16, 2);
@@ -521,7 +521,7 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         float *o16t = calloc(on, sizeof(float));
         for (int t = 0; t < NT; t++) {
             const tela_attn_args one = {q + t * NH * KD, NH * KD, pk, ks, pv, vs, o16t + t * NH * VD, NH * VD, 1,
-                                        POS0 + t, NH, NKV, KD, VD, 0.3f, table, bs, 1, 0, 0};
+                                        POS0 + t, NH, NKV, KD, VD, 0.3f, table, bs, 1, 0, 0, 0};
             tela_op_attention(pool, &one, 1);
         }
         tela_threadpool_free(pool);
@@ -542,6 +542,56 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         free(pk);
         free(pv);
         free(table);
+    }
+    /* A Q8_0 cache (rows of whole blocks): bit-identical to an f32 cache
+     * holding the dequantized values, in one batch and token by token
+     * through a block table. */
+    if (KD % 32 == 0 && VD % 32 == 0) {
+        const int kr = NKV * KD, vr = NKV * VD;
+        const size_t kbr = tela_type_row_bytes(TELA_TYPE_Q8_0, kr), vbr = tela_type_row_bytes(TELA_TYPE_Q8_0, vr);
+        unsigned char *qk = malloc((size_t)n_ctx * kbr), *qv = malloc((size_t)n_ctx * vbr);
+        float *rk = malloc(sizeof(float) * (size_t)n_ctx * kr), *rv = malloc(sizeof(float) * (size_t)n_ctx * vr);
+        const int bs = 3, nblk = (n_ctx + bs - 1) / bs;
+        unsigned char *pk = calloc((size_t)nblk * bs, kbr), *pv = calloc((size_t)nblk * bs, vbr);
+        int32_t *table = malloc(sizeof(int32_t) * (size_t)nblk);
+        for (int b = 0; b < nblk; b++) table[b] = nblk - 1 - b;
+        for (int p = 0; p < n_ctx; p++) {
+            CHECK_OK(tela_quantize_row(TELA_TYPE_Q8_0, k + (size_t)p * ks, qk + (size_t)p * kbr, kr));
+            CHECK_OK(tela_quantize_row(TELA_TYPE_Q8_0, v + (size_t)p * vs, qv + (size_t)p * vbr, vr));
+            CHECK_OK(tela_dequantize_row(TELA_TYPE_Q8_0, qk + (size_t)p * kbr, rk + (size_t)p * kr, kr));
+            CHECK_OK(tela_dequantize_row(TELA_TYPE_Q8_0, qv + (size_t)p * vbr, rv + (size_t)p * vr, vr));
+            const size_t r = (size_t)table[p / bs] * bs + (size_t)(p % bs);
+            memcpy(pk + r * kbr, qk + (size_t)p * kbr, kbr);
+            memcpy(pv + r * vbr, qv + (size_t)p * vbr, vbr);
+        }
+        float *o32 = calloc(on, sizeof(float)), *o8 = calloc(on, sizeof(float)), *o8t = calloc(on, sizeof(float));
+        tela_threadpool *pool;
+        CHECK_OK(tela_threadpool_create(2, &pool));
+        CHECK_OK(tela_threadpool_reserve(pool, tela_op_attention_scratch(n_ctx, KD)));
+        const tela_attn_args f32 = {q, NH * KD, rk, kr, rv, vr, o32, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0, 0};
+        const tela_attn_args q8 = {q, NH * KD, qk, kr, qv, vr, o8, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0, 1};
+        tela_op_attention(pool, &f32, 1);
+        tela_op_attention(pool, &q8, 1);
+        for (int t = 0; t < NT; t++) {
+            const tela_attn_args one = {q + t * NH * KD, NH * KD, pk, kr, pv, vr, o8t + t * NH * VD, NH * VD, 1,
+                                        POS0 + t, NH, NKV, KD, VD, 0.3f, table, bs, 0, 0, 0, 1};
+            tela_op_attention(pool, &one, 1);
+        }
+        tela_threadpool_free(pool);
+        CHECK_MSG(!memcmp(o32, o8, sizeof(float) * on), "attention %d/%d heads, pos0 %d: q8_0 cache != f32 of its values",
+                  NH, NKV, POS0);
+        CHECK_MSG(!memcmp(o32, o8t, sizeof(float) * on), "attention %d/%d heads, pos0 %d: paged q8_0 decode differs", NH,
+                  NKV, POS0);
+        free(qk);
+        free(qv);
+        free(rk);
+        free(rv);
+        free(pk);
+        free(pv);
+        free(table);
+        free(o32);
+        free(o8);
+        free(o8t);
     }
     for (int i = 0; i < 4; i++) free(out[i]);
     free(q);

@@ -168,7 +168,8 @@ typedef struct tela_session tela_session;
 typedef enum tela_kv_type {
     TELA_KV_DEFAULT = 0,  /* f16 on a GPU (f32 in the exact mode, TELA_EXACT_MATMUL=1); f32 on the CPU */
     TELA_KV_F32 = 1,
-    TELA_KV_F16 = 2       /* half the bytes: long contexts decode faster (the CPU's default is f32) */
+    TELA_KV_F16 = 2,      /* half the bytes: long contexts decode faster (the CPU's default is f32) */
+    TELA_KV_Q8_0 = 3      /* llama.cpp's Q8_0 blocks, 1.06 bytes a value: the CPU only */
 } tela_kv_type;
 
 typedef struct tela_session_params {

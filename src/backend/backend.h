@@ -67,8 +67,9 @@ tela_status tela_mat_from_tensor(const tela_tensor *t, tela_mat *out);
  * by rows (the token embedding). A CPU packs only the former. */
 typedef enum tela_mat_use { TELA_MAT_MATMUL = 0, TELA_MAT_ROWS = 1 } tela_mat_use;
 
-/* Precision of a KV cache. */
-typedef enum tela_kv_dtype { TELA_KV_DTYPE_F32 = 0, TELA_KV_DTYPE_F16 = 1 } tela_kv_dtype;
+/* Precision of a KV cache. Q8_0: llama.cpp's blocks of 32 values (an f16
+ * scale, 32 int8), 1.06 bytes a value; the CPU's only. */
+typedef enum tela_kv_dtype { TELA_KV_DTYPE_F32 = 0, TELA_KV_DTYPE_F16 = 1, TELA_KV_DTYPE_Q8_0 = 2 } tela_kv_dtype;
 
 /* RoPE pair conventions. */
 typedef enum tela_rope_mode {

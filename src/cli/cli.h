@@ -33,7 +33,7 @@ int cli_parse_float(const char *opt, const char *s, double *out);
 int cli_parse_profile(const char *cmd, const char *opt, int *out);
 /* The profile report of a session on stderr. */
 void cli_print_profile(tela_session *s, int mode);
-/* --kv-type's value: "f16" or "f32". 0, or -1 after printing an error. */
+/* --kv-type's value: "f16", "f32" or "q8_0". 0, or -1 after printing an error. */
 int cli_parse_kv_type(const char *cmd, const char *s, tela_kv_type *out);
 
 

@@ -113,8 +113,9 @@ double cli_now(void) {
 int cli_parse_kv_type(const char *cmd, const char *s, tela_kv_type *out) {
     if (s && !strcmp(s, "f16")) *out = TELA_KV_F16;
     else if (s && !strcmp(s, "f32")) *out = TELA_KV_F32;
+    else if (s && (!strcmp(s, "q8_0") || !strcmp(s, "Q8_0"))) *out = TELA_KV_Q8_0;
     else {
-        fprintf(stderr, "tela %s: --kv-type takes f16 or f32, not '%s'\n", cmd, s ? s : "");
+        fprintf(stderr, "tela %s: --kv-type takes f16, f32 or q8_0, not '%s'\n", cmd, s ? s : "");
         return -1;
     }
     return 0;

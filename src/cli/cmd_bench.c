@@ -17,7 +17,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tela bench -m MODEL [-p 512[,4096...]] [-n 128[,...]] [-d 0[,32768...]] [-t THREADS] [-r REPS]\n"
-            "                  [-np 1,8] [--device cpu|cuda|cuda:N] [--kv-type f16|f32] [--json]\n\n"
+            "                  [-np 1,8] [--device cpu|cuda|cuda:N] [--kv-type f16|f32|q8_0] [--json]\n\n"
             "Measures speed like llama-bench: ppP = one prefill of P tokens, tgN = N tokens\n"
             "decoded one at a time (each step computes the logits and returns them to the\n"
             "host), both after D tokens already in the context (-d; 0 = an empty context;\n"
@@ -31,7 +31,8 @@ static void usage(FILE *f) {
             "  -t, --threads N      computation threads (default: all cores)\n"
             "  -r, --repetitions R  measured repetitions per test (default 5)\n"
             "      --device DEV     cpu, cuda or cuda:N (default: the GPU when there is one)\n"
-            "      --kv-type T      KV cache precision: f16 or f32 (default: f16 on a GPU, f32 on the CPU)\n"
+            "      --kv-type T      KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
+            "                       (default: f16 on a GPU, f32 on the CPU)\n"
             "      --skip-layers L  bypass these decoder layers (comma-separated)\n"
             "      --mem-budget B   memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
             "      --profile[=json] time every phase over all the tests; a table (or JSON) on stderr\n"

@@ -49,6 +49,8 @@ static void usage(FILE *f) {
             "      --device DEV       cpu, cuda or cuda:N (default: the GPU when there is one)\n"
             "      --skip-layers LIST bypass these decoder layers (comma-separated; see tela prune-plan)\n"
             "      --mem-budget B     memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
+            "      --kv-type T        KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
+            "                         (default: f16 on a GPU, f32 on the CPU)\n"
             "      --profile[=json]   time every phase and print a table (or JSON) on stderr at the end\n"
             "  -h, --help             this help\n",
             PPL_DEFAULT_CTX);
@@ -177,6 +179,7 @@ static void progress_bar(int done, int total, double elapsed) {
 int tela_cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL, *tokens_path = NULL;
     const char *device = NULL, *mem_budget = NULL;
+    tela_kv_type kv_type = TELA_KV_DEFAULT;
     int profile = 0;
     static int32_t skip[CLI_MAX_SKIP];
     size_t n_skip = 0;
@@ -193,7 +196,8 @@ int tela_cmd_perplexity(int argc, char **argv) {
         if (pr < 0) return 2;
         if (pr) continue;
         if (!(IS("-m") || IS("--model") || IS("-f") || IS("--file") || IS("--tokens-file") || IS("-c") ||
-              IS("--ctx-size") || IS("--chunks") || IS("-t") || IS("--threads") || IS("--device") || IS("--skip-layers") || IS("--mem-budget"))) {
+              IS("--ctx-size") || IS("--chunks") || IS("-t") || IS("--threads") || IS("--device") || IS("--skip-layers") || IS("--mem-budget") ||
+              IS("--kv-type"))) {
             fprintf(stderr, "tela perplexity: unknown option '%s' (see tela perplexity --help)\n", a);
             return 2;
         }
@@ -207,7 +211,9 @@ int tela_cmd_perplexity(int argc, char **argv) {
         else if (IS("--tokens-file")) tokens_path = val;
         else if (IS("--device")) device = val;
         else if (IS("--mem-budget")) mem_budget = val;
-        else if (IS("--skip-layers")) {
+        else if (IS("--kv-type")) {
+            if (cli_parse_kv_type("perplexity", val, &kv_type)) return 2;
+        } else if (IS("--skip-layers")) {
             if (cli_parse_skip_layers("perplexity", val, skip, &n_skip)) return 2;
         }
         else if (IS("-c") || IS("--ctx-size")) {
@@ -317,6 +323,7 @@ int tela_cmd_perplexity(int argc, char **argv) {
     tela_session_params sp = tela_session_default_params();
     sp.n_ctx = ctx;
     sp.n_threads = (int)n_threads;
+    sp.kv_type = kv_type;
     if (mem_budget && cli_mem_budget("perplexity", mem_budget, model, &sp.mem_budget)) goto done;
     if (tela_session_create(model, &sp, &session) != TELA_OK) {
         fprintf(stderr, "tela perplexity: %s\n", tela_last_error());

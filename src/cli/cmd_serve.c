@@ -50,7 +50,8 @@ static void usage(FILE *f) {
             "  -t, --threads N          computation threads (default: all cores)\n"
             "      --device DEV         cpu, cuda or cuda:N (default: the CPU: batching on the GPU needs a\n"
             "                           paged KV cache that the CUDA backend does not have yet)\n"
-            "      --kv-type T          KV cache precision: f16 or f32 (default: f16 on a GPU, f32 on the CPU)\n"
+            "      --kv-type T          KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
+            "                           (default: f16 on a GPU, f32 on the CPU)\n"
             "  -h, --help               this help\n",
             d.n_parallel > 0 ? d.n_parallel : 8, d.checkpoint_interval > 0 ? d.checkpoint_interval : 256,
             d.max_waiting > 0 ? d.max_waiting : 64);

@@ -440,8 +440,8 @@ static uint64_t llama_state_bytes(const tela_model *m, const tela_state_params *
     if (p->n_batch > 0) n_batch = p->n_batch;
     const uint64_t nb = (uint64_t)(!paged && p->n_ctx < n_batch ? p->n_ctx : n_batch);
     const uint64_t rows = (uint64_t)(paged ? p->kv_rows : p->n_ctx);
-    const uint64_t kv = (uint64_t)L->n_kv_layers * rows * (uint64_t)L->n_kv_head *
-                        (uint64_t)(L->head_dim + L->v_dim) * tela_kv_dtype_bytes(p->kv_dtype);
+    const uint64_t kv = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)L->n_kv_layers * rows * (uint64_t)L->n_kv_head *
+                                                          (uint64_t)(L->head_dim + L->v_dim));
     const uint64_t row = 2ull * L->n_embd + (uint64_t)L->n_head * (L->head_dim + L->v_dim) +
                          (uint64_t)L->n_kv_head * (L->head_dim + L->v_dim) + 2ull * L->n_ff + (uint64_t)L->n_rot;
     return kv + nb * row * sizeof(float) + (uint64_t)L->n_vocab * sizeof(float);

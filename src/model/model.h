@@ -91,7 +91,9 @@ typedef struct tela_seq_run {
 } tela_seq_run;
 
 /* Bytes per KV element of a precision. */
-static inline uint64_t tela_kv_dtype_bytes(tela_kv_dtype t) { return t == TELA_KV_DTYPE_F16 ? 2 : 4; }
+static inline uint64_t tela_kv_dtype_bytes(tela_kv_dtype t, uint64_t n) {
+    return t == TELA_KV_DTYPE_Q8_0 ? (n + 31) / 32 * 34 : t == TELA_KV_DTYPE_F16 ? 2 * n : 4 * n;
+}
 
 /* What a forward pass returns (host memory). */
 typedef struct tela_forward_out {

@@ -856,8 +856,8 @@ static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params 
     if (p->n_batch > 0) n_batch = p->n_batch;
     const uint64_t nb = (uint64_t)(!paged && p->n_ctx < n_batch ? p->n_ctx : n_batch);
     const uint64_t n_seq = (uint64_t)(p->n_seq > 0 ? p->n_seq : 1);
-    const uint64_t kv = (uint64_t)Q->n_attn * (uint64_t)(paged ? p->kv_rows : p->n_ctx) * (uint64_t)kv_dim(Q) * 2 *
-                        tela_kv_dtype_bytes(p->kv_dtype);
+    const uint64_t kv = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)Q->n_attn * (uint64_t)(paged ? p->kv_rows : p->n_ctx) *
+                                                          (uint64_t)kv_dim(Q) * 2);
     uint64_t rec = 0, row = 2ull * Q->n_embd + 4ull * Q->n_head * Q->head_dim + 2ull * kv_dim(Q) + 2ull * Q->n_ff +
                             (uint64_t)Q->n_rot;
     if (Q->n_gdn > 0) {
@@ -867,7 +867,7 @@ static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params 
     }
     uint64_t mtp = 0; /* a session's MTP block: its KV cache and buffers */
     if (Q->mtp && !paged && n_seq == 1)
-        mtp = (uint64_t)p->n_ctx * (uint64_t)kv_dim(Q) * 2 * tela_kv_dtype_bytes(p->kv_dtype) +
+        mtp = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)p->n_ctx * (uint64_t)kv_dim(Q) * 2) +
               (4 * nb + 2) * (uint64_t)Q->n_embd * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
     return kv + rec + mtp + nb * row * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
 }

@@ -18,8 +18,9 @@ tela_session_params tela_session_default_params(void) {
 }
 
 /* The KV precision: f16 on a GPU unless the exact mode or the caller asks
- * for f32; f32 on the CPU unless the caller asks for f16 (attention
- * computes in f32 either way; f16 halves the bytes a long context reads). */
+ * for f32; f32 on the CPU unless the caller asks for f16 or q8_0 (attention
+ * computes in f32 either way; f16 halves the bytes a long context reads,
+ * q8_0 nearly quarters them). */
 tela_status tela_runtime_kv_dtype(const tela_model *model, tela_kv_type type, tela_kv_dtype *out) {
     bool cpu = tela_backend_get_kind(model->be) == TELA_BACKEND_CPU;
     switch (type) {
@@ -27,6 +28,12 @@ tela_status tela_runtime_kv_dtype(const tela_model *model, tela_kv_type type, te
     case TELA_KV_F32: *out = TELA_KV_DTYPE_F32; return TELA_OK;
     case TELA_KV_F16:
         *out = TELA_KV_DTYPE_F16;
+        return TELA_OK;
+    case TELA_KV_Q8_0:
+        if (!cpu)
+            return tela_errorf(TELA_ERR_UNSUPPORTED,
+                               "session: a q8_0 KV cache runs on the CPU only for now; use --kv-type f16 on the GPU");
+        *out = TELA_KV_DTYPE_Q8_0;
         return TELA_OK;
     }
     return tela_errorf(TELA_ERR_ARG, "session: unknown KV cache type %d", (int)type);

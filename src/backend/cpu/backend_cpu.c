@@ -9,6 +9,7 @@
 #include "util/fp16.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/threadpool.h"
+#include "quant/quant.h"
 #include "util/bigalloc.h"
 #include "util/error.h"
 
@@ -51,25 +52,35 @@ typedef struct cpu_exec {
 typedef struct cpu_kv {
     tela_kv_cache head;
     size_t k_row, v_row;     /* elements per position, all heads */
-    size_t elt;              /* bytes per element: 4 (f32) or 2 (f16) */
+    size_t elt;              /* bytes per element: 4 (f32) or 2 (f16); 0: Q8_0 blocks */
     unsigned char *k, *v;
 } cpu_kv;
 
+/* Bytes of n cache elements (n a multiple of 32 for Q8_0: whole blocks of
+ * an f16 scale and 32 int8 values). */
+static inline size_t kv_bytes(const cpu_kv *c, size_t n) {
+    return c->elt ? n * c->elt : n / TELA_QK8_0 * sizeof(tela_block_q8_0);
+}
+
 /* Layer l's first K (V) element. */
 static inline unsigned char *kv_k(const cpu_kv *c, int l) {
-    return c->k + (size_t)l * (size_t)c->head.shape.n_ctx * c->k_row * c->elt;
+    return c->k + kv_bytes(c, (size_t)l * (size_t)c->head.shape.n_ctx * c->k_row);
 }
 static inline unsigned char *kv_v(const cpu_kv *c, int l) {
-    return c->v + (size_t)l * (size_t)c->head.shape.n_ctx * c->v_row * c->elt;
+    return c->v + kv_bytes(c, (size_t)l * (size_t)c->head.shape.n_ctx * c->v_row);
 }
 /* Bytes from one head's rows to the next's, and of one head's row. */
-static inline size_t kv_k_head(const cpu_kv *c) { return (size_t)c->head.shape.n_ctx * (size_t)c->head.shape.k_dim * c->elt; }
-static inline size_t kv_v_head(const cpu_kv *c) { return (size_t)c->head.shape.n_ctx * (size_t)c->head.shape.v_dim * c->elt; }
+static inline size_t kv_k_head(const cpu_kv *c) { return kv_bytes(c, (size_t)c->head.shape.n_ctx * (size_t)c->head.shape.k_dim); }
+static inline size_t kv_v_head(const cpu_kv *c) { return kv_bytes(c, (size_t)c->head.shape.n_ctx * (size_t)c->head.shape.v_dim); }
 
 /* n values into a cache row of the cache's precision. */
 static void kv_put(const cpu_kv *c, unsigned char *dst, const float *src, size_t n) {
     if (c->elt == 4) {
         memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    if (c->elt == 0) { /* llama.cpp's Q8_0 rounding (cannot fail: n is whole blocks) */
+        (void)tela_quantize_row(TELA_TYPE_Q8_0, src, dst, (int64_t)n);
         return;
     }
     uint16_t *h = (uint16_t *)dst;
@@ -80,7 +91,7 @@ static void kv_put(const cpu_kv *c, unsigned char *dst, const float *src, size_t
  * them) into cache row r of layer l. */
 static void kv_put_row(const cpu_kv *c, int l, size_t r, const float *k, const float *v) {
     const int kd = c->head.shape.k_dim, vd = c->head.shape.v_dim;
-    unsigned char *kl = kv_k(c, l) + r * (size_t)kd * c->elt, *vl = kv_v(c, l) + r * (size_t)vd * c->elt;
+    unsigned char *kl = kv_k(c, l) + kv_bytes(c, r * (size_t)kd), *vl = kv_v(c, l) + kv_bytes(c, r * (size_t)vd);
     for (int h = 0; h < c->head.shape.n_kv_head; h++) {
         kv_put(c, kl + (size_t)h * kv_k_head(c), k + (size_t)h * kd, (size_t)kd);
         kv_put(c, vl + (size_t)h * kv_v_head(c), v + (size_t)h * vd, (size_t)vd);
@@ -376,7 +387,7 @@ static void cpu_kv_clear(tela_exec *ex, tela_kv_cache *kv) {
 
 static size_t cpu_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past) {
     const cpu_kv *c = (const cpu_kv *)kv;
-    return (size_t)kv->shape.n_layer * (size_t)n_past * (c->k_row + c->v_row) * c->elt;
+    return (size_t)kv->shape.n_layer * kv_bytes(c, (size_t)n_past * (c->k_row + c->v_row));
 }
 
 /* The image: for each layer, K rows [0, n_past), then V rows. */
@@ -385,7 +396,8 @@ static tela_status cpu_kv_save(tela_exec *ex, const tela_kv_cache *kv, int32_t n
     const cpu_kv *c = (const cpu_kv *)kv;
     unsigned char *p = dst;
     const int H = kv->shape.n_kv_head;
-    const size_t kb = (size_t)n_past * (size_t)kv->shape.k_dim * c->elt, vb = (size_t)n_past * (size_t)kv->shape.v_dim * c->elt;
+    const size_t kb = kv_bytes(c, (size_t)n_past * (size_t)kv->shape.k_dim),
+                 vb = kv_bytes(c, (size_t)n_past * (size_t)kv->shape.v_dim);
     for (int l = 0; l < kv->shape.n_layer; l++) {
         for (int h = 0; h < H; h++, p += kb) memcpy(p, kv_k(c, l) + (size_t)h * kv_k_head(c), kb);
         for (int h = 0; h < H; h++, p += vb) memcpy(p, kv_v(c, l) + (size_t)h * kv_v_head(c), vb);
@@ -398,7 +410,8 @@ static tela_status cpu_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past,
     cpu_kv *c = (cpu_kv *)kv;
     const unsigned char *p = src;
     const int H = kv->shape.n_kv_head;
-    const size_t kb = (size_t)n_past * (size_t)kv->shape.k_dim * c->elt, vb = (size_t)n_past * (size_t)kv->shape.v_dim * c->elt;
+    const size_t kb = kv_bytes(c, (size_t)n_past * (size_t)kv->shape.k_dim),
+                 vb = kv_bytes(c, (size_t)n_past * (size_t)kv->shape.v_dim);
     for (int l = 0; l < kv->shape.n_layer; l++) {
         for (int h = 0; h < H; h++, p += kb) memcpy(kv_k(c, l) + (size_t)h * kv_k_head(c), p, kb);
         for (int h = 0; h < H; h++, p += vb) memcpy(kv_v(c, l) + (size_t)h * kv_v_head(c), p, vb);
@@ -429,7 +442,7 @@ static void cpu_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const floa
 static tela_status cpu_kv_copy_rows(tela_exec *ex, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n) {
     (void)ex;
     cpu_kv *c = (cpu_kv *)kv;
-    const size_t kb = (size_t)kv->shape.k_dim * c->elt, vb = (size_t)kv->shape.v_dim * c->elt;
+    const size_t kb = kv_bytes(c, (size_t)kv->shape.k_dim), vb = kv_bytes(c, (size_t)kv->shape.v_dim);
     for (int l = 0; l < kv->shape.n_layer; l++)
         for (int h = 0; h < kv->shape.n_kv_head; h++) {
             unsigned char *kl = kv_k(c, l) + (size_t)h * kv_k_head(c), *vl = kv_v(c, l) + (size_t)h * kv_v_head(c);
@@ -458,7 +471,7 @@ static void cpu_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, con
     const tela_attn_args base = {
         .q = q, .q_stride = q_stride,
         .k = kv_k(c, layer), .k_stride = kv->shape.k_dim,
-        .v = kv_v(c, layer), .v_stride = kv->shape.v_dim, .kv_f16 = c->elt == 2,
+        .v = kv_v(c, layer), .v_stride = kv->shape.v_dim, .kv_f16 = c->elt == 2, .kv_q8 = c->elt == 0,
         .k_head_stride = (int64_t)kv->shape.n_ctx * kv->shape.k_dim,
         .v_head_stride = (int64_t)kv->shape.n_ctx * kv->shape.v_dim,
         .out = out, .out_stride = out_stride, .n_tok = b->n_tok, .pos0 = b->pos0, .n_head = n_head,
@@ -700,22 +713,28 @@ static tela_status cpu_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela
     *out = NULL;
     const size_t k_row = (size_t)shape->n_kv_head * (size_t)shape->k_dim;
     const size_t v_row = (size_t)shape->n_kv_head * (size_t)shape->v_dim;
-    const size_t elt = shape->dtype == TELA_KV_DTYPE_F16 ? 2 : 4;
-    double bytes = (double)shape->n_layer * (double)shape->n_ctx * (double)(k_row + v_row) * (double)elt;
+    const bool q8 = shape->dtype == TELA_KV_DTYPE_Q8_0;
+    if (q8 && (shape->k_dim % TELA_QK8_0 || shape->v_dim % TELA_QK8_0))
+        return tela_errorf(TELA_ERR_UNSUPPORTED,
+                           "session: a q8_0 KV cache needs head sizes that are multiples of %d (keys %d, values %d); "
+                           "use --kv-type f16", TELA_QK8_0, shape->k_dim, shape->v_dim);
+    const size_t elt = q8 ? 0 : shape->dtype == TELA_KV_DTYPE_F16 ? 2 : 4;
+    const double per_elt = q8 ? (double)sizeof(tela_block_q8_0) / TELA_QK8_0 : (double)elt;
+    double bytes = (double)shape->n_layer * (double)shape->n_ctx * (double)(k_row + v_row) * per_elt;
     if (bytes > (double)SIZE_MAX / 2)
         return tela_errorf(TELA_ERR_NOMEM, "session: a KV cache of %.0f bytes is too large", bytes);
     cpu_kv *c = calloc(1, sizeof *c);
     if (!c) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     c->head.ops = &cpu_ops;
     c->head.shape = *shape;
-    c->head.shape.dtype = elt == 2 ? TELA_KV_DTYPE_F16 : TELA_KV_DTYPE_F32;
+    c->head.shape.dtype = q8 ? TELA_KV_DTYPE_Q8_0 : elt == 2 ? TELA_KV_DTYPE_F16 : TELA_KV_DTYPE_F32;
     c->k_row = k_row;
     c->v_row = v_row;
     c->elt = elt;
     const size_t per_layer = (size_t)shape->n_ctx;
     /* 64 bytes more: the kernels may read a whole vector at a row's end */
-    c->k = calloc(per_layer * k_row * (size_t)shape->n_layer * elt + 64, 1);
-    c->v = calloc(per_layer * v_row * (size_t)shape->n_layer * elt + 64, 1);
+    c->k = calloc(kv_bytes(c, per_layer * k_row * (size_t)shape->n_layer) + 64, 1);
+    c->v = calloc(kv_bytes(c, per_layer * v_row * (size_t)shape->n_layer) + 64, 1);
     if (!c->k || !c->v) {
         cpu_kv_free(&c->head);
         return tela_errorf(TELA_ERR_NOMEM, "session: out of memory for a KV cache of %d tokens (%.1f MiB)",

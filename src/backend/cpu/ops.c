@@ -553,16 +553,61 @@ static inline void load16_f16(tela_v16f *out, const uint16_t *p) {
 #endif
 }
 
-/* Element i of a cache array of either precision. */
+/* The Q8_0 block holding element i of a cache array, and its scale. */
+static inline const unsigned char *q8_block(const void *base, int64_t i) {
+    return (const unsigned char *)base + (i / TELA_QK8_0) * (int64_t)sizeof(tela_block_q8_0);
+}
+static inline float q8_scale(const unsigned char *blk) {
+    uint16_t d;
+    memcpy(&d, blk, sizeof d);
+    return tela_f16_to_f32(d);
+}
+
+/* Sixteen Q8_0 values from element i (a multiple of 16) as floats:
+ * int8 x scale, tela_dequantize_row's arithmetic. */
+static inline void load16_q8(tela_v16f *out, const void *base, int64_t i) {
+    const unsigned char *blk = q8_block(base, i);
+    const int8_t *qs = (const int8_t *)(blk + 2) + i % TELA_QK8_0;
+    const float d = q8_scale(blk);
+#if defined(__AVX512F__)
+    *out = (tela_v16f)_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)qs))),
+                                    _mm512_set1_ps(d));
+#else
+    for (int j = 0; j < 16; j++) (*out)[j] = (float)qs[j] * d;
+#endif
+}
+
+/* Element i of a cache array of any precision. */
 static inline float kv_at(const tela_attn_args *a, const void *base, int64_t i) {
+    if (a->kv_q8) {
+        const unsigned char *blk = q8_block(base, i);
+        return (float)((const int8_t *)(blk + 2))[i % TELA_QK8_0] * q8_scale(blk);
+    }
     return a->kv_f16 ? tela_f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
 }
 
-/* n elements of an f16 row as floats. */
-static inline void f16_row(float *dst, const uint16_t *src, int n) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16) load16_f16((tela_v16f *)(dst + i), src + i);
-    for (; i < n; i++) dst[i] = tela_f16_to_f32(src[i]);
+/* Sixteen elements of a cache array from element i (a multiple of 16). */
+static inline void load16_at(const tela_attn_args *a, tela_v16f *out, const void *base, int64_t i) {
+    if (a->kv_q8)
+        load16_q8(out, base, i);
+    else if (a->kv_f16)
+        load16_f16(out, (const uint16_t *)base + i);
+    else
+        *out = *(const tela_v16f *)((const float *)base + i);
+}
+
+/* n elements of an f16 or Q8_0 row (from element i of base) as floats. */
+static inline void kv_row_f32(const tela_attn_args *a, float *dst, const void *base, int64_t i, int n) {
+    int j = 0;
+    if (i % 16 == 0)
+        for (; j + 16 <= n; j += 16) load16_at(a, (tela_v16f *)(dst + j), base, i + j);
+    for (; j < n; j++) dst[j] = kv_at(a, base, i + j);
+}
+
+/* The address of element i of a cache array (whole Q8_0 blocks). */
+static inline const void *kv_elem(const tela_attn_args *a, const void *base, int64_t i) {
+    if (a->kv_q8) return q8_block(base, i);
+    return (const char *)base + i * (a->kv_f16 ? 2 : 4);
 }
 
 /* Scores of 16 / QB keys starting at p0 against QB vectors of transposed
@@ -577,8 +622,8 @@ static inline __attribute__((always_inline)) void attn_scores(const int QB, floa
     const float *kp[ATT_LANES];
     ATT_UNROLL for (int j = 0; j < KB; j++) {
         const int64_t off = attn_row(a, p0 + j < n_keys ? p0 + j : n_keys - 1) * k_stride;
-        if (a->kv_f16) { /* the f16 rows converted once for the block's rows */
-            f16_row(kconv + (size_t)j * (size_t)k_dim, (const uint16_t *)kbase + off, k_dim);
+        if (a->kv_f16 || a->kv_q8) { /* the f16 or Q8_0 rows converted once for the block's rows */
+            kv_row_f32(a, kconv + (size_t)j * (size_t)k_dim, kbase, off, k_dim);
             kp[j] = kconv + (size_t)j * (size_t)k_dim;
         } else {
             kp[j] = (const float *)kbase + off;
@@ -623,12 +668,15 @@ static inline void attn_values_4x64(float *const *o, const int *row, const float
     const int64_t run = a->blocks ? a->block_size : p_end;
     for (int64_t p = p_begin; p < p_end;) {
         const int64_t end = p - p % run + run < p_end ? p - p % run + run : p_end;
-        const int64_t off = attn_row(a, p) * v_stride + d0;
+        int64_t off = attn_row(a, p) * v_stride + d0;
         const float *vp = (const float *)vbase + off;
         const uint16_t *vh = (const uint16_t *)vbase + off;
-        for (; p < end; p++, vp += v_stride, vh += v_stride) {
+        for (; p < end; p++, vp += v_stride, vh += v_stride, off += v_stride) {
             tela_v16f v0, v1, v2, v3;
-            if (a->kv_f16) {
+            if (a->kv_q8) {
+                load16_q8(&v0, vbase, off), load16_q8(&v1, vbase, off + 16), load16_q8(&v2, vbase, off + 32),
+                    load16_q8(&v3, vbase, off + 48);
+            } else if (a->kv_f16) {
                 load16_f16(&v0, vh), load16_f16(&v1, vh + 16), load16_f16(&v2, vh + 32), load16_f16(&v3, vh + 48);
             } else {
                 v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16), v2 = *(const tela_v16f *)(vp + 32),
@@ -684,6 +732,11 @@ static inline __attribute__((always_inline)) void transpose16x16(__m512 *r) {
 
 /* Sixteen consecutive elements of a cache row of either precision. */
 static inline __m512 load16_kv(const tela_attn_args *a, const void *base, int64_t off) {
+    if (a->kv_q8) {
+        tela_v16f v;
+        load16_q8(&v, base, off);
+        return (__m512)v;
+    }
     return a->kv_f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + off)))
                      : _mm512_loadu_ps((const float *)base + off);
 }
@@ -701,7 +754,7 @@ static inline __attribute__((always_inline)) void attention_few_rows(const int n
                                                                      const int32_t *limit, int64_t n_keys,
                                                                      const void *kbase, const void *vbase, float *s) {
     const int64_t n_pad = (n_keys + 15) / 16 * 16;
-    const int kd = a->k_dim, el = a->kv_f16 ? 2 : 4;
+    const int kd = a->k_dim;
     __m512 mx[4];
     for (int r = 0; r < 4; r++) mx[r] = _mm512_set1_ps(-__builtin_inff());
     /* 1. scores, 16 keys at a time */
@@ -710,8 +763,9 @@ static inline __attribute__((always_inline)) void attention_few_rows(const int n
         for (int j = 0; j < 16; j++) off[j] = attn_row(a, p0 + j < n_keys ? p0 + j : n_keys - 1) * a->k_stride;
         if (p0 + KEY_PREFETCH + 16 <= n_keys) /* the rows read in column order defeat the hardware prefetcher */
             for (int j = 0; j < 16; j++) {
-                const char *row = (const char *)kbase + attn_row(a, p0 + KEY_PREFETCH + j) * a->k_stride * el;
-                for (int b = 0; b < kd * el; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+                const int64_t e = attn_row(a, p0 + KEY_PREFETCH + j) * a->k_stride;
+                const char *row = kv_elem(a, kbase, e), *end = kv_elem(a, kbase, e + kd);
+                for (; row < end; row += 64) _mm_prefetch(row, _MM_HINT_T0);
             }
         __m512 acc[4];
         for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
@@ -820,9 +874,8 @@ static void attention_block(void *arg, int chunk, int ith) {
         limit[l / ATT_LANES][l % ATT_LANES] = l < n_rows ? a->pos0 + tok[l] : -1;
         if (l < n_rows && a->pos0 + tok[l] + 1 > n_keys) n_keys = a->pos0 + tok[l] + 1;
     }
-    const int64_t kv_el = a->kv_f16 ? 2 : 4;
-    const void *kbase = (const char *)a->k + (int64_t)kvh * (a->k_head_stride ? a->k_head_stride : a->k_dim) * kv_el;
-    const void *vbase = (const char *)a->v + (int64_t)kvh * (a->v_head_stride ? a->v_head_stride : a->v_dim) * kv_el;
+    const void *kbase = kv_elem(a, a->k, (int64_t)kvh * (a->k_head_stride ? a->k_head_stride : a->k_dim));
+    const void *vbase = kv_elem(a, a->v, (int64_t)kvh * (a->v_head_stride ? a->v_head_stride : a->v_dim));
 #if defined(__AVX512F__)
     if (n_rows <= 4 && a->k_dim % 16 == 0 && a->v_dim % 64 == 0) { /* a decoding token's rows */
         const float *qr[4];

@@ -100,7 +100,7 @@ void tela_op_add(float *y, const float *x, int64_t n);
 typedef struct tela_attn_args {
     const float *q;
     int64_t q_stride;
-    const void *k;               /* f32, or f16 when kv_f16 (strides in elements) */
+    const void *k;               /* f32, f16 when kv_f16, Q8_0 when kv_q8 (strides in elements) */
     int64_t k_stride;
     const void *v;
     int64_t v_stride;
@@ -121,6 +121,10 @@ typedef struct tela_attn_args {
     /* elements from one KV head's rows to the next's: 0 for rows that hold
      * every head (head h at h * k_dim); a head-major cache's rows * k_dim */
     int64_t k_head_stride, v_head_stride;
+    /* k and v hold Q8_0 blocks (32 values: an f16 scale, 32 int8; kv_f16
+     * 0): strides still count values, all multiples of 32; the values
+     * computed on are the dequantized ones (int8 x scale) */
+    int kv_q8;
 } tela_attn_args;
 
 /* Runs n_args attentions (the sequences of a batched step) in one dispatch

@@ -607,6 +607,8 @@ static void cuda_kv_free(tela_kv_cache *kv) {
 static tela_status cuda_kv_create(tela_exec *e, const tela_kv_shape *shape, tela_kv_cache **out) {
     cuda_exec *ex = as_ex(e);
     *out = NULL;
+    if (shape->dtype == TELA_KV_DTYPE_Q8_0)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "session: the CUDA backend has no q8_0 KV cache; use --kv-type f16");
     cudaSetDevice(ex->be->device);
     cuda_kv *c = (cuda_kv *)calloc(1, sizeof *c);
     if (!c) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
