@@ -555,19 +555,23 @@ static inline void load16_f16(tela_v16f *out, const uint16_t *p) {
 
 /* The Q8_0 block holding element i of a cache array, and its scale. */
 static inline const unsigned char *q8_block(const void *base, int64_t i) {
-    return (const unsigned char *)base + (i / TELA_QK8_0) * (int64_t)sizeof(tela_block_q8_0);
+    return (const unsigned char *)base + ((uint64_t)i / TELA_QK8_0) * sizeof(tela_block_q8_0);
 }
 static inline float q8_scale(const unsigned char *blk) {
     uint16_t d;
     memcpy(&d, blk, sizeof d);
+#if defined(__AVX512F__)
+    return _cvtsh_ss(d); /* F16C: the same exact conversion */
+#else
     return tela_f16_to_f32(d);
+#endif
 }
 
 /* Sixteen Q8_0 values from element i (a multiple of 16) as floats:
  * int8 x scale, tela_dequantize_row's arithmetic. */
 static inline void load16_q8(tela_v16f *out, const void *base, int64_t i) {
     const unsigned char *blk = q8_block(base, i);
-    const int8_t *qs = (const int8_t *)(blk + 2) + i % TELA_QK8_0;
+    const int8_t *qs = (const int8_t *)(blk + 2) + (uint64_t)i % TELA_QK8_0;
     const float d = q8_scale(blk);
 #if defined(__AVX512F__)
     *out = (tela_v16f)_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)qs))),
