@@ -156,6 +156,7 @@ expect_error "context too small" "integer in" "$TELA" perplexity -m "$M" --token
 expect_error "bad --chunks" "integer in" "$TELA" perplexity -m "$M" --tokens-file "$tmp/short.tok" --chunks 0
 expect_error "unknown option" "unknown option" "$TELA" perplexity -m "$M" --bogus
 expect_error "option without value" "needs a value" "$TELA" perplexity -m "$M" -c
-expect_error "q8_0 KV with heads of 24" "multiples of 32 (keys 24, values 24)" "$TELA" perplexity -m "$M" --tokens-file "$tmp/short.tok" -c 4 --kv-type q8_0
+printf '1 2 3 4 5 6 7 8 9 10\n' >"$tmp/ten.tok"
+expect_error "q8_0 KV with heads of 24" "multiples of 32 (keys 24, values 24)" "$TELA" perplexity -m "$M" --tokens-file "$tmp/ten.tok" -c 4 --kv-type q8_0
 expect_error "bad --kv-type" "takes f16, f32 or q8_0" "$TELA" perplexity -m "$M" --tokens-file "$tmp/short.tok" --kv-type q4
 exit $fail
