@@ -560,8 +560,8 @@ static inline const unsigned char *q8_block(const void *base, int64_t i) {
 static inline float q8_scale(const unsigned char *blk) {
     uint16_t d;
     memcpy(&d, blk, sizeof d);
-#if defined(__AVX512F__)
-    return _cvtsh_ss(d); /* F16C: the same exact conversion */
+#if defined(__F16C__)
+    return _cvtsh_ss(d); /* the same exact conversion in one instruction */
 #else
     return tela_f16_to_f32(d);
 #endif
