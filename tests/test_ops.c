@@ -392,6 +392,19 @@ static void test_softmax_swiglu_add(void) {
  * counts around the 16-key blocks; identical bits for 1..3 threads and
  * whether the tokens come in one batch or one at a time (as prefill and
  * decode do). */
+/* Runs the n_tok tokens of `batch` one at a time (as decode does): token t
+ * with its query row and output row, at position pos0 + t. */
+static void attention_by_token(tela_threadpool *pool, const tela_attn_args *batch) {
+    for (int t = 0; t < batch->n_tok; t++) {
+        tela_attn_args one = *batch;
+        one.q = batch->q + t * batch->q_stride;
+        one.out = batch->out + t * batch->out_stride;
+        one.n_tok = 1;
+        one.pos0 = batch->pos0 + t;
+        tela_op_attention(pool, &one, 1);
+    }
+}
+
 static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
     const int n_ctx = POS0 + NT;
     const int ks = NKV * KD + 3, vs = NKV * VD + 1; /* padded strides */
@@ -412,11 +425,9 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
                                 NULL, 0, 0, 0, 0, 0};
             tela_op_attention(pool, &a, 1);
         } else {
-            for (int t = 0; t < NT; t++) { /* token by token */
-                tela_attn_args a = {q + t * NH * KD, NH * KD, k, ks, v, vs, out[3] + t * NH * VD, NH * VD,
-                                    1,  POS0 + t,    NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0, 0};
-                tela_op_attention(pool, &a, 1);
-            }
+            const tela_attn_args a = {q, NH * KD, k, ks, v, vs, out[3], NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f,
+                                      NULL, 0, 0, 0, 0, 0};
+            attention_by_token(pool, &a);
         }
         tela_threadpool_free(pool);
     }
@@ -519,11 +530,8 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         /* and decoded token by token from the paged f16 cache (a decoding
          * token's few rows take their own kernel: the same bits) */
         float *o16t = calloc(on, sizeof(float));
-        for (int t = 0; t < NT; t++) {
-            const tela_attn_args one = {q + t * NH * KD, NH * KD, pk, ks, pv, vs, o16t + t * NH * VD, NH * VD, 1,
-                                        POS0 + t, NH, NKV, KD, VD, 0.3f, table, bs, 1, 0, 0, 0};
-            tela_op_attention(pool, &one, 1);
-        }
+        const tela_attn_args f16t = {q, NH * KD, pk, ks, pv, vs, o16t, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 1, 0, 0, 0};
+        attention_by_token(pool, &f16t);
         tela_threadpool_free(pool);
         CHECK_MSG(!memcmp(o32, o16t, sizeof(float) * on), "attention %d/%d heads, pos0 %d: f16 decode != f16 prefill",
                   NH, NKV, POS0);
@@ -572,11 +580,8 @@ static void check_attention(int NH, int NKV, int KD, int VD, int POS0, int NT) {
         const tela_attn_args q8 = {q, NH * KD, qk, kr, qv, vr, o8, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, NULL, 0, 0, 0, 0, 1};
         tela_op_attention(pool, &f32, 1);
         tela_op_attention(pool, &q8, 1);
-        for (int t = 0; t < NT; t++) {
-            const tela_attn_args one = {q + t * NH * KD, NH * KD, pk, kr, pv, vr, o8t + t * NH * VD, NH * VD, 1,
-                                        POS0 + t, NH, NKV, KD, VD, 0.3f, table, bs, 0, 0, 0, 1};
-            tela_op_attention(pool, &one, 1);
-        }
+        const tela_attn_args q8t = {q, NH * KD, pk, kr, pv, vr, o8t, NH * VD, NT, POS0, NH, NKV, KD, VD, 0.3f, table, bs, 0, 0, 0, 1};
+        attention_by_token(pool, &q8t);
         tela_threadpool_free(pool);
         CHECK_MSG(!memcmp(o32, o8, sizeof(float) * on), "attention %d/%d heads, pos0 %d: q8_0 cache != f32 of its values",
                   NH, NKV, POS0);

@@ -673,19 +673,10 @@ static inline void attn_values_4x64(float *const *o, const int *row, const float
     for (int64_t p = p_begin; p < p_end;) {
         const int64_t end = p - p % run + run < p_end ? p - p % run + run : p_end;
         int64_t off = attn_row(a, p) * v_stride + d0;
-        const float *vp = (const float *)vbase + off;
-        const uint16_t *vh = (const uint16_t *)vbase + off;
-        for (; p < end; p++, vp += v_stride, vh += v_stride, off += v_stride) {
+        for (; p < end; p++, off += v_stride) {
             tela_v16f v0, v1, v2, v3;
-            if (a->kv_q8) {
-                load16_q8(&v0, vbase, off), load16_q8(&v1, vbase, off + 16), load16_q8(&v2, vbase, off + 32),
-                    load16_q8(&v3, vbase, off + 48);
-            } else if (a->kv_f16) {
-                load16_f16(&v0, vh), load16_f16(&v1, vh + 16), load16_f16(&v2, vh + 32), load16_f16(&v3, vh + 48);
-            } else {
-                v0 = *(const tela_v16f *)vp, v1 = *(const tela_v16f *)(vp + 16), v2 = *(const tela_v16f *)(vp + 32),
-                v3 = *(const tela_v16f *)(vp + 48);
-            }
+            load16_at(a, &v0, vbase, off), load16_at(a, &v1, vbase, off + 16), load16_at(a, &v2, vbase, off + 32),
+                load16_at(a, &v3, vbase, off + 48);
             const float *e = st + p * R;
             ATT_UNROLL for (int r = 0; r < 4; r++) {
                 const tela_v16f w = SPLAT16(e[row[r]]);
@@ -734,15 +725,11 @@ static inline __attribute__((always_inline)) void transpose16x16(__m512 *r) {
 /* Keys ahead of the score pass that it prefetches. */
 #define KEY_PREFETCH 32
 
-/* Sixteen consecutive elements of a cache row of either precision. */
+/* load16_at as an __m512. */
 static inline __m512 load16_kv(const tela_attn_args *a, const void *base, int64_t off) {
-    if (a->kv_q8) {
-        tela_v16f v;
-        load16_q8(&v, base, off);
-        return (__m512)v;
-    }
-    return a->kv_f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + off)))
-                     : _mm512_loadu_ps((const float *)base + off);
+    tela_v16f v;
+    load16_at(a, &v, base, off);
+    return (__m512)v;
 }
 
 /* Rows of an attention block of at most 4 rows (a decoding token's query
