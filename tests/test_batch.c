@@ -9,8 +9,14 @@
  * session computes when fed the same runs of tokens. Then a
  * fork: a sequence's state slot is saved and loaded into another slot, its
  * KV rows copied into new blocks, and both continue with the same tokens in
- * one step: identical logits, equal to the session's. Run for Llama (F32,
- * Q8_0: the packed kernels) and Qwen3.5 (Gated DeltaNet slots). */
+ * one step: identical logits, equal to the session's. Then a speculative
+ * verification: the source takes 4 tokens with every row's logits (equal
+ * to a session's all-logits pass) and its states kept, the fork the first
+ * 2 of them (its row equal to the source's second); the source is rewound
+ * to those 2 (slot_rewind, for recurrent state; Llama's stale KV rows are
+ * just overwritten) and both take one more token: identical logits. Run
+ * for Llama (F32, Q8_0: the packed kernels) and Qwen3.5 (Gated DeltaNet
+ * slots). */
 #include "backend/backend.h"
 #include "model/model.h"
 #include "tela/tela.h"
@@ -101,7 +107,7 @@ static void check_model(const char *path) {
                 if (n > 64) n = 64;
             }
             runs[n_runs] = (tela_seq_run){q->slot, q->tokens + q->n_done, n, q->n_done, q->blocks,
-                                          q->n_done + n >= q->n_prompt};
+                                          q->n_done + n >= q->n_prompt, false, false};
             idx[n_runs++] = i;
         }
         if (n_runs == 0) break;
@@ -130,7 +136,7 @@ static void check_model(const char *path) {
     seq b = *a;
     b.slot = 3;
     const int full = a->n_done / BS;
-    for (int i = 0; i < (a->n_done + 3 + BS - 1) / BS; i++) {
+    for (int i = 0; i < (a->n_done + 3 + 5 + BS - 1) / BS; i++) {
         if (i < full) continue; /* full blocks are shared */
         b.blocks[i] = pool[next_block++];
         CHECK_OK(m->arch->kv_copy_rows(m, state, b.blocks[i] * BS, a->blocks[i] * BS, BS));
@@ -143,11 +149,42 @@ static void check_model(const char *path) {
     for (int i = 0; i < 3; i++) more[i] = (int32_t)(test_rnd() % (uint64_t)V);
     memcpy(a->tokens + a->n_done, more, sizeof more);
     memcpy(b.tokens + b.n_done, more, sizeof more);
-    const tela_seq_run two[2] = {{a->slot, more, 3, a->n_done, a->blocks, true}, {b.slot, more, 3, b.n_done, b.blocks, true}};
+    const tela_seq_run two[2] = {{a->slot, more, 3, a->n_done, a->blocks, true, false, false},
+                                 {b.slot, more, 3, b.n_done, b.blocks, true, false, false}};
     CHECK_OK(m->arch->forward_batch(m, state, two, 2, logits));
     CHECK_OK(tela_session_eval(a->ref, more, 3, ref, 0));
     CHECK_MSG(!memcmp(logits, ref, sizeof(float) * (size_t)V), "%s: the forked sequence's source differs", path);
     CHECK_MSG(!memcmp(logits + V, ref, sizeof(float) * (size_t)V), "%s: the fork differs from its source", path);
+    a->n_done += 3;
+    b.n_done += 3;
+
+    /* a verification of 4 tokens on the source, 2 of them on the fork */
+    int32_t ver[5];
+    for (int i = 0; i < 5; i++) ver[i] = (int32_t)(test_rnd() % (uint64_t)V);
+    float *rows = malloc(sizeof(float) * (size_t)V * 5), *ref4 = malloc(sizeof(float) * (size_t)V * 4);
+    const bool keeps = m->arch->keeps_states && m->arch->keeps_states(m, state);
+    const tela_seq_run vr[2] = {{a->slot, ver, 4, a->n_done, a->blocks, true, true, keeps},
+                                {b.slot, ver, 2, b.n_done, b.blocks, true, false, false}};
+    CHECK_OK(m->arch->forward_batch(m, state, vr, 2, rows));
+    CHECK_OK(tela_session_eval(a->ref, ver, 4, ref4, 1));
+    for (int i = 0; i < 4; i++)
+        CHECK_MSG(!memcmp(rows + (size_t)i * V, ref4 + (size_t)i * V, sizeof(float) * (size_t)V),
+                  "%s: verification row %d differs from a session's all-logits pass", path, i);
+    CHECK_MSG(!memcmp(rows + (size_t)4 * V, rows + V, sizeof(float) * (size_t)V),
+              "%s: a 2-token run's last row differs from the second row of a 4-token one", path);
+    if (keeps) {
+        CHECK_OK(m->arch->slot_rewind(m, state, a->slot, 2));
+        CHECK_MSG(m->arch->slot_rewind(m, state, a->slot, 2) != TELA_OK, "%s: a second rewind of one pass succeeded",
+                  path);
+    }
+    const tela_seq_run next[2] = {{a->slot, ver + 4, 1, a->n_done + 2, a->blocks, true, false, false},
+                                  {b.slot, ver + 4, 1, b.n_done + 2, b.blocks, true, false, false}};
+    CHECK_OK(m->arch->forward_batch(m, state, next, 2, rows));
+    CHECK_MSG(!memcmp(rows, rows + V, sizeof(float) * (size_t)V),
+              "%s: after the rollback to 2 of 4 tokens, the next token's logits differ from a sequence that took 2",
+              path);
+    free(rows);
+    free(ref4);
     free(img);
     for (int i = 0; i < 3; i++) tela_session_free(sq[i].ref);
     free(logits);

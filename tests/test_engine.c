@@ -14,7 +14,13 @@
  *    (end-of-prompt checkpoint with logits) with identical tokens;
  *  - log-probabilities against a log-softmax of a session's logits;
  *  - cancel (by call and by callback), errors (prompt too long, bad ids,
- *    queue full), and no blocks held at the end. */
+ *    queue full), and no blocks held at the end;
+ *  - speculative decoding (prompt lookup) inside the batched steps: six
+ *    requests, greedy and sampled, k = 1..4, four at a time: each equals
+ *    tela_generate with the same drafter and seed, greedy ones also plain
+ *    greedy decoding (with the same log-probabilities, bit for bit), with
+ *    drafts accepted and rejected (rolled back) on the demo models, and on
+ *    Qwen3.5 the recurrent state rewound per sequence. */
 #include "tela/tela.h"
 #include "test.h"
 
@@ -124,6 +130,7 @@ static void reference_run(tela_model *m, const int32_t *prompt, int n, const tel
     g.stop_strings = p->stop_strings;
     g.on_token = ref_on_token;
     g.user = out;
+    g.spec = p->spec;
     tela_generate_result res;
     CHECK_OK(tela_generate(s, prompt, n, &g, out->tokens, MAX_OUT, &res));
     out->n = res.n_generated < MAX_OUT ? res.n_generated : MAX_OUT;
@@ -202,6 +209,92 @@ static void check_concurrent(tela_model *m, tela_engine *e, int V, int n_ctx, co
 }
 
 static void check_long_prefix(tela_model *m, int hybrid, const char *label);
+
+/* Speculative decoding by prompt lookup in the engine (see the top). */
+static void check_spec(tela_model *m, const int32_t *prompt, int np, int n_ctx, const char *label) {
+    enum { N = 6 };
+    tela_engine *e = new_engine(m, 4, 0, 1, n_ctx);
+    if (!e) return;
+    static result res[N], plain;
+    reference ref;
+    tela_spec_params sp[N];
+    tela_request_params ps[N];
+    for (int i = 0; i < N; i++) {
+        sp[i] = tela_spec_default_params();
+        sp[i].method = TELA_SPEC_NGRAM;
+        sp[i].draft_max = 1 + i % 4;
+        sp[i].ngram_min = i == 5 ? 1 : 0;
+        result_init(&res[i]);
+        ps[i] = req_params(&res[i], 48 + 4 * i, i % 2 ? 0.9f : 0.0f, 11 + (uint64_t)i);
+        ps[i].ignore_eos = 1;
+        ps[i].top_logprobs = i == 0 ? 2 : -1;
+        ps[i].spec = &sp[i];
+        CHECK_OK(tela_engine_submit(e, prompt, np - i, &ps[i], NULL)); /* prompts of np .. np-5 tokens */
+    }
+    long drafted = 0, accepted = 0;
+    for (int i = 0; i < N; i++) {
+        char lb[160];
+        result_wait(&res[i]);
+        reference_run(m, prompt, np - i, &ps[i], &ref, n_ctx);
+        snprintf(lb, sizeof lb, "%s: request %d (k = %d, %s) against tela_generate with prompt lookup", label, i,
+                 sp[i].draft_max, i % 2 ? "sampled" : "greedy");
+        check_same(&res[i], &ref, lb);
+        if (i % 2 == 0) { /* greedy: plain greedy's tokens */
+            tela_request_params q = ps[i];
+            q.spec = NULL;
+            reference_run(m, prompt, np - i, &q, &ref, n_ctx);
+            snprintf(lb, sizeof lb, "%s: request %d (k = %d, greedy) against plain greedy", label, i, sp[i].draft_max);
+            check_same(&res[i], &ref, lb);
+        }
+        CHECK(res[i].usage.accepted_tokens <= res[i].usage.draft_tokens);
+        drafted += res[i].usage.draft_tokens;
+        accepted += res[i].usage.accepted_tokens;
+    }
+    /* the log-probabilities of request 0 are those of plain decoding */
+    result_init(&plain);
+    tela_request_params q = ps[0];
+    q.spec = NULL;
+    q.user = &plain;
+    CHECK_OK(tela_engine_submit(e, prompt, np, &q, NULL));
+    result_wait(&plain);
+    CHECK_EQ_INT(plain.n, res[0].n);
+    int same_lp = 1;
+    for (int t = 0; t < plain.n && t < res[0].n; t++)
+        same_lp &= plain.logprob[t] == res[0].logprob[t] && plain.n_top[t] == res[0].n_top[t] &&
+                   plain.top[t][1].token == res[0].top[t][1].token && plain.top[t][1].logprob == res[0].top[t][1].logprob;
+    CHECK_MSG(same_lp, "%s: log-probabilities with speculation differ from plain decoding's", label);
+    CHECK_MSG(plain.usage.draft_tokens == 0, "%s: a request without speculation drafted", label);
+    CHECK_MSG(drafted > 0 && accepted > 0 && accepted < drafted,
+              "%s: %ld drafts, %ld accepted: expected both acceptances and rejections", label, drafted, accepted);
+    check_idle(e, label);
+    tela_engine_stats st;
+    tela_engine_get_stats(e, &st);
+    CHECK_MSG(st.draft_tokens == (uint64_t)drafted && st.accepted_tokens == (uint64_t)accepted,
+              "%s: the engine counts %llu drafts, %llu accepted; the requests %ld, %ld", label,
+              (unsigned long long)st.draft_tokens, (unsigned long long)st.accepted_tokens, drafted, accepted);
+    printf("%s: prompt lookup in the engine: %ld of %ld drafts accepted, outputs as tela_generate's\n", label, accepted,
+           drafted);
+    /* what the engine does not draft with */
+    tela_spec_params bad = tela_spec_default_params();
+    bad.method = TELA_SPEC_DRAFT;
+    q.spec = &bad;
+    CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_UNSUPPORTED);
+    bad.method = TELA_SPEC_NGRAM;
+    bad.draft_max = TELA_SPEC_MAX_DRAFT + 1;
+    CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_ARG);
+    tela_engine_free(e);
+}
+
+/* A prompt whose text repeats (the demo models): prompt lookup finds it. */
+static int repeated_prompt(tela_model *m, int32_t *out, int cap) {
+    const char *verse = "And God said, Let there be light: and there was light. And God saw the light, that it was "
+                        "good: and God divided the light from the darkness. ";
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s%s", verse, verse, "And God said,");
+    size_t n = 0;
+    CHECK_OK(tela_tokenize(m, text, strlen(text), 1, 0, out, (size_t)cap, &n));
+    return (int)n;
+}
 
 static void test_llama(const char *path) {
     tela_model_params mp = tela_model_default_params();
@@ -376,6 +469,8 @@ static void test_llama(const char *path) {
         for (int i = 0; i < 8; i++) result_wait(&q[i]);
     }
     check_long_prefix(m, 0, "llama, issue sizes");
+    int32_t rp[128];
+    check_spec(m, rp, repeated_prompt(m, rp, 128), CTX, "llama demo");
     tela_model_free(m);
 }
 
@@ -515,5 +610,17 @@ int main(void) {
     test_llama(path);
     snprintf(path, sizeof path, "%s/tests/fixtures/qwen35/qwen35-asym-f32.gguf", src ? src : ".");
     if (access(path, R_OK) == 0) test_qwen35(path);
+    snprintf(path, sizeof path, "%s/models/tela-kjv-qwen35-f16.gguf", src ? src : ".");
+    if (access(path, R_OK) == 0) {
+        tela_model_params mp = tela_model_default_params();
+        mp.n_threads = 2;
+        tela_model *m = NULL;
+        CHECK_OK(tela_model_load(path, &mp, &m));
+        if (m) {
+            int32_t rp[128];
+            check_spec(m, rp, repeated_prompt(m, rp, 128), 512, "qwen35 demo");
+            tela_model_free(m);
+        }
+    }
     return test_finish();
 }

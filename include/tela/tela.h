@@ -439,7 +439,13 @@ TELA_API tela_status tela_generate(tela_session *session, const int32_t *prompt,
  * runs alone or batched with others, for a given thread count, as long as
  * the prefix cache holds the same entries (a prefix resumed from a cache
  * entry is computed in other pieces, which for hybrid models can differ in
- * the last bits). */
+ * the last bits).
+ *
+ * Speculative decoding (tela_request_params.spec; prompt lookup only):
+ * each decoding sequence verifies its own drafts inside the batched step,
+ * by tela_generate's rules (greedy output unchanged; sampled tokens those
+ * of tela_generate with the same drafter and seed), and is rolled back on
+ * its own. */
 typedef struct tela_engine tela_engine;
 
 typedef struct tela_engine_params {
@@ -476,6 +482,8 @@ typedef struct tela_request_usage {
     double queue_seconds;       /* submit to the first step that computed it */
     double first_token_seconds; /* submit to the first sampled token */
     double total_seconds;       /* submit to the end */
+    int32_t draft_tokens;       /* speculative decoding: tokens drafted, */
+    int32_t accepted_tokens;    /* and of those, accepted */
 } tela_request_usage;
 
 typedef struct tela_engine_event {
@@ -509,6 +517,7 @@ typedef struct tela_request_params {
     int32_t top_logprobs;            /* -1: no log-probabilities; 0: the token's; k <= 20: also the k likeliest */
     tela_engine_callback callback;
     void *user;
+    const tela_spec_params *spec;    /* speculative decoding (TELA_SPEC_NGRAM), or NULL; copied */
 } tela_request_params;
 
 TELA_API tela_request_params tela_request_default_params(void);
@@ -544,6 +553,8 @@ typedef struct tela_engine_stats {
     uint64_t prompt_tokens;
     uint64_t cached_tokens;      /* prompt tokens taken from the prefix cache */
     uint64_t generated_tokens;
+    uint64_t draft_tokens;       /* speculative decoding: drafted (finished requests) */
+    uint64_t accepted_tokens;    /* and accepted */
     uint64_t prefix_hits;        /* requests that reused a prefix */
     uint64_t preemptions;        /* sequences set back to waiting to free KV blocks */
     uint64_t steps;

@@ -140,7 +140,7 @@ tela_status tela_model_run_batch(const tela_model *m, void *state, tela_model_st
             return tela_errorf(TELA_ERR_INTERNAL, "batched step: %d tokens in run %d exceed the step's %d", runs[i].n, i,
                                io->n_batch);
         total += runs[i].n;
-        rows += runs[i].logits;
+        rows += runs[i].logits ? (runs[i].all_logits ? runs[i].n : 1) : 0;
     }
     if (total == 0) return TELA_OK;
     if (!io->run_tok) { /* host buffers for steps of up to n_batch tokens (and as many runs) */
@@ -154,8 +154,9 @@ tela_status tela_model_run_batch(const tela_model *m, void *state, tela_model_st
     for (int i = 0; i < n_runs; i++) {
         memcpy(io->run_tok + t, runs[i].tokens, (size_t)runs[i].n * sizeof(int32_t));
         io->run_seqs[i] = (tela_batch_seq){t, runs[i].n, runs[i].n_past, runs[i].slot, runs[i].blocks};
+        if (runs[i].logits)
+            for (int j = runs[i].all_logits ? 0 : runs[i].n - 1; j < runs[i].n; j++) io->run_rows[r++] = t + j;
         t += runs[i].n;
-        if (runs[i].logits) io->run_rows[r++] = t - 1;
     }
     TELA_TRY(tela_exec_set_batch_seqs(ex, &io->batch, io->tok, io->pos, io->run_tok, io->run_seqs, n_runs));
     tela_model_step step = {total, rows, NULL, false, rows ? io->run_rows : NULL};

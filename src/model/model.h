@@ -80,7 +80,9 @@ typedef struct tela_state_params {
 /* One sequence's share of a batched forward pass (tela_arch.forward_batch):
  * n tokens at positions n_past.., its recurrent state in `slot`, its KV
  * blocks covering positions [0, n_past + n); with `logits`, its last
- * token's logits are wanted. Host memory. */
+ * token's logits are wanted, with all_logits too every token's (n rows: a
+ * speculative verification); with keep_states, the recurrent state after
+ * each token is kept for slot_rewind (where keeps_states). Host memory. */
 typedef struct tela_seq_run {
     int32_t slot;
     const int32_t *tokens;
@@ -88,6 +90,8 @@ typedef struct tela_seq_run {
     int32_t n_past;
     const int32_t *blocks;
     bool logits;
+    bool all_logits;
+    bool keep_states;
 } tela_seq_run;
 
 /* Bytes per KV element of a precision. */
@@ -141,7 +145,8 @@ struct tela_arch {
 
     /* Batched steps (the engine; the state made with n_seq slots and a paged
      * KV cache): runs[0..n_runs) over at most n_batch tokens in all; logits
-     * (host) gets one row of n_vocab per run that wants them, in order.
+     * (host) gets one row of n_vocab per run that wants them (n rows for
+     * one with all_logits), in order.
      * Results for each sequence are bit-identical to running it alone
      * (given the same cuts of its tokens into steps). */
     tela_status (*forward_batch)(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
@@ -158,12 +163,13 @@ struct tela_arch {
 
     /* Rolling back within the last forward pass (speculative decoding),
      * for models with recurrent state; NULL for others (their KV rows need
-     * no rollback). keeps_states: whether a forward with keep_states keeps
-     * every token's state on this state's device; state_rewind: the
-     * recurrent state as after the first n_keep (1..n) tokens of the last
-     * forward pass, which kept its states (TELA_ERR_ARG otherwise). */
+     * no rollback). keeps_states: whether a forward with keep_states (a
+     * batched run's) keeps every token's state on this state's device;
+     * slot_rewind: the slot's recurrent state as after the first n_keep
+     * (1..n) tokens of its last forward pass, which kept its states
+     * (TELA_ERR_ARG otherwise; a session's state is slot 0). */
     bool (*keeps_states)(const tela_model *m, const void *state);
-    tela_status (*state_rewind)(const tela_model *m, void *state, int32_t n_keep);
+    tela_status (*slot_rewind)(const tela_model *m, void *state, int slot, int32_t n_keep);
 
     /* Multi-token prediction (speculative decoding's drafter from the model
      * itself); NULL for architectures without it. mtp_layers: the MTP

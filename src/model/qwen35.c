@@ -738,18 +738,19 @@ typedef struct qwen35_state {
     float *x, *xb, *q, *qg, *k, *v, *att, *gate, *cs;
     float *qkv_in, *qkv, *z, *beta, *g, *core;
     tela_model_io io;
-    /* What a forward pass with keep_states keeps (a session on the CPU),
-     * for state_rewind: per GDN layer, the recurrent state after each of
-     * its tokens ([n_gdn][keep_cap][rec_floats]) and the conv inputs, the
-     * kernel-1 before the pass then the pass's ([n_gdn][kernel-1+keep_cap]
-     * [conv_dim]), whose last kernel-1 rows up to a token are the conv
-     * state after it. */
+    /* What a forward pass with keep_states keeps (a session's, or a
+     * batched run's: a speculative verification), for slot_rewind: per slot
+     * and GDN layer, the recurrent state after each of its tokens
+     * ([n_seq][n_gdn][keep_cap][rec_floats]) and the conv inputs, the
+     * kernel-1 before the pass then the pass's ([n_seq][n_gdn]
+     * [kernel-1+keep_cap][conv_dim]), whose last kernel-1 rows up to a
+     * token are the conv state after it. Host arrays per slot: */
     float *keep_rec, *keep_conv;
     int keep_cap;
     int32_t *keep_idx;           /* host: 0, 1, 2, ... (row lists of tela_exec_copy_rows) */
-    int32_t keep_pos0;           /* the position of the pass's first token */
-    int keep_n;                  /* tokens of the last pass, when it kept them; 0: nothing kept */
-    bool keeping;                /* during such a pass */
+    int32_t *keep_pos0;          /* [n_seq] the position of the pass's first token */
+    int32_t *keep_n;             /* [n_seq] tokens of the slot's last pass, when it kept them; 0: nothing kept */
+    bool *keeping;               /* [n_seq] during such a pass */
     /* Multi-token prediction (a session of a model with its MTP block
      * loaded): the block's KV cache, and mtp_h: row 0 the final hidden state
      * (output-normed) of the last position evaluated, rows 1.. those of the
@@ -775,6 +776,9 @@ static void qwen35_state_free(void *p) {
     tela_backend_free_mem(be, s->mtp_in);
     tela_backend_free_mem(be, s->mtp_pick);
     free(s->keep_idx);
+    free(s->keep_pos0);
+    free(s->keep_n);
+    free(s->keeping);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(be, bufs[i]);
     tela_model_io_free(&s->io);
     free(s);
@@ -841,6 +845,12 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == TELA_OK; i++)
         st = tela_backend_alloc(be, bufs[i].floats * sizeof(float), bufs[i].what, (void **)bufs[i].buf);
     if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, Q->n_vocab, Q->n_embd, s->n_batch);
+    if (st == TELA_OK) {
+        s->keep_pos0 = calloc((size_t)s->n_seq, sizeof *s->keep_pos0);
+        s->keep_n = calloc((size_t)s->n_seq, sizeof *s->keep_n);
+        s->keeping = calloc((size_t)s->n_seq, sizeof *s->keeping);
+        if (!s->keep_pos0 || !s->keep_n || !s->keeping) st = tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    }
     if (st == TELA_OK && Q->mtp && !paged && s->n_seq == 1) st = mtp_state_create(Q, s, p->kv_dtype);
     if (st != TELA_OK) {
         qwen35_state_free(s);
@@ -879,7 +889,7 @@ static void qwen35_state_reset(const tela_model *m, void *state) {
     qwen35_state *s = state;
     if (s->kv) tela_kv_clear(s->ex, s->kv);
     if (s->mtp_kv) tela_kv_clear(s->ex, s->mtp_kv);
-    s->keep_n = 0;
+    memset(s->keep_n, 0, (size_t)s->n_seq * sizeof *s->keep_n);
     tela_exec_zero(s->ex, s->conv, (size_t)s->n_seq * Q->n_gdn * s->conv_floats * sizeof(float));
     tela_exec_zero(s->ex, s->rec, (size_t)s->n_seq * Q->n_gdn * s->rec_floats * sizeof(float));
 }
@@ -909,6 +919,7 @@ static size_t qwen35_slot_bytes(const tela_model *m) {
 static void qwen35_slot_reset(const tela_model *m, void *state, int slot) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
+    s->keep_n[slot] = 0;
     tela_exec_zero(s->ex, slot_conv(Q, s, slot), (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
     tela_exec_zero(s->ex, slot_rec(Q, s, slot), (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
 }
@@ -933,7 +944,7 @@ static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, 
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
-    s->keep_n = 0;
+    s->keep_n[slot] = 0;
     const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
     TELA_TRY(tela_exec_upload(s->ex, slot_conv(Q, s, slot), src, cb));
     TELA_TRY(tela_exec_upload(s->ex, slot_rec(Q, s, slot), (const unsigned char *)src + cb, rb));
@@ -989,7 +1000,7 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     const unsigned char *p = src;
-    s->keep_n = 0;
+    s->keep_n[0] = 0;
     if (s->kv) {
         TELA_TRY(tela_kv_load(s->ex, s->kv, n_past, p));
         p += tela_kv_image_bytes(s->kv, n_past);
@@ -1009,21 +1020,22 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
 
 /* ------------------------------------------------------------- forward */
 
-/* Kept states (state_rewind): for a session's one sequence, on both
- * backends (their delta rules write tela_gdn_args.states). */
+/* Kept states (slot_rewind): on both backends (their delta rules write
+ * tela_gdn_args.states), for a session and for the engine's slots. */
 static bool qwen35_keeps_states(const tela_model *m, const void *state) {
     const qwen35_model *Q = m->impl;
-    const qwen35_state *s = state;
-    return Q->n_gdn > 0 && s->n_seq == 1;
+    (void)state;
+    return Q->n_gdn > 0;
 }
 
 /* Room to keep the states of an n-token pass (a speculative step's
- * verification); when it moves, the captured passes that held its
- * addresses are dropped. */
+ * verification) in every slot; when it moves, the captured passes that
+ * held its addresses are dropped, and what was kept is gone. */
 static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
     const qwen35_model *Q = m->impl;
     if (n <= s->keep_cap) return TELA_OK;
     tela_exec_graphs_drop(s->ex);
+    memset(s->keep_n, 0, (size_t)s->n_seq * sizeof *s->keep_n);
     tela_backend *be = tela_exec_backend(s->ex);
     tela_backend_free_mem(be, s->keep_rec);
     tela_backend_free_mem(be, s->keep_conv);
@@ -1031,7 +1043,7 @@ static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
     s->keep_rec = s->keep_conv = NULL;
     s->keep_cap = 0;
     const int hist = Q->conv_k - 1;
-    const size_t cd = (size_t)conv_dim(Q), ng = (size_t)Q->n_gdn;
+    const size_t cd = (size_t)conv_dim(Q), ng = (size_t)Q->n_gdn * (size_t)s->n_seq;
     s->keep_idx = malloc((size_t)(n > hist ? n : hist) * sizeof *s->keep_idx);
     if (!s->keep_idx) return tela_errorf(TELA_ERR_NOMEM, "qwen35: out of memory");
     for (int i = 0; i < (n > hist ? n : hist); i++) s->keep_idx[i] = i;
@@ -1041,6 +1053,15 @@ static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
                                 (void **)&s->keep_conv));
     s->keep_cap = n;
     return TELA_OK;
+}
+
+/* A slot's kept states of GDN layer g (its index among the GDN layers). */
+static float *keep_rec_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g) {
+    return s->keep_rec + ((size_t)slot * Q->n_gdn + (size_t)g) * (size_t)s->keep_cap * s->rec_floats;
+}
+static float *keep_conv_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g) {
+    return s->keep_conv +
+           ((size_t)slot * Q->n_gdn + (size_t)g) * (size_t)(Q->conv_k - 1 + s->keep_cap) * (size_t)conv_dim(Q);
 }
 
 /* Gated full attention over the batch: x += W_o (attention(q, k, v) *
@@ -1082,17 +1103,16 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
     const tela_batch_seq one = {0, nt, b->pos0, 0, NULL};
     const tela_batch_seq *seqs = b->seqs ? b->seqs : &one;
     const int hist = Q->conv_k - 1;
-    const int kt0 = s->keeping ? b->pos0 - s->keep_pos0 : 0; /* this step's first token in the kept pass */
-    float *kconv = s->keeping ? s->keep_conv + (size_t)ly->slot * (size_t)(hist + s->keep_cap) * cd : NULL;
-    if (kconv) { /* a session: one sequence, slot 0 */
-        if (kt0 == 0)
-            tela_exec_copy_rows(ex, kconv, cd, slot_conv(Q, s, 0) + (size_t)ly->slot * s->conv_floats, cd,
-                                s->keep_idx, hist, cd);
-        tela_exec_copy_rows(ex, kconv + (size_t)(hist + kt0) * cd, cd, s->qkv_in, cd, s->keep_idx, nt, cd);
-    }
     for (int i = 0; i < b->n_seq; i++) {
         const tela_batch_seq *q = &seqs[i];
         float *conv_state = slot_conv(Q, s, q->slot) + (size_t)ly->slot * s->conv_floats;
+        if (s->keeping[q->slot]) { /* the conv inputs: the state before the pass, then the tokens */
+            const int kt0 = q->pos0 - s->keep_pos0[q->slot]; /* this step's first token in the kept pass */
+            float *kconv = keep_conv_at(Q, s, q->slot, ly->slot);
+            if (kt0 == 0) tela_exec_copy_rows(ex, kconv, cd, conv_state, cd, s->keep_idx, hist, cd);
+            tela_exec_copy_rows(ex, kconv + (size_t)(hist + kt0) * cd, cd, s->qkv_in + (size_t)q->tok0 * cd, cd,
+                                s->keep_idx, q->n_tok, cd);
+        }
         tela_exec_conv1d_silu(ex, s->qkv_in + (size_t)q->tok0 * cd, cd, q->n_tok, (int)cd, Q->conv_k, G->conv_w_b,
                               conv_state, s->qkv + (size_t)q->tok0 * cd, cd);
     }
@@ -1106,7 +1126,9 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
             .g = s->g + t0 * nv, .z = s->z + t0 * vd, .norm_w = G->norm_b, .eps = Q->eps,
             .state = slot_rec(Q, s, q->slot) + (size_t)ly->slot * s->rec_floats, .out = s->core + t0 * vd,
             .n_tok = q->n_tok, .gates = &gates,
-            .states = s->keeping ? s->keep_rec + ((size_t)ly->slot * s->keep_cap + (size_t)kt0) * s->rec_floats : NULL,
+            .states = s->keeping[q->slot] ? keep_rec_at(Q, s, q->slot, ly->slot) +
+                                                (size_t)(q->pos0 - s->keep_pos0[q->slot]) * s->rec_floats
+                                          : NULL,
         };
         tela_exec_gdn_delta(ex, &a);
     }
@@ -1219,57 +1241,76 @@ static tela_status qwen35_forward(const tela_model *m, void *state, const int32_
     if (n <= 0 || n_past < 0 || n_past > s->n_ctx - n)
         return tela_errorf(TELA_ERR_INTERNAL, "qwen35 forward: %d tokens at position %d do not fit %d", n, n_past,
                            s->n_ctx);
-    s->keep_n = 0;
+    s->keep_n[0] = 0;
     if (out->keep_states && qwen35_keeps_states(m, s)) {
         TELA_TRY(keep_reserve(m, s, n));
-        s->keeping = true;
-        s->keep_pos0 = n_past;
+        s->keeping[0] = true;
+        s->keep_pos0[0] = n_past;
     }
     tela_status st = tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out);
-    if (st == TELA_OK && s->keeping) s->keep_n = n;
-    s->keeping = false;
+    if (st == TELA_OK && s->keeping[0]) s->keep_n[0] = n;
+    s->keeping[0] = false;
     return st;
 }
 
-/* The recurrent state after the first n_keep tokens of the last pass: each
- * GDN layer's kept state of that token, and its conv state (the last
- * kernel-1 conv inputs up to it). */
-static tela_status qwen35_state_rewind(const tela_model *m, void *state, int32_t n_keep) {
+/* A slot's recurrent state after the first n_keep tokens of its last
+ * pass: each GDN layer's kept state of that token, and its conv state (the
+ * last kernel-1 conv inputs up to it). */
+static tela_status qwen35_slot_rewind(const tela_model *m, void *state, int slot, int32_t n_keep) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
-    if (s->keep_n <= 0 || n_keep < 1 || n_keep > s->keep_n)
-        return tela_errorf(TELA_ERR_ARG, "qwen35: cannot rewind to %d tokens of a pass that kept %d states", n_keep,
-                           s->keep_n);
+    if (slot < 0 || slot >= s->n_seq || s->keep_n[slot] <= 0 || n_keep < 1 || n_keep > s->keep_n[slot])
+        return tela_errorf(TELA_ERR_ARG, "qwen35: cannot rewind slot %d to %d tokens of a pass that kept %d states",
+                           slot, n_keep, slot >= 0 && slot < s->n_seq ? s->keep_n[slot] : 0);
     const int hist = Q->conv_k - 1;
     const int64_t cd = conv_dim(Q);
     for (int l = 0; l < Q->n_layer; l++) {
         const qwen35_layer *ly = &Q->layers[l];
         if (ly->is_attn || ly->slot < 0) continue;
         const size_t g = (size_t)ly->slot;
-        const float *kc = s->keep_conv + g * (size_t)(hist + s->keep_cap) * cd;
-        tela_exec_copy_rows(s->ex, slot_rec(Q, s, 0) + g * s->rec_floats, (int64_t)s->rec_floats,
-                            s->keep_rec + (g * s->keep_cap + (size_t)(n_keep - 1)) * s->rec_floats,
+        tela_exec_copy_rows(s->ex, slot_rec(Q, s, slot) + g * s->rec_floats, (int64_t)s->rec_floats,
+                            keep_rec_at(Q, s, slot, ly->slot) + (size_t)(n_keep - 1) * s->rec_floats,
                             (int64_t)s->rec_floats, s->keep_idx, 1, (int64_t)s->rec_floats);
-        tela_exec_copy_rows(s->ex, slot_conv(Q, s, 0) + g * s->conv_floats, cd, kc + (size_t)n_keep * cd, cd,
-                            s->keep_idx, hist, cd);
+        tela_exec_copy_rows(s->ex, slot_conv(Q, s, slot) + g * s->conv_floats, cd,
+                            keep_conv_at(Q, s, slot, ly->slot) + (size_t)n_keep * cd, cd, s->keep_idx, hist, cd);
     }
-    /* the MTP block continues from the hidden state of the last token kept:
-     * mtp_h holds the pass's last step's (a verification pass is one step;
-     * a token of an earlier step leaves the block a stale start, which
-     * only costs drafts) */
-    const int last0 = (s->keep_n - 1) / s->n_batch * s->n_batch; /* the last step's first token */
+    /* the MTP block (a session's) continues from the hidden state of the
+     * last token kept: mtp_h holds the pass's last step's (a verification
+     * pass is one step; a token of an earlier step leaves the block a stale
+     * start, which only costs drafts) */
+    const int last0 = (s->keep_n[slot] - 1) / s->n_batch * s->n_batch; /* the last step's first token */
     if (s->mtp_h && n_keep - 1 >= last0)
         tela_exec_copy_rows(s->ex, s->mtp_h, Q->n_embd, s->mtp_h + (size_t)(n_keep - last0) * Q->n_embd, Q->n_embd,
                             s->keep_idx, 1, Q->n_embd);
-    s->keep_n = 0;
+    s->keep_n[slot] = 0;
     return tela_exec_sync(s->ex);
 }
 
+/* Runs with keep_states keep their slot's states (the room for the
+ * longest of them reserved first); every run's slot forgets what it kept
+ * before. */
 static tela_status qwen35_forward_batch(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
                                         float *logits) {
     qwen35_state *s = state;
-    s->keep_n = 0;
-    return tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits);
+    const bool keeps = qwen35_keeps_states(m, s);
+    int keep_max = 0;
+    for (int i = 0; i < n_runs; i++) {
+        s->keep_n[runs[i].slot] = 0;
+        if (keeps && runs[i].keep_states && runs[i].n > keep_max) keep_max = runs[i].n;
+    }
+    if (keep_max > 0) TELA_TRY(keep_reserve(m, s, keep_max));
+    for (int i = 0; keep_max > 0 && i < n_runs; i++)
+        if (runs[i].keep_states) {
+            s->keeping[runs[i].slot] = true;
+            s->keep_pos0[runs[i].slot] = runs[i].n_past;
+        }
+    const tela_status st = tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits);
+    for (int i = 0; keep_max > 0 && i < n_runs; i++)
+        if (runs[i].keep_states) {
+            s->keeping[runs[i].slot] = false;
+            if (st == TELA_OK) s->keep_n[runs[i].slot] = runs[i].n;
+        }
+    return st;
 }
 
 static int qwen35_layer_kind(const tela_model *m, int layer) {
@@ -1298,7 +1339,7 @@ const tela_arch tela_arch_qwen35 = {
     .slot_load = qwen35_slot_load,
     .kv_copy_rows = qwen35_kv_copy_rows,
     .keeps_states = qwen35_keeps_states,
-    .state_rewind = qwen35_state_rewind,
+    .slot_rewind = qwen35_slot_rewind,
     .mtp_layers = qwen35_mtp_layers,
     .mtp_draft = qwen35_mtp_draft,
     .layer_kind = qwen35_layer_kind,

@@ -23,6 +23,17 @@
  *      the step index = the token's position, as tela_generate does, so a
  *      seed gives the same tokens here and there), and the events go out.
  *
+ * Speculative decoding (a request's spec): a decoding sequence brings
+ * drafts (prompt lookup over its own tokens) to its run, which gets every
+ * token's logits; the drafts are accepted by tela_generate's rule
+ * (tela_spec_accept, the same step indices and streams, so a seed gives the
+ * same tokens here and in tela_generate with the same drafter), the
+ * sequence keeps the pending token and the accepted drafts, and a hybrid
+ * model's slot is rewound to the state after them (the verification kept
+ * every token's state). Rejected drafts' KV rows lie past n_computed, where
+ * nothing reads them before they are written again; checkpoints are taken
+ * only at kept positions.
+ *
  * Admission. A waiting request gets a state slot and reuses the longest
  * cached prefix of its tokens: full blocks are shared, the rows of a
  * partly matching block are copied into a block of its own; a hybrid
@@ -30,6 +41,7 @@
  * at an exact checkpoint with logits needs no computation at all). */
 #include "runtime/kv_pool.h"
 #include "runtime/session.h"
+#include "runtime/spec.h"
 #include "runtime/text_stream.h"
 #include "util/error.h"
 
@@ -64,6 +76,9 @@ typedef struct eng_req {
     float *ready;                /* logits from a checkpoint: sample without computing */
     float *raw;                  /* a copy of the logits for log-probabilities */
     bool admitted_once;
+    tela_spec_params spec;       /* method TELA_SPEC_NONE: no speculation */
+    int32_t n_draft;             /* drafts in this step's run (after the pending token) */
+    int32_t n_drafted, n_accepted;
     double t_submit, t_start, t_first;
     struct eng_req *next;
 } eng_req;
@@ -78,7 +93,10 @@ struct tela_engine {
     bool prefix_cache;
     size_t image_bytes;
     void *image;                 /* a slot's state, for checkpoints */
-    float *logits;               /* [n_parallel][n_vocab]: a step's logits rows */
+    float *logits;               /* [logit_rows][n_vocab]: a step's logits rows */
+    int32_t logit_rows;
+    bool rewinds;                /* the model rolls back by slot_rewind (recurrent state) */
+    tela_spec_verifier ver;      /* speculative decoding's acceptance rule */
     int *free_slots;
     int n_free_slots;
     eng_req **running;           /* in admission order */
@@ -194,6 +212,8 @@ static void fill_usage(const eng_req *r, tela_request_usage *u, double now) {
     u->prompt_tokens = r->n_prompt;
     u->cached_tokens = r->n_cached;
     u->generated_tokens = r->n_generated;
+    u->draft_tokens = r->n_drafted;
+    u->accepted_tokens = r->n_accepted;
     u->queue_seconds = r->admitted_once ? r->t_start - r->t_submit : now - r->t_submit;
     u->first_token_seconds = r->t_first > 0 ? r->t_first - r->t_submit : 0.0;
     u->total_seconds = now - r->t_submit;
@@ -224,6 +244,8 @@ static void req_finish(tela_engine *e, eng_req *r, tela_stop_reason reason, tela
     e->stats.prompt_tokens += (uint64_t)r->n_prompt;
     e->stats.cached_tokens += (uint64_t)r->n_cached;
     e->stats.generated_tokens += (uint64_t)r->n_generated;
+    e->stats.draft_tokens += (uint64_t)r->n_drafted;
+    e->stats.accepted_tokens += (uint64_t)r->n_accepted;
     if (r->n_cached > 0) e->stats.prefix_hits++;
     pthread_mutex_unlock(&e->mu);
     req_free(r);
@@ -416,48 +438,56 @@ static int top_k_of(const float *x, int n, int k, tela_top_logprob *out, double 
     return m;
 }
 
-/* Samples r's next token from a logits row (edited in place) and sends
- * its event; ends r when it stops. */
-static void req_sample(tela_engine *e, eng_req *r, float *row) {
-    const tela_model *m = e->model;
-    const int V = e->n_vocab;
+/* What a TOKEN event says of log-probabilities, from the logits row its
+ * token was sampled from, taken before the sampler edits the row (the row
+ * itself kept in r->raw, for the token's own). */
+typedef struct row_logprobs {
+    double lse;
     tela_top_logprob top[ENGINE_MAX_TOP];
-    int n_top = 0;
-    double lse = 0.0;
-    const int want = r->params.top_logprobs;
-    if (want >= 0) {
-        lse = log_normalizer(row, V);
-        if (want > 0) n_top = top_k_of(row, V, want, top, lse);
-        if (!r->raw) r->raw = malloc((size_t)V * sizeof(float));
-        if (r->raw) memcpy(r->raw, row, (size_t)V * sizeof(float));
-    }
-    int32_t tok = 0;
-    tela_status st = tela_sample(&r->params.sampler, row, V, r->tokens, (size_t)r->n_tokens, (uint64_t)r->n_tokens, &tok);
-    if (st != TELA_OK) {
-        req_finish(e, r, TELA_STOP_ERROR, st, tela_last_error());
-        return;
-    }
+    int n_top;
+} row_logprobs;
+
+static void logprobs_take(tela_engine *e, eng_req *r, const float *row, row_logprobs *lp) {
+    const int V = e->n_vocab, want = r->params.top_logprobs;
+    lp->lse = 0.0;
+    lp->n_top = 0;
+    if (want < 0) return;
+    lp->lse = log_normalizer(row, V);
+    if (want > 0) lp->n_top = top_k_of(row, V, want, lp->top, lp->lse);
+    if (!r->raw) r->raw = malloc((size_t)V * sizeof(float));
+    if (r->raw) memcpy(r->raw, row, (size_t)V * sizeof(float));
+}
+
+/* Appends tok (sampled for position r->n_tokens) to r and sends its
+ * event; true when r ends with it (*reason, and *st when it failed). The
+ * caller finishes r then. */
+static bool req_emit(tela_engine *e, eng_req *r, int32_t tok, const row_logprobs *lp, tela_stop_reason *reason,
+                     tela_status *st) {
+    const tela_model *m = e->model;
+    const int32_t pos = r->n_tokens;
     r->tokens[r->n_tokens++] = tok;
     r->n_generated++;
     if (r->t_first == 0) r->t_first = now_seconds();
     const tela_request_params *p = &r->params;
     const bool is_eog = !p->ignore_eos && (m->vocab ? tela_vocab_is_eog(m->vocab, tok) : tok == m->info.eos_token);
-    tela_stop_reason reason = TELA_STOP_MAX_TOKENS;
+    *reason = TELA_STOP_MAX_TOKENS;
+    *st = TELA_OK;
     bool final = true;
-    if (is_eog) reason = TELA_STOP_EOS;
-    else if (p->max_tokens > 0 && r->n_generated >= p->max_tokens) reason = TELA_STOP_MAX_TOKENS;
-    else if (r->n_computed >= e->n_ctx) reason = TELA_STOP_CONTEXT;
+    if (is_eog) *reason = TELA_STOP_EOS;
+    else if (p->max_tokens > 0 && r->n_generated >= p->max_tokens) *reason = TELA_STOP_MAX_TOKENS;
+    else if (pos >= e->n_ctx) *reason = TELA_STOP_CONTEXT;
     else final = false;
     const char *text;
     size_t len;
     bool stopped;
     if (!tela_text_stream_push(r->text, tok, is_eog, final, &text, &len, &stopped)) {
-        req_finish(e, r, TELA_STOP_ERROR, TELA_ERR_NOMEM, "out of memory");
-        return;
+        *reason = TELA_STOP_ERROR;
+        *st = TELA_ERR_NOMEM;
+        return true;
     }
     if (stopped) {
         final = true;
-        reason = TELA_STOP_STRING;
+        *reason = TELA_STOP_STRING;
     }
     tela_engine_event ev;
     memset(&ev, 0, sizeof ev);
@@ -466,15 +496,109 @@ static void req_sample(tela_engine *e, eng_req *r, float *row) {
     ev.token = tok;
     ev.text = text;
     ev.text_len = len;
-    ev.logprob = want >= 0 && r->raw ? (float)((double)r->raw[tok] - lse) : 0.0f;
-    ev.top = n_top ? top : NULL;
-    ev.n_top = n_top;
+    ev.logprob = p->top_logprobs >= 0 && r->raw ? (float)((double)r->raw[tok] - lp->lse) : 0.0f;
+    ev.top = lp->n_top ? lp->top : NULL;
+    ev.n_top = lp->n_top;
     fill_usage(r, &ev.usage, now_seconds());
     if (p->callback && p->callback(p->user, &ev) && !final) {
         final = true;
-        reason = TELA_STOP_CANCELLED;
+        *reason = TELA_STOP_CANCELLED;
     }
-    if (final) req_finish(e, r, reason, TELA_OK, NULL);
+    return final;
+}
+
+static void req_end(tela_engine *e, eng_req *r, tela_stop_reason reason, tela_status st) {
+    req_finish(e, r, reason, st, st == TELA_OK ? NULL : st == TELA_ERR_NOMEM ? "out of memory" : tela_last_error());
+}
+
+/* Samples r's next token from a logits row (edited in place) and sends
+ * its event; ends r when it stops. */
+static void req_sample(tela_engine *e, eng_req *r, float *row) {
+    row_logprobs lp;
+    logprobs_take(e, r, row, &lp);
+    int32_t tok = 0;
+    tela_status st = tela_sample(&r->params.sampler, row, e->n_vocab, r->tokens, (size_t)r->n_tokens,
+                                 (uint64_t)r->n_tokens, &tok);
+    if (st != TELA_OK) {
+        req_finish(e, r, TELA_STOP_ERROR, st, tela_last_error());
+        return;
+    }
+    tela_stop_reason reason;
+    if (req_emit(e, r, tok, &lp, &reason, &st)) req_end(e, r, reason, st);
+}
+
+/* Up to how many drafts r brings to this step (prompt lookup over its
+ * tokens, written after them into r->tokens): within its draft_max, the
+ * context, max_tokens, the step's tokens left (room) and the KV blocks it
+ * holds or can take without preempting anyone. */
+static int32_t req_propose(tela_engine *e, eng_req *r, int32_t room) {
+    /* (the first token after the prompt is sampled plainly, as tela_generate
+     * does, also when the prompt's last token is all that is computed) */
+    if (r->spec.method == TELA_SPEC_NONE || r->n_generated == 0) return 0;
+    int32_t k = r->spec.draft_max;
+    if (k > e->n_ctx - r->n_tokens) k = e->n_ctx - r->n_tokens;
+    if (r->params.max_tokens > 0 && k > r->params.max_tokens - r->n_generated - 1)
+        k = r->params.max_tokens - r->n_generated - 1;
+    if (k > room) k = room;
+    const int64_t fit = ((int64_t)r->n_blocks + tela_kv_pool_available(e->pool)) * ENGINE_BLOCK - r->n_tokens;
+    if (k > fit) k = (int32_t)(fit > 0 ? fit : 0);
+    if (k <= 0) return 0;
+    return tela_spec_ngram(r->tokens, r->n_tokens, k, r->spec.ngram_min, r->spec.ngram_max, r->tokens + r->n_tokens);
+}
+
+/* A verification run's outcome: r's pending token and n_draft drafts went
+ * through the model with every position's logits (rows); accepts drafts
+ * and emits tokens as tela_generate does, keeps the pending token and the
+ * accepted drafts (the hybrid state rewound to them), then checkpoints and
+ * ends r as a plain step would. */
+static void req_verify(tela_engine *e, eng_req *r, float *rows) {
+    const int V = e->n_vocab;
+    const int32_t P = r->n_computed, nd = r->n_draft; /* the pending token at P, drafts at P+1 .. P+nd */
+    int32_t drafts[TELA_SPEC_MAX_DRAFT];
+    memcpy(drafts, r->tokens + P + 1, (size_t)nd * sizeof *drafts);
+    r->n_draft = 0;
+    r->n_drafted += nd;
+    int32_t m = 0; /* tokens emitted */
+    bool final = false;
+    tela_stop_reason reason = TELA_STOP_MAX_TOKENS;
+    tela_status st = TELA_OK;
+    for (int32_t i = 0; i <= nd && !final; i++) {
+        float *row = rows + (size_t)i * V;
+        row_logprobs lp;
+        logprobs_take(e, r, row, &lp);
+        const uint64_t step = (uint64_t)P + 1 + (uint64_t)i;
+        int32_t tok = 0;
+        bool accepted = false;
+        if (i < nd)
+            st = tela_spec_accept(&e->ver, &r->params.sampler, row, r->tokens, (size_t)(P + 1 + i), step, drafts[i],
+                                  NULL, 0, &accepted, &tok);
+        else
+            st = tela_sample(&r->params.sampler, row, V, r->tokens, (size_t)(P + 1 + i), step, &tok);
+        if (st != TELA_OK) {
+            final = true;
+            reason = TELA_STOP_ERROR;
+            break;
+        }
+        r->n_accepted += accepted;
+        m++;
+        final = req_emit(e, r, tok, &lp, &reason, &st);
+        if (!accepted) break;
+    }
+    const int32_t keep = m > 0 ? m : 1; /* (an error at the first row: the pending token's state, r ends) */
+    r->n_computed = P + keep;
+    if (e->rewinds && keep < nd + 1) {
+        const tela_status rs = e->arch->slot_rewind(e->model, e->state, r->slot, keep);
+        if (rs != TELA_OK) { /* the state is not that of the kept tokens: this sequence cannot go on */
+            req_reset(r);
+            e->arch->slot_reset(e->model, e->state, r->slot);
+            req_finish(e, r, TELA_STOP_ERROR, rs, tela_last_error());
+            return;
+        }
+    }
+    req_register_full(e, r);
+    if (e->image_bytes && e->prefix_cache && P / e->ckpt_interval != r->n_computed / e->ckpt_interval)
+        req_checkpoint(e, r, NULL);
+    if (final) req_end(e, r, reason, st);
 }
 
 /* The next checkpoint position after `from` (hybrid models with the prefix
@@ -501,14 +625,19 @@ static void step(tela_engine *e) {
         free(row);
         if (e->n_running == before) i++;
     }
-    /* 1. decoding sequences: one token each */
+    /* 1. decoding sequences: one token each, and their drafts */
+    int32_t rows = 0;
     for (int i = 0; i < e->n_running && budget > 0; i++) {
         eng_req *r = e->running[i];
         if (r->n_computed != r->n_tokens - 1) continue;
-        if (!ensure_blocks(e, r, r->n_computed + 1, n_runs)) continue;
-        e->runs[n_runs] = (tela_seq_run){r->slot, r->tokens + r->n_computed, 1, r->n_computed, r->blocks, true};
+        const int32_t nd = req_propose(e, r, budget - 1);
+        if (!ensure_blocks(e, r, r->n_computed + 1 + nd, n_runs)) continue;
+        r->n_draft = nd;
+        e->runs[n_runs] = (tela_seq_run){r->slot, r->tokens + r->n_computed, 1 + nd, r->n_computed, r->blocks, true,
+                                         nd > 0, nd > 0 && e->rewinds};
         e->run_req[n_runs++] = r;
-        budget--;
+        budget -= 1 + nd;
+        rows += 1 + nd;
     }
     /* 2. prompt chunks */
     for (int i = 0; i < e->n_running && budget > 0; i++) {
@@ -523,11 +652,24 @@ static void step(tela_engine *e) {
         if (n <= 0) continue;
         if (!ensure_blocks(e, r, r->n_computed + n, n_runs)) continue;
         e->runs[n_runs] = (tela_seq_run){r->slot, r->tokens + r->n_computed, n, r->n_computed, r->blocks,
-                                         r->n_computed + n == r->n_tokens};
+                                         r->n_computed + n == r->n_tokens, false, false};
         e->run_req[n_runs++] = r;
+        rows += e->runs[n_runs - 1].logits;
         budget -= n;
     }
     if (n_runs == 0) return;
+    if (rows > e->logit_rows) { /* verification runs want a row per token */
+        float *l = realloc(e->logits, (size_t)rows * (size_t)e->n_vocab * sizeof(float));
+        if (!l) {
+            for (int j = 0; j < n_runs; j++) {
+                e->run_req[j]->n_draft = 0;
+                req_finish(e, e->run_req[j], TELA_STOP_ERROR, TELA_ERR_NOMEM, "out of memory for the logits");
+            }
+            return;
+        }
+        e->logits = l;
+        e->logit_rows = rows;
+    }
     const tela_status st = e->arch->forward_batch(e->model, e->state, e->runs, n_runs, e->logits);
     pthread_mutex_lock(&e->mu);
     e->stats.steps++;
@@ -541,7 +683,9 @@ static void step(tela_engine *e) {
     int row = 0;
     for (int j = 0; j < n_runs; j++) {
         eng_req *r = e->run_req[j];
-        float *lrow = e->runs[j].logits ? e->logits + (size_t)row++ * e->n_vocab : NULL;
+        float *lrow = e->runs[j].logits ? e->logits + (size_t)row * e->n_vocab : NULL;
+        row += e->runs[j].logits ? (e->runs[j].all_logits ? e->runs[j].n : 1) : 0;
+        if (r->n_draft > 0) continue; /* a verification: req_verify below */
         r->n_computed += e->runs[j].n;
         req_register_full(e, r);
         if (e->image_bytes && e->prefix_cache &&
@@ -551,7 +695,10 @@ static void step(tela_engine *e) {
     row = 0;
     for (int j = 0; j < n_runs; j++) {
         if (!e->runs[j].logits) continue;
-        req_sample(e, e->run_req[j], e->logits + (size_t)row++ * e->n_vocab);
+        float *lrow = e->logits + (size_t)row * e->n_vocab;
+        row += e->runs[j].all_logits ? e->runs[j].n : 1;
+        if (e->run_req[j]->n_draft > 0) req_verify(e, e->run_req[j], lrow);
+        else req_sample(e, e->run_req[j], lrow);
     }
 }
 
@@ -647,6 +794,7 @@ void tela_engine_free(tela_engine *e) {
     tela_kv_pool_free(e->pool);
     free(e->image);
     free(e->logits);
+    tela_spec_verifier_free(&e->ver);
     free(e->free_slots);
     free(e->running);
     free(e->runs);
@@ -700,6 +848,7 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     e->prefix_cache = p.prefix_cache != 0;
     e->n_vocab = model->info.n_vocab;
     e->image_bytes = arch->slot_bytes(model);
+    e->rewinds = e->image_bytes > 0 && arch->slot_rewind;
     e->next_id = 1;
     tela_status st = TELA_OK;
     tela_state_params sp = {n_ctx, TELA_KV_DTYPE_F32, n_parallel, ENGINE_BLOCK, (int32_t)(n_blocks * ENGINE_BLOCK),
@@ -718,6 +867,7 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
         e->pool = tela_kv_pool_create((int32_t)n_blocks, ENGINE_BLOCK, e->image_bytes, e->n_vocab, ckpt_budget);
         e->image = e->image_bytes ? malloc(e->image_bytes) : NULL;
         e->logits = malloc((size_t)n_parallel * (size_t)e->n_vocab * sizeof(float));
+        e->logit_rows = n_parallel;
         e->free_slots = malloc((size_t)n_parallel * sizeof *e->free_slots);
         e->running = calloc((size_t)n_parallel, sizeof *e->running);
         e->runs = calloc((size_t)n_parallel, sizeof *e->runs);
@@ -725,6 +875,8 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
         if (!e->pool || (e->image_bytes && !e->image) || !e->logits || !e->free_slots || !e->running || !e->runs ||
             !e->run_req)
             st = tela_errorf(TELA_ERR_NOMEM, "engine: out of memory");
+        else
+            st = tela_spec_verifier_init(&e->ver, e->n_vocab);
     }
     if (st == TELA_OK) {
         for (int i = 0; i < n_parallel; i++) e->free_slots[i] = n_parallel - 1 - i;
@@ -776,9 +928,24 @@ tela_status tela_engine_submit(tela_engine *e, const int32_t *prompt, int32_t n_
         if (params->sampler.logit_bias[i].token < 0 || params->sampler.logit_bias[i].token >= e->n_vocab)
             return tela_errorf(TELA_ERR_ARG, "logit_bias: token %d is not in the vocabulary of %d",
                                params->sampler.logit_bias[i].token, e->n_vocab);
+    tela_spec_params spec = tela_spec_default_params();
+    if (params->spec && params->spec->method != TELA_SPEC_NONE) {
+        spec = *params->spec;
+        if (spec.method == TELA_SPEC_DRAFT || spec.method == TELA_SPEC_MTP)
+            return tela_errorf(TELA_ERR_UNSUPPORTED,
+                               "speculative decoding in the engine drafts by prompt lookup (ngram); %s drafting runs "
+                               "in sessions (tela run, tela chat)",
+                               spec.method == TELA_SPEC_DRAFT ? "draft-model" : "MTP");
+        if (spec.method != TELA_SPEC_NGRAM)
+            return tela_errorf(TELA_ERR_ARG, "speculative decoding: unknown method %d", (int)spec.method);
+        TELA_TRY(tela_spec_params_check(&spec));
+        spec.draft = NULL;
+    }
     eng_req *r = calloc(1, sizeof *r);
     if (!r) return tela_errorf(TELA_ERR_NOMEM, "out of memory");
     r->params = *params;
+    r->params.spec = NULL;
+    r->spec = spec;
     r->slot = -1;
     r->n_prompt = r->n_tokens = n_prompt;
     r->tokens = malloc(((size_t)e->n_ctx + 1) * sizeof *r->tokens);

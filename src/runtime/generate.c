@@ -92,57 +92,14 @@ static tela_status emit(gen_ctx *g, int32_t tok, int32_t pos, bool *final) {
 typedef struct spec_bufs {
     tela_spec *sp;
     float *rows;            /* [(k + 1) * n_vocab]: the verification's logits */
-    tela_token_prob *dist;  /* [n_vocab]: the target's final distribution at a position */
-    double *q;              /* [n_vocab]: a draft distribution by id (zero elsewhere) */
+    tela_spec_verifier ver; /* the acceptance rule's scratch */
     int32_t drafts[TELA_SPEC_MAX_DRAFT + 1];
 } spec_bufs;
 
-/* Whether to accept draft x for the position whose logits are row (step,
- * history: the tokens before it), and if not, the token that replaces it
- * (*out). Greedy: accepted when it is the sampler's pick. Sampling: the
- * target's final distribution p, the draft's q (a point mass without qd):
- * accepted with probability min(1, p(x)/q(x)), else a draw from
- * norm(max(0, p - q)). */
-static tela_status spec_accept(spec_bufs *b, const tela_sampler_params *sp, float *row, int32_t V,
-                               const int32_t *history, size_t n_history, uint64_t step, int32_t x,
-                               const tela_token_prob *qd, size_t nq, bool *accepted, int32_t *out) {
-    if (sp->temperature <= 0.0f) {
-        int32_t pick;
-        TELA_TRY(tela_sample(sp, row, V, history, n_history, step, &pick));
-        *accepted = pick == x;
-        *out = pick;
-        return TELA_OK;
-    }
-    size_t np = 0;
-    TELA_TRY(tela_sampler_dist(sp, row, V, history, n_history, b->dist, &np));
-    double px = 0.0;
-    for (size_t i = 0; i < np; i++)
-        if (b->dist[i].id == x) px = b->dist[i].p;
-    double qx = 1.0;
-    if (qd) {
-        for (size_t i = 0; i < nq; i++) b->q[qd[i].id] = qd[i].p;
-        qx = b->q[x];
-    }
-    const double r = tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_ACCEPT);
-    *accepted = qx > 0.0 && r * qx < px;
-    *out = x;
-    if (!*accepted) {
-        /* the residual: p - q where positive (q is zero off its support) */
-        for (size_t i = 0; i < np; i++) {
-            const double qi = qd ? b->q[b->dist[i].id] : (b->dist[i].id == x ? 1.0 : 0.0);
-            b->dist[i].p = b->dist[i].p > qi ? b->dist[i].p - qi : 0.0;
-        }
-        const double u = tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_RESIDUAL);
-        *out = tela_sampler_draw(b->dist, np, u);
-        if (*out < 0) { /* nothing left: p <= q everywhere, so p == q up to rounding and x stands */
-            *accepted = true;
-            *out = x;
-        }
-    }
-    if (qd)
-        for (size_t i = 0; i < nq; i++) b->q[qd[i].id] = 0.0;
-    if (*out < 0) return tela_errorf(TELA_ERR_INTERNAL, "speculative decoding: an empty distribution");
-    return TELA_OK;
+static void spec_bufs_free(spec_bufs *b) {
+    tela_spec_end(b->sp);
+    free(b->rows);
+    tela_spec_verifier_free(&b->ver);
 }
 
 /* One verification step: *tok (sampled, not evaluated) and n_draft drafts
@@ -181,8 +138,8 @@ static tela_status spec_step(gen_ctx *g, spec_bufs *b, int32_t *tok, int32_t n_d
         if (i < n_draft) {
             size_t nq = 0;
             const tela_token_prob *qd = tela_spec_draft_dist(b->sp, i, &nq);
-            st = spec_accept(b, sp, row, V, s->tokens, (size_t)(P + 1 + i), step, b->drafts[i], qd, nq, &accepted,
-                             &next);
+            st = tela_spec_accept(&b->ver, sp, row, s->tokens, (size_t)(P + 1 + i), step, b->drafts[i], qd, nq,
+                                  &accepted, &next);
         } else { /* every draft accepted: a token of the model's own after them */
             st = tela_sample(sp, row, V, s->tokens, (size_t)(P + 1 + i), step, &next);
         }
@@ -225,13 +182,8 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
         TELA_TRY(tela_spec_begin(params->spec, s, &params->sampler, &sb.sp));
         const int32_t k = tela_spec_draft_max(sb.sp);
         sb.rows = malloc((size_t)(k + 1) * (size_t)n_vocab * sizeof *sb.rows);
-        sb.dist = malloc((size_t)n_vocab * sizeof *sb.dist);
-        sb.q = calloc((size_t)n_vocab, sizeof *sb.q);
-        if (!sb.rows || !sb.dist || !sb.q) {
-            tela_spec_end(sb.sp);
-            free(sb.rows);
-            free(sb.dist);
-            free(sb.q);
+        if (!sb.rows || tela_spec_verifier_init(&sb.ver, n_vocab) != TELA_OK) {
+            spec_bufs_free(&sb);
             return tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory for speculative decoding");
         }
     }
@@ -260,10 +212,7 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
     if (st == TELA_OK && !(text = tela_text_stream_create(m->vocab, have_stops ? params->stop_strings : NULL)))
         st = tela_errorf(TELA_ERR_NOMEM, "tela_generate: out of memory");
     if (st != TELA_OK) {
-        tela_spec_end(sb.sp);
-        free(sb.rows);
-        free(sb.dist);
-        free(sb.q);
+        spec_bufs_free(&sb);
         return st;
     }
     res.n_prompt = n_prompt;
@@ -320,10 +269,7 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
     }
     res.generate_seconds = now_seconds() - t1;
     tela_text_stream_free(text);
-    tela_spec_end(sb.sp);
-    free(sb.rows);
-    free(sb.dist);
-    free(sb.q);
+    spec_bufs_free(&sb);
     if (result) *result = res;
     return st;
 }

@@ -231,7 +231,7 @@ tela_status tela_session_mtp_draft(tela_session *s, int32_t tok, int32_t pos, bo
 
 bool tela_session_keeps_states(const tela_session *s) {
     const tela_arch *a = s->model->arch;
-    return a->keeps_states && a->state_rewind && a->keeps_states(s->model, s->state);
+    return a->keeps_states && a->slot_rewind && a->keeps_states(s->model, s->state);
 }
 
 tela_status tela_session_eval_keep(tela_session *s, const int32_t *tokens, int32_t n, float *logits) {
@@ -273,7 +273,7 @@ tela_status tela_session_truncate(tela_session *s, int32_t n) {
     s->has_logits = false;
     if (s->mark_pos > n) s->mark_pos = -1;
     if (s->keep_pos >= 0 && n > s->keep_pos && n - s->keep_pos <= s->keep_n) { /* within the kept pass */
-        const tela_status st = s->model->arch->state_rewind(s->model, s->state, n - s->keep_pos);
+        const tela_status st = s->model->arch->slot_rewind(s->model, s->state, 0, n - s->keep_pos);
         s->keep_pos = -1;
         if (st != TELA_OK) {
             tela_session_reset(s);

@@ -3,7 +3,8 @@
  * n-gram), a draft model on its own session, kept in step with the
  * target's context (rolled back with tela_session_truncate where they
  * differ), and the target's own MTP block (tela_session_mtp_draft); the
- * check that a draft model shares the target's vocabulary. */
+ * check that a draft model shares the target's vocabulary; the acceptance
+ * rule of a verification pass (tela_spec_accept). */
 #include "runtime/spec.h"
 #include "util/error.h"
 
@@ -71,6 +72,21 @@ tela_status tela_spec_check_draft(const tela_model *target, const tela_model *dr
     return TELA_OK;
 }
 
+tela_status tela_spec_params_check(tela_spec_params *q) {
+    if (q->draft_max == 0) q->draft_max = SPEC_DEFAULT_DRAFT;
+    if (q->draft_max < 1 || q->draft_max > TELA_SPEC_MAX_DRAFT)
+        return tela_errorf(TELA_ERR_ARG, "speculative decoding: draft_max %d is out of range (1..%d)", q->draft_max,
+                           TELA_SPEC_MAX_DRAFT);
+    if (q->method != TELA_SPEC_NGRAM) return TELA_OK;
+    if (q->ngram_min == 0) q->ngram_min = SPEC_DEFAULT_NGRAM_MIN;
+    if (q->ngram_max == 0) q->ngram_max = q->ngram_min > SPEC_DEFAULT_NGRAM_MAX ? q->ngram_min : SPEC_DEFAULT_NGRAM_MAX;
+    if (q->ngram_min < 1 || q->ngram_max < q->ngram_min || q->ngram_max > SPEC_MAX_NGRAM)
+        return tela_errorf(TELA_ERR_ARG,
+                           "speculative decoding: n-gram sizes %d..%d are out of range (1 <= min <= max <= %d)",
+                           q->ngram_min, q->ngram_max, SPEC_MAX_NGRAM);
+    return TELA_OK;
+}
+
 void tela_spec_end(tela_spec *sp) {
     if (!sp) return;
     free(sp->row);
@@ -90,18 +106,8 @@ tela_status tela_spec_begin(const tela_spec_params *p, tela_session *target, con
                            "loaded (load_mtp): %s has %s",
                            target->model->path ? target->model->path : "the model",
                            target->model->arch->mtp_layers ? "none loaded" : "no MTP support in its architecture");
-    if (q.draft_max == 0) q.draft_max = SPEC_DEFAULT_DRAFT;
-    if (q.draft_max < 1 || q.draft_max > TELA_SPEC_MAX_DRAFT)
-        return tela_errorf(TELA_ERR_ARG, "speculative decoding: draft_max %d is out of range (1..%d)", q.draft_max,
-                           TELA_SPEC_MAX_DRAFT);
-    if (q.method == TELA_SPEC_NGRAM) {
-        if (q.ngram_min == 0) q.ngram_min = SPEC_DEFAULT_NGRAM_MIN;
-        if (q.ngram_max == 0) q.ngram_max = q.ngram_min > SPEC_DEFAULT_NGRAM_MAX ? q.ngram_min : SPEC_DEFAULT_NGRAM_MAX;
-        if (q.ngram_min < 1 || q.ngram_max < q.ngram_min || q.ngram_max > SPEC_MAX_NGRAM)
-            return tela_errorf(TELA_ERR_ARG,
-                               "speculative decoding: n-gram sizes %d..%d are out of range (1 <= min <= max <= %d)",
-                               q.ngram_min, q.ngram_max, SPEC_MAX_NGRAM);
-    } else if (q.method == TELA_SPEC_DRAFT) {
+    TELA_TRY(tela_spec_params_check(&q));
+    if (q.method == TELA_SPEC_DRAFT) {
         if (!q.draft) return tela_errorf(TELA_ERR_ARG, "speculative decoding: the draft method needs a draft session");
         if (q.draft == target)
             return tela_errorf(TELA_ERR_ARG, "speculative decoding: the draft session is the target session itself");
@@ -144,11 +150,9 @@ const tela_token_prob *tela_spec_draft_dist(const tela_spec *sp, int32_t i, size
     return sp->dist[i];
 }
 
-/* Prompt lookup: for n-gram sizes from the largest down, the latest
- * earlier place where ctx's last g tokens occur, and what followed them
- * there (up to k tokens, all before the end of ctx). */
-static int32_t propose_ngram(const tela_spec *sp, const int32_t *ctx, int32_t n, int32_t k, int32_t *drafts) {
-    for (int32_t g = sp->p.ngram_max; g >= sp->p.ngram_min; g--) {
+int32_t tela_spec_ngram(const int32_t *ctx, int32_t n, int32_t k, int32_t ngram_min, int32_t ngram_max,
+                        int32_t *drafts) {
+    for (int32_t g = ngram_max; g >= ngram_min; g--) {
         if (g >= n) continue;
         const int32_t *pat = ctx + (n - g);
         for (int32_t p = n - g - 1; p >= 0; p--) {
@@ -255,10 +259,69 @@ tela_status tela_spec_propose(tela_spec *sp, const int32_t *ctx, int32_t n, int3
     if (k > sp->p.draft_max) k = sp->p.draft_max;
     if (k <= 0 || n <= 0) return TELA_OK;
     if (sp->p.method == TELA_SPEC_NGRAM) {
-        *n_draft = propose_ngram(sp, ctx, n, k, drafts);
+        *n_draft = tela_spec_ngram(ctx, n, k, sp->p.ngram_min, sp->p.ngram_max, drafts);
         sp->n_last = *n_draft;
         return TELA_OK;
     }
     if (sp->p.method == TELA_SPEC_MTP) return propose_mtp(sp, ctx, n, k, drafts, n_draft);
     return propose_draft(sp, ctx, n, k, drafts, n_draft);
+}
+
+tela_status tela_spec_verifier_init(tela_spec_verifier *v, int32_t n_vocab) {
+    v->n_vocab = n_vocab;
+    v->dist = malloc((size_t)n_vocab * sizeof *v->dist);
+    v->q = calloc((size_t)n_vocab, sizeof *v->q);
+    if (v->dist && v->q) return TELA_OK;
+    tela_spec_verifier_free(v);
+    return tela_errorf(TELA_ERR_NOMEM, "speculative decoding: out of memory for the acceptance rule");
+}
+
+void tela_spec_verifier_free(tela_spec_verifier *v) {
+    free(v->dist);
+    free(v->q);
+    v->dist = NULL;
+    v->q = NULL;
+}
+
+tela_status tela_spec_accept(tela_spec_verifier *v, const tela_sampler_params *sp, float *row, const int32_t *history,
+                             size_t n_history, uint64_t step, int32_t x, const tela_token_prob *qd, size_t nq,
+                             bool *accepted, int32_t *out) {
+    const int32_t V = v->n_vocab;
+    if (sp->temperature <= 0.0f) {
+        int32_t pick;
+        TELA_TRY(tela_sample(sp, row, V, history, n_history, step, &pick));
+        *accepted = pick == x;
+        *out = pick;
+        return TELA_OK;
+    }
+    size_t np = 0;
+    TELA_TRY(tela_sampler_dist(sp, row, V, history, n_history, v->dist, &np));
+    double px = 0.0;
+    for (size_t i = 0; i < np; i++)
+        if (v->dist[i].id == x) px = v->dist[i].p;
+    double qx = 1.0;
+    if (qd) {
+        for (size_t i = 0; i < nq; i++) v->q[qd[i].id] = qd[i].p;
+        qx = v->q[x];
+    }
+    const double r = tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_ACCEPT);
+    *accepted = qx > 0.0 && r * qx < px;
+    *out = x;
+    if (!*accepted) {
+        /* the residual: p - q where positive (q is zero off its support) */
+        for (size_t i = 0; i < np; i++) {
+            const double qi = qd ? v->q[v->dist[i].id] : (v->dist[i].id == x ? 1.0 : 0.0);
+            v->dist[i].p = v->dist[i].p > qi ? v->dist[i].p - qi : 0.0;
+        }
+        const double u = tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_RESIDUAL);
+        *out = tela_sampler_draw(v->dist, np, u);
+        if (*out < 0) { /* nothing left: p <= q everywhere, so p == q up to rounding and x stands */
+            *accepted = true;
+            *out = x;
+        }
+    }
+    if (qd)
+        for (size_t i = 0; i < nq; i++) v->q[qd[i].id] = 0.0;
+    if (*out < 0) return tela_errorf(TELA_ERR_INTERNAL, "speculative decoding: an empty distribution");
+    return TELA_OK;
 }

@@ -1,8 +1,8 @@
 /* spec.h: the drafters of speculative decoding (spec.c), as the generation
- * loop (generate.c) uses them: checked parameters, proposals continuing the
- * context, and for a draft model that samples, the distribution each of its
- * proposals was drawn from. The verification and the acceptance rule live
- * in generate.c. */
+ * loop (generate.c) and the batching engine (engine.c) use them: checked
+ * parameters, proposals continuing the context, for a draft model that
+ * samples the distribution each of its proposals was drawn from, and the
+ * acceptance rule of a verification pass. */
 #ifndef TELA_RUNTIME_SPEC_H
 #define TELA_RUNTIME_SPEC_H
 
@@ -15,6 +15,40 @@
 enum { TELA_SPEC_STREAM_ACCEPT = 1, TELA_SPEC_STREAM_RESIDUAL = 2, TELA_SPEC_STREAM_DRAFT = 3 };
 
 typedef struct tela_spec tela_spec;
+
+/* Fills in p's defaults and checks its numbers (draft_max, the n-gram
+ * sizes); the method's needs (a draft session, an MTP block) are checked
+ * where they are used. */
+tela_status tela_spec_params_check(tela_spec_params *p);
+
+/* Prompt lookup: for n-gram sizes from ngram_max down to ngram_min, the
+ * latest earlier place where ctx's last n tokens occur, and up to k of the
+ * tokens that followed them there (all before the end of ctx) into
+ * drafts[]; returns how many (0: no match). */
+int32_t tela_spec_ngram(const int32_t *ctx, int32_t n, int32_t k, int32_t ngram_min, int32_t ngram_max,
+                        int32_t *drafts);
+
+/* The acceptance rule's scratch for a vocabulary of n_vocab tokens. */
+typedef struct tela_spec_verifier {
+    int32_t n_vocab;
+    tela_token_prob *dist;  /* [n_vocab]: the target's final distribution at a position */
+    double *q;              /* [n_vocab]: a draft distribution by id (zero elsewhere) */
+} tela_spec_verifier;
+
+tela_status tela_spec_verifier_init(tela_spec_verifier *v, int32_t n_vocab);
+void tela_spec_verifier_free(tela_spec_verifier *v);
+
+/* Whether to accept draft x at the position whose logits are row (edited
+ * in place; history: the tokens before the position, step: its index), and
+ * the token emitted there (*out: x, or what replaces it). Greedy: accepted
+ * when x is the sampler's pick. Sampling: with p the sampler's final
+ * distribution and q the draft's (qd[0..nq), a point mass at x when qd is
+ * NULL), accepted with probability min(1, p(x)/q(x)), else *out drawn from
+ * norm(max(0, p - q)), with the streams TELA_SPEC_STREAM_ACCEPT and
+ * _RESIDUAL. */
+tela_status tela_spec_accept(tela_spec_verifier *v, const tela_sampler_params *sp, float *row, const int32_t *history,
+                             size_t n_history, uint64_t step, int32_t x, const tela_token_prob *qd, size_t nq,
+                             bool *accepted, int32_t *out);
 
 /* Checks p against the target session and the sampler settings and makes
  * the drafter's state for one generation call (defaults filled in). */
