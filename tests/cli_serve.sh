@@ -4,9 +4,11 @@
 # by scripts/fetch-test-data.sh) and plain HTTP: tests/server/api.test.cjs
 # (chat and completions against tela run's greedy output, streaming, stop
 # strings, seeds, n, logprobs, usage, errors, 8 concurrent streams and
-# determinism) and tests/server/lifecycle.test.cjs (API key, queue full,
-# SIGTERM with a stream under way). Skips (77) without node or the package.
+# determinism), tests/server/lifecycle.test.cjs (API key, queue full,
+# SIGTERM with a stream under way) and tests/server/spec.test.cjs (--spec
+# ngram: plain greedy text, seeded sampling as tela run --spec ngram's,
+# usage and metrics of the drafts). Skips (77) without node or the package.
 set -u
 SRC=${TELA_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 . "$SRC/tests/server/env.sh"
-cd "$SRC/tests/server" && exec node --test api.test.cjs lifecycle.test.cjs
+cd "$SRC/tests/server" && exec node --test api.test.cjs lifecycle.test.cjs spec.test.cjs

@@ -22,6 +22,7 @@ int tela_cmd_serve(int argc, char **argv) {
 
 static void usage(FILE *f) {
     tela_engine_params d = tela_engine_default_params();
+    const tela_spec_params ds = tela_spec_default_params();
     fprintf(f,
             "usage: tela serve [-m MODEL] [options]\n\n"
             "Serves a model over HTTP with an OpenAI-compatible API, many requests at once\n"
@@ -52,9 +53,16 @@ static void usage(FILE *f) {
             "                           paged KV cache that the CUDA backend does not have yet)\n"
             "      --kv-type T          KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
             "                           (default: f16 on a GPU, f32 on the CPU)\n"
+            "      --spec ngram         speculative decoding by prompt lookup for every request: what followed\n"
+            "                           the last n-gram earlier in the prompt or reply is verified in the same\n"
+            "                           step (greedy output unchanged; sampling keeps the distribution); usage\n"
+            "                           reports completion_tokens_details.accepted_prediction_tokens\n"
+            "      --draft-max K        tokens drafted per verification, 1..%d (default %d)\n"
+            "      --spec-ngram-min N, --spec-ngram-max N\n"
+            "                           n-gram sizes prompt lookup matches, longest first (default %d..%d)\n"
             "  -h, --help               this help\n",
             d.n_parallel > 0 ? d.n_parallel : 8, d.checkpoint_interval > 0 ? d.checkpoint_interval : 256,
-            d.max_waiting > 0 ? d.max_waiting : 64);
+            d.max_waiting > 0 ? d.max_waiting : 64, TELA_SPEC_MAX_DRAFT, ds.draft_max, ds.ngram_min, ds.ngram_max);
 }
 
 /* "8M", "512K", "1000": bytes. 0, or -1 after printing an error. */
@@ -81,6 +89,7 @@ static int parse_bytes(const char *opt, const char *s, size_t *out) {
 int tela_cmd_serve(int argc, char **argv) {
     tela_serve_params p;
     tela_serve_default_params(&p);
+    const char *draft_path = NULL;
     const char *env_key = getenv("TELA_API_KEY");
     if (env_key && env_key[0]) p.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -92,6 +101,12 @@ int tela_cmd_serve(int argc, char **argv) {
         }
         if (IS("--no-prefix-cache")) {
             p.engine.prefix_cache = 0;
+            continue;
+        }
+        const int spec_opt = cli_parse_spec("serve", a, i + 1 < argc ? argv[i + 1] : NULL, &p.spec, &draft_path);
+        if (spec_opt < 0) return 2;
+        if (spec_opt > 0) {
+            i++;
             continue;
         }
         static const char *const with_value[] = {"-m", "--model", "--host", "--port", "--api-key", "-c", "--ctx-size",
@@ -134,6 +149,14 @@ int tela_cmd_serve(int argc, char **argv) {
             p.n_threads = (int)n;
         }
 #undef IS
+    }
+    if (cli_check_spec("serve", &p.spec, draft_path)) return 2;
+    if (p.spec.method == TELA_SPEC_DRAFT || p.spec.method == TELA_SPEC_MTP) {
+        fprintf(stderr,
+                "tela serve: --spec %s: the server drafts by prompt lookup only so far (--spec ngram); draft models "
+                "and MTP run in tela run, tela chat and tela bench\n",
+                cli_spec_method_name(p.spec.method));
+        return 2;
     }
     if (!p.model_path) {
         p.model_path = cli_default_model();

@@ -189,8 +189,9 @@ static call *call_create(app *a, http_request *req, api_kind kind, const api_gen
     return c;
 }
 
-static tela_request_params request_params(const api_gen *g, int k) {
+static tela_request_params request_params(const app *a, const api_gen *g, int k) {
     tela_request_params p = tela_request_default_params();
+    if (a->spec.method != TELA_SPEC_NONE) p.spec = &a->spec;
     p.sampler = tela_sampler_default_params();
     p.sampler.temperature = (float)g->temperature;
     p.sampler.top_k = g->top_k;
@@ -273,6 +274,18 @@ static cJSON *usage_json(const call *c) {
     cJSON_AddNumberToObject(u, "total_tokens", (double)prompt + generated);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     if (d) cJSON_AddNumberToObject(d, "cached_tokens", cached);
+    if (c->a->spec.method != TELA_SPEC_NONE) { /* OpenAI's names, from its predicted outputs */
+        int32_t drafted = 0, accepted = 0;
+        for (int i = 0; i < c->n_choices; i++) {
+            drafted += c->ch[i].usage.draft_tokens;
+            accepted += c->ch[i].usage.accepted_tokens;
+        }
+        cJSON *cd = cJSON_AddObjectToObject(u, "completion_tokens_details");
+        if (cd) {
+            cJSON_AddNumberToObject(cd, "accepted_prediction_tokens", accepted);
+            cJSON_AddNumberToObject(cd, "rejected_prediction_tokens", (double)drafted - accepted);
+        }
+    }
     return u;
 }
 
@@ -716,7 +729,7 @@ void api_generate(app *a, http_request *req, api_kind kind, const api_gen *g, co
     }
     for (int i = 0; i < c->n_choices; i++) {
         const api_tokens *p = &prompts[c->ch[i].prompt];
-        tela_request_params rp = request_params(g, i % g->n);
+        tela_request_params rp = request_params(a, g, i % g->n);
         tela_status st = gen_job_submit(c->job, i, p->ids, (int32_t)p->n, &rp);
         if (st != TELA_OK) {
             submit_error(&err, st, prompt_param);

@@ -23,6 +23,7 @@ typedef struct app {
     char model_id[256];          /* the name clients use: the model file's name */
     int32_t n_ctx;               /* tokens one request may hold */
     int32_t n_vocab;
+    tela_spec_params spec;       /* what every request drafts with (method NONE: nothing) */
     int adds_bos;                /* the tokenizer puts BOS in front of a text */
     char **pieces;               /* each token's bytes alone (tela_detokenize of its id), for logprobs */
     size_t *piece_lens;

@@ -130,6 +130,10 @@ char *metrics_render(metrics *m, const tela_engine_stats *st, double uptime_seco
         metric(&t, "tela_preemptions_total", "counter", "Sequences set back to waiting to free KV blocks.",
                st->preemptions);
         metric(&t, "tela_engine_steps_total", "counter", "Engine steps computed.", st->steps);
+        metric(&t, "tela_spec_draft_tokens_total", "counter",
+               "Speculative decoding: tokens drafted (finished requests).", st->draft_tokens);
+        metric(&t, "tela_spec_accepted_tokens_total", "counter", "Speculative decoding: drafted tokens accepted.",
+               st->accepted_tokens);
         metric(&t, "tela_checkpoints", "gauge", "Recurrent-state checkpoints held (hybrid models).", st->checkpoints);
         metric(&t, "tela_checkpoint_bytes", "gauge", "Bytes of those checkpoints.", st->checkpoint_bytes);
         metric(&t, "tela_requests_finished_total", "counter", "Engine requests ended, whatever the reason.",

@@ -23,6 +23,7 @@ void tela_serve_default_params(tela_serve_params *p) {
     p->host = "127.0.0.1";
     p->port = 8080;
     p->engine = tela_engine_default_params();
+    p->spec = tela_spec_default_params();
     p->max_body = DEFAULT_MAX_BODY;
     p->shutdown_grace = 30.0;
 }
@@ -126,6 +127,7 @@ int tela_serve(const tela_serve_params *p) {
     model_id_of(p->model_path, a.model_id, sizeof a.model_id);
     a.n_ctx = tela_engine_n_ctx(a.engine);
     a.n_vocab = a.info->n_vocab;
+    a.spec = p->spec;
     a.adds_bos = tokenizer_adds_bos(a.model, a.info->bos_token);
     a.created = (long long)time(NULL);
     a.t_start = now_s();
@@ -173,9 +175,13 @@ int tela_serve(const tela_serve_params *p) {
     }
     const char *host = p->host ? p->host : "127.0.0.1";
     int v6 = strchr(host, ':') != NULL;
-    printf("tela serve: listening on http://%s%s%s:%d/ | model %s (%s) | %s | parallel %d | ctx %d%s\n", v6 ? "[" : "",
-           host, v6 ? "]" : "", http_port(h), a.model_id, a.info->arch, a.info->device ? a.info->device : "?",
-           ep.n_parallel > 0 ? ep.n_parallel : 8, a.n_ctx, p->api_key && p->api_key[0] ? " | API key required" : "");
+    char spec[64] = "";
+    if (p->spec.method == TELA_SPEC_NGRAM)
+        snprintf(spec, sizeof spec, " | speculative: prompt lookup, up to %d drafts", p->spec.draft_max);
+    printf("tela serve: listening on http://%s%s%s:%d/ | model %s (%s) | %s | parallel %d | ctx %d%s%s\n",
+           v6 ? "[" : "", host, v6 ? "]" : "", http_port(h), a.model_id, a.info->arch,
+           a.info->device ? a.info->device : "?", ep.n_parallel > 0 ? ep.n_parallel : 8, a.n_ctx, spec,
+           p->api_key && p->api_key[0] ? " | API key required" : "");
     fflush(stdout);
 
     int sig = 0;

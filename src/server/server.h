@@ -16,6 +16,7 @@ typedef struct tela_serve_params {
     const char *device;          /* NULL: the default */
     int n_threads;               /* 0: all cores */
     tela_engine_params engine;   /* n_ctx, n_parallel, kv_tokens, max_waiting, prefix_cache, checkpoint_interval, ... */
+    tela_spec_params spec;       /* speculative decoding of every request (method NONE: off; the engine's: NGRAM) */
     size_t max_body;             /* request body limit in bytes */
     double shutdown_grace;       /* seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled */
 } tela_serve_params;

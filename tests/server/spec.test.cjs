@@ -1,0 +1,81 @@
+'use strict';
+// spec.test.cjs: tela serve --spec ngram (speculative decoding by prompt
+// lookup inside the batching engine) through the official openai client:
+// greedy replies are tela run's plain greedy text; seeded sampled replies
+// are tela run --spec ngram's with the same seed and sampler (the engine
+// verifies drafts by tela_generate's rule); usage reports the drafts as
+// OpenAI's completion_tokens_details; four concurrent streams each give
+// what they give alone; /metrics counts drafts and acceptances.
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const c = require('./common.cjs');
+
+const OpenAI = c.loadOpenAI();
+let srv;
+let client;
+
+// Text that repeats, so that prompt lookup finds drafts.
+const VERSE = 'And God said, Let there be light: and there was light. And God saw the light, that it was good: ' +
+              'and God divided the light from the darkness. ';
+const P = VERSE + VERSE + 'And God said,';
+
+before(async () => {
+  srv = await c.startServer(['--parallel', '4', '--spec', 'ngram', '--draft-max', '3']);
+  client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+});
+
+after(async () => {
+  const { code } = await srv.stop();
+  assert.equal(code, 0, 'tela serve exits 0 after SIGTERM\n' + srv.log());
+});
+
+describe('speculative decoding (prompt lookup)', () => {
+  it('announces itself at start', () => {
+    assert.match(srv.startLine, /speculative: prompt lookup, up to 3 drafts/);
+  });
+
+  it('greedy: plain greedy text (tela run without speculation), with the drafts in usage', async () => {
+    const ref = c.telaRun(['-p', P, '-n', '48', '--temp', '0']);
+    const r = await client.completions.create({ prompt: P, max_tokens: 48, temperature: 0 });
+    assert.equal(r.choices[0].text, ref);
+    const d = r.usage.completion_tokens_details;
+    assert.equal(typeof d.accepted_prediction_tokens, 'number');
+    assert.ok(d.accepted_prediction_tokens > 0, 'no draft accepted on repeated text');
+    assert.ok(d.rejected_prediction_tokens >= 0);
+    assert.ok(d.accepted_prediction_tokens < r.usage.completion_tokens);
+  });
+
+  it('sampled: what tela run --spec ngram gives with the same seed and sampler', async () => {
+    for (const seed of [5, 6]) {
+      const ref = c.telaRun(['-p', P, '-n', '40', '--temp', '0.9', '--top-k', '0', '--top-p', '1', '--min-p', '0',
+                             '--seed', String(seed), '--spec', 'ngram', '--draft-max', '3']);
+      const r = await client.completions.create({ prompt: P, max_tokens: 40, temperature: 0.9, seed });
+      assert.equal(r.choices[0].text, ref, `seed ${seed}`);
+    }
+  });
+
+  it('4 concurrent streams, each what it gives alone, and the metrics', async () => {
+    const prompts = [P, VERSE + 'And God saw', VERSE + VERSE + VERSE, 'In the beginning God created the heaven and the earth. In the beginning'];
+    const run = async (i) => {
+      const s = await client.completions.create({ prompt: prompts[i], max_tokens: 40, temperature: i % 2 ? 1 : 0, seed: 30 + i,
+                                                  ignore_eos: true, stream: true, stream_options: { include_usage: true } });
+      let text = '';
+      let usage;
+      for await (const ch of s) {
+        if (ch.usage) usage = ch.usage;
+        for (const choice of ch.choices) text += choice.text;
+      }
+      return { text, usage };
+    };
+    const alone = [];
+    for (let i = 0; i < 4; i++) alone.push(await run(i));
+    const together = await Promise.all([0, 1, 2, 3].map(run));
+    for (let i = 0; i < 4; i++) {
+      assert.equal(together[i].usage.completion_tokens, 40);
+      assert.equal(together[i].text, alone[i].text, `stream ${i} differs when batched`);
+    }
+    const m = await c.metricsUntil(srv.url, (v) => v.tela_running_sequences === 0);
+    assert.equal(m.tela_kv_blocks_used, 0);
+    assert.ok(m.tela_spec_accepted_tokens_total > 0 && m.tela_spec_draft_tokens_total >= m.tela_spec_accepted_tokens_total);
+  });
+});
