@@ -15,12 +15,13 @@
  *  - log-probabilities against a log-softmax of a session's logits;
  *  - cancel (by call and by callback), errors (prompt too long, bad ids,
  *    queue full), and no blocks held at the end;
- *  - speculative decoding (prompt lookup) inside the batched steps: six
- *    requests, greedy and sampled, k = 1..4, four at a time: each equals
- *    tela_generate with the same drafter and seed, greedy ones also plain
- *    greedy decoding (with the same log-probabilities, bit for bit), with
- *    drafts accepted and rejected (rolled back) on the demo models, and on
- *    Qwen3.5 the recurrent state rewound per sequence. */
+ *  - speculative decoding inside the batched steps, by prompt lookup and
+ *    (the Qwen3.5 demo) its MTP block: six requests, greedy and sampled,
+ *    k = 1..4, four at a time: each equals tela_generate with the same
+ *    drafter and seed, greedy ones also plain greedy decoding (with the
+ *    same log-probabilities, bit for bit), with drafts accepted and
+ *    rejected (rolled back) on the demo models, and on Qwen3.5 the
+ *    recurrent state rewound per sequence. */
 #include "tela/tela.h"
 #include "test.h"
 
@@ -211,7 +212,8 @@ static void check_concurrent(tela_model *m, tela_engine *e, int V, int n_ctx, co
 static void check_long_prefix(tela_model *m, int hybrid, const char *label);
 
 /* Speculative decoding by prompt lookup in the engine (see the top). */
-static void check_spec(tela_model *m, const int32_t *prompt, int np, int n_ctx, const char *label) {
+static void check_spec(tela_model *m, tela_spec_method method, const int32_t *prompt, int np, int n_ctx,
+                       const char *label) {
     enum { N = 6 };
     tela_engine *e = new_engine(m, 4, 0, 1, n_ctx);
     if (!e) return;
@@ -221,7 +223,7 @@ static void check_spec(tela_model *m, const int32_t *prompt, int np, int n_ctx, 
     tela_request_params ps[N];
     for (int i = 0; i < N; i++) {
         sp[i] = tela_spec_default_params();
-        sp[i].method = TELA_SPEC_NGRAM;
+        sp[i].method = method;
         sp[i].draft_max = 1 + i % 4;
         sp[i].ngram_min = i == 5 ? 1 : 0;
         result_init(&res[i]);
@@ -272,13 +274,16 @@ static void check_spec(tela_model *m, const int32_t *prompt, int np, int n_ctx, 
     CHECK_MSG(st.draft_tokens == (uint64_t)drafted && st.accepted_tokens == (uint64_t)accepted,
               "%s: the engine counts %llu drafts, %llu accepted; the requests %ld, %ld", label,
               (unsigned long long)st.draft_tokens, (unsigned long long)st.accepted_tokens, drafted, accepted);
-    printf("%s: prompt lookup in the engine: %ld of %ld drafts accepted, outputs as tela_generate's\n", label, accepted,
-           drafted);
+    printf("%s: speculative decoding in the engine: %ld of %ld drafts accepted, outputs as tela_generate's\n", label,
+           accepted, drafted);
     /* what the engine does not draft with */
     tela_spec_params bad = tela_spec_default_params();
     bad.method = TELA_SPEC_DRAFT;
     q.spec = &bad;
     CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_UNSUPPORTED);
+    bad.method = TELA_SPEC_MTP;
+    if (!strcmp(tela_model_get_info(m)->arch, "llama")) /* no MTP block */
+        CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_UNSUPPORTED);
     bad.method = TELA_SPEC_NGRAM;
     bad.draft_max = TELA_SPEC_MAX_DRAFT + 1;
     CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_ARG);
@@ -470,7 +475,7 @@ static void test_llama(const char *path) {
     }
     check_long_prefix(m, 0, "llama, issue sizes");
     int32_t rp[128];
-    check_spec(m, rp, repeated_prompt(m, rp, 128), CTX, "llama demo");
+    check_spec(m, TELA_SPEC_NGRAM, rp, repeated_prompt(m, rp, 128), CTX, "llama demo");
     tela_model_free(m);
 }
 
@@ -614,11 +619,14 @@ int main(void) {
     if (access(path, R_OK) == 0) {
         tela_model_params mp = tela_model_default_params();
         mp.n_threads = 2;
+        mp.load_mtp = 1;
         tela_model *m = NULL;
         CHECK_OK(tela_model_load(path, &mp, &m));
         if (m) {
             int32_t rp[128];
-            check_spec(m, rp, repeated_prompt(m, rp, 128), 512, "qwen35 demo");
+            const int np = repeated_prompt(m, rp, 128);
+            check_spec(m, TELA_SPEC_NGRAM, rp, np, 512, "qwen35 demo, prompt lookup");
+            check_spec(m, TELA_SPEC_MTP, rp, np, 512, "qwen35 demo, MTP");
             tela_model_free(m);
         }
     }

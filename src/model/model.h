@@ -94,6 +94,14 @@ typedef struct tela_seq_run {
     bool keep_states;
 } tela_seq_run;
 
+/* A sequence's draft step of an MTP block in the engine: the token tok at
+ * position pos of the sequence in slot `slot`, whose KV blocks are
+ * `blocks` (host memory). */
+typedef struct tela_mtp_query {
+    int32_t slot, tok, pos;
+    const int32_t *blocks;
+} tela_mtp_query;
+
 /* Bytes per KV element of a precision. */
 static inline uint64_t tela_kv_dtype_bytes(tela_kv_dtype t, uint64_t n) {
     return t == TELA_KV_DTYPE_Q8_0 ? (n + 31) / 32 * 34 : t == TELA_KV_DTYPE_F16 ? 2 * n : 4 * n;
@@ -185,6 +193,12 @@ struct tela_arch {
     int (*mtp_layers)(const tela_model *m);
     tela_status (*mtp_draft)(const tela_model *m, void *state, int32_t tok, int32_t pos, bool chain, float *logits,
                              int32_t *pick);
+    /* The engine's drafts (a paged state): one draft step for each of
+     * qs[0..n) (distinct slots) in one batch of the block, as mtp_draft
+     * does for a session (chain: from the slot's previous draft step), the
+     * n rows of logits into logits (host). */
+    tela_status (*mtp_draft_batch)(const tela_model *m, void *state, const tela_mtp_query *qs, int n, bool chain,
+                                   float *logits);
 
     /* The kind of decoder layer l (tela_layer_kind). */
     int (*layer_kind)(const tela_model *m, int layer);

@@ -752,15 +752,21 @@ typedef struct qwen35_state {
     int32_t *keep_n;             /* [n_seq] tokens of the slot's last pass, when it kept them; 0: nothing kept */
     bool *keeping;               /* [n_seq] during such a pass */
     /* Multi-token prediction (a session of a model with its MTP block
-     * loaded): the block's KV cache, and mtp_h: row 0 the final hidden state
-     * (output-normed) of the last position evaluated, rows 1.. those of the
-     * last step's tokens; mtp_x the block's residual stream, mtp_cat its
-     * input [embedding ; hidden] (rows of 2 n_embd), mtp_g a draft step's
-     * output (the next chained step's hidden state), mtp_in a draft step's
-     * token and position. */
+     * loaded): the block's KV cache, and mtp_h: rows 0..n_seq-1 each slot's
+     * final hidden state (output-normed) of the last position evaluated,
+     * rows n_seq.. those of the last step's tokens; mtp_x the block's
+     * residual stream, mtp_cat its input [embedding ; hidden] (rows of 2
+     * n_embd), mtp_g each slot's last draft step's output (the next chained
+     * step's hidden state), mtp_in a session's draft step's token and
+     * position. The engine's state (paged) also has the block's batches
+     * (mtp_tokd/mtp_posd, the host mtp_seqs, mtp_tok, mtp_idx), their
+     * gathered hidden states (mtp_hin) and keep_tok0, each kept run's first
+     * row in the step (slot_rewind). */
     tela_kv_cache *mtp_kv;
-    float *mtp_h, *mtp_x, *mtp_cat, *mtp_g, *mtp_logits;
-    int32_t *mtp_in, *mtp_pick;
+    float *mtp_h, *mtp_x, *mtp_cat, *mtp_g, *mtp_logits, *mtp_hin;
+    int32_t *mtp_in, *mtp_pick, *mtp_tokd, *mtp_posd;
+    tela_batch_seq *mtp_seqs;
+    int32_t *mtp_tok, *mtp_idx, *keep_tok0;
 } qwen35_state;
 
 static void qwen35_state_free(void *p) {
@@ -772,9 +778,15 @@ static void qwen35_state_free(void *p) {
     float *bufs[] = {s->conv,  s->rec,       s->x,         s->xb,       s->q,     s->qg,      s->k,
                      s->v,     s->att,       s->gate,      s->cs,       s->qkv_in, s->qkv,    s->z,
                      s->beta,  s->g,         s->core,      s->keep_rec, s->keep_conv, s->mtp_h, s->mtp_x,
-                     s->mtp_cat, s->mtp_g, s->mtp_logits};
+                     s->mtp_cat, s->mtp_g, s->mtp_logits, s->mtp_hin};
     tela_backend_free_mem(be, s->mtp_in);
     tela_backend_free_mem(be, s->mtp_pick);
+    tela_backend_free_mem(be, s->mtp_tokd);
+    tela_backend_free_mem(be, s->mtp_posd);
+    free(s->mtp_seqs);
+    free(s->mtp_tok);
+    free(s->mtp_idx);
+    free(s->keep_tok0);
     free(s->keep_idx);
     free(s->keep_pos0);
     free(s->keep_n);
@@ -784,22 +796,36 @@ static void qwen35_state_free(void *p) {
     free(s);
 }
 
-/* What a session needs for its MTP block (one block: the first; the
- * checkpoints have one). */
-static tela_status mtp_state_create(const qwen35_model *Q, qwen35_state *s, tela_kv_dtype dtype) {
-    const tela_kv_shape shape = {1, s->n_ctx, Q->n_kv_head, Q->head_dim, Q->head_dim, dtype, 0, s->n_ctx};
+/* What a session, or the engine's slots, need for the MTP block (one
+ * block: the first; the checkpoints have one); the engine's KV cache of
+ * the block is paged as the model's, in the same blocks. */
+static tela_status mtp_state_create(const qwen35_model *Q, qwen35_state *s, const tela_state_params *p) {
+    const bool paged = p->kv_block_size > 0;
+    const tela_kv_shape shape = {1,          paged ? p->kv_rows : s->n_ctx, Q->n_kv_head, Q->head_dim, Q->head_dim,
+                                 p->kv_dtype, paged ? p->kv_block_size : 0, s->n_ctx};
     TELA_TRY(tela_kv_create(s->ex, &shape, &s->mtp_kv));
-    const size_t nb = (size_t)s->n_batch, E = (size_t)Q->n_embd;
+    const size_t nb = (size_t)s->n_batch, E = (size_t)Q->n_embd, ns = (size_t)s->n_seq;
     tela_backend *be = tela_exec_backend(s->ex);
-    TELA_TRY(tela_backend_alloc(be, (nb + 1) * E * sizeof(float), "MTP hidden states", (void **)&s->mtp_h));
+    TELA_TRY(tela_backend_alloc(be, (nb + ns) * E * sizeof(float), "MTP hidden states", (void **)&s->mtp_h));
     TELA_TRY(tela_backend_alloc(be, nb * E * sizeof(float), "MTP activations", (void **)&s->mtp_x));
     TELA_TRY(tela_backend_alloc(be, nb * 2 * E * sizeof(float), "MTP inputs", (void **)&s->mtp_cat));
-    TELA_TRY(tela_backend_alloc(be, E * sizeof(float), "MTP outputs", (void **)&s->mtp_g));
-    TELA_TRY(tela_backend_alloc(be, (size_t)Q->n_vocab * sizeof(float), "MTP logits", (void **)&s->mtp_logits));
+    TELA_TRY(tela_backend_alloc(be, ns * E * sizeof(float), "MTP outputs", (void **)&s->mtp_g));
+    TELA_TRY(tela_backend_alloc(be, ns * (size_t)Q->n_vocab * sizeof(float), "MTP logits", (void **)&s->mtp_logits));
     TELA_TRY(tela_backend_alloc(be, 2 * sizeof(int32_t), "MTP inputs", (void **)&s->mtp_in));
     TELA_TRY(tela_backend_alloc(be, sizeof(int32_t), "MTP greedy pick", (void **)&s->mtp_pick));
-    tela_exec_zero(s->ex, s->mtp_h, E * sizeof(float));
-    return tela_model_io_prev_positions(&s->io);
+    tela_exec_zero(s->ex, s->mtp_h, ns * E * sizeof(float));
+    if (!paged) return tela_model_io_prev_positions(&s->io);
+    TELA_TRY(tela_backend_alloc(be, nb * E * sizeof(float), "MTP hidden states", (void **)&s->mtp_hin));
+    TELA_TRY(tela_backend_alloc(be, nb * sizeof(int32_t), "MTP token ids", (void **)&s->mtp_tokd));
+    TELA_TRY(tela_backend_alloc(be, nb * sizeof(int32_t), "MTP positions", (void **)&s->mtp_posd));
+    const size_t rows = nb > ns ? nb : ns;
+    s->mtp_seqs = malloc(rows * sizeof *s->mtp_seqs);
+    s->mtp_tok = malloc(rows * sizeof *s->mtp_tok);
+    s->mtp_idx = malloc(rows * sizeof *s->mtp_idx);
+    s->keep_tok0 = calloc(ns, sizeof *s->keep_tok0);
+    if (!s->mtp_seqs || !s->mtp_tok || !s->mtp_idx || !s->keep_tok0)
+        return tela_errorf(TELA_ERR_NOMEM, "engine: out of memory for the MTP block");
+    return TELA_OK;
 }
 
 static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const tela_state_params *p, void **out) {
@@ -851,7 +877,7 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
         s->keeping = calloc((size_t)s->n_seq, sizeof *s->keeping);
         if (!s->keep_pos0 || !s->keep_n || !s->keeping) st = tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     }
-    if (st == TELA_OK && Q->mtp && !paged && s->n_seq == 1) st = mtp_state_create(Q, s, p->kv_dtype);
+    if (st == TELA_OK && Q->mtp && (paged || s->n_seq == 1)) st = mtp_state_create(Q, s, p);
     if (st != TELA_OK) {
         qwen35_state_free(s);
         return st;
@@ -875,10 +901,11 @@ static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params 
               ((uint64_t)(Q->conv_k - 1) * conv_dim(Q) + (uint64_t)Q->nv * Q->dk * Q->dv) * 4;
         row += 2ull * conv_dim(Q) + 2ull * value_dim(Q) + 2ull * Q->nv;
     }
-    uint64_t mtp = 0; /* a session's MTP block: its KV cache and buffers */
-    if (Q->mtp && !paged && n_seq == 1)
-        mtp = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)p->n_ctx * (uint64_t)kv_dim(Q) * 2) +
-              (4 * nb + 2) * (uint64_t)Q->n_embd * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
+    uint64_t mtp = 0; /* the MTP block: its KV cache and buffers */
+    if (Q->mtp && (paged || n_seq == 1))
+        mtp = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)(paged ? p->kv_rows : p->n_ctx) * (uint64_t)kv_dim(Q) * 2) +
+              (5 * nb + 2 * n_seq) * (uint64_t)Q->n_embd * sizeof(float) +
+              n_seq * (uint64_t)Q->n_vocab * sizeof(float);
     return kv + rec + mtp + nb * row * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
 }
 
@@ -920,6 +947,7 @@ static void qwen35_slot_reset(const tela_model *m, void *state, int slot) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     s->keep_n[slot] = 0;
+    if (s->mtp_h) tela_exec_zero(s->ex, s->mtp_h + (size_t)slot * Q->n_embd, (size_t)Q->n_embd * sizeof(float));
     tela_exec_zero(s->ex, slot_conv(Q, s, slot), (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
     tela_exec_zero(s->ex, slot_rec(Q, s, slot), (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
 }
@@ -935,7 +963,7 @@ static tela_status qwen35_slot_save(const tela_model *m, void *state, int slot, 
     TELA_TRY(tela_exec_download(s->ex, p, slot_conv(Q, s, slot), cb));
     TELA_TRY(tela_exec_download(s->ex, p + cb, slot_rec(Q, s, slot), rb));
     if (!mtp_slot_bytes(Q)) return TELA_OK;
-    if (s->mtp_h) return tela_exec_download(s->ex, p + cb + rb, s->mtp_h, mtp_slot_bytes(Q));
+    if (s->mtp_h) return tela_exec_download(s->ex, p + cb + rb, s->mtp_h + (size_t)slot * Q->n_embd, mtp_slot_bytes(Q));
     memset(p + cb + rb, 0, mtp_slot_bytes(Q));
     return TELA_OK;
 }
@@ -948,13 +976,16 @@ static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, 
     const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
     TELA_TRY(tela_exec_upload(s->ex, slot_conv(Q, s, slot), src, cb));
     TELA_TRY(tela_exec_upload(s->ex, slot_rec(Q, s, slot), (const unsigned char *)src + cb, rb));
-    if (s->mtp_h) TELA_TRY(tela_exec_upload(s->ex, s->mtp_h, (const unsigned char *)src + cb + rb, mtp_slot_bytes(Q)));
+    if (s->mtp_h)
+        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h + (size_t)slot * Q->n_embd, (const unsigned char *)src + cb + rb,
+                                  mtp_slot_bytes(Q)));
     return tela_exec_sync(s->ex);
 }
 
 static tela_status qwen35_kv_copy_rows(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n) {
     (void)m;
     qwen35_state *s = state;
+    if (s->mtp_kv) TELA_TRY(tela_kv_copy_rows(s->ex, s->mtp_kv, dst, src, n));
     return s->kv ? tela_kv_copy_rows(s->ex, s->kv, dst, src, n) : TELA_OK;
 }
 
@@ -1054,6 +1085,8 @@ static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
     s->keep_cap = n;
     return TELA_OK;
 }
+
+static const int32_t ROW0[1] = {0}; /* a row list of one: row 0 */
 
 /* A slot's kept states of GDN layer g (its index among the GDN layers). */
 static float *keep_rec_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g) {
@@ -1191,12 +1224,47 @@ static void mtp_catch_up(const qwen35_model *Q, qwen35_state *s, const tela_batc
     tela_exec_rmsnorm(s->ex, s->mtp_h, E, s->x + (size_t)(nt - 1) * E, E, Q->output_norm_b, E, 1, Q->eps);
 }
 
+/* mtp_catch_up for a batched step: each sequence's tokens but one at
+ * position 0, with the hidden states one behind (its slot's row for its
+ * first token, the step's rows after), as one batch of the block; then
+ * each slot's row becomes its last token's hidden state. */
+static void mtp_catch_up_batch(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
+    tela_exec *ex = s->ex;
+    const int E = Q->n_embd, ns = s->n_seq;
+    float *step_h = s->mtp_h + (size_t)ns * E;
+    tela_exec_rmsnorm(ex, step_h, E, s->x, E, Q->output_norm_b, E, b->n_tok, Q->eps);
+    const int32_t *tok = s->io.run_tok; /* the step's token ids, host */
+    int n = 0, nq = 0;
+    for (int i = 0; i < b->n_seq; i++) {
+        const tela_batch_seq *q = &b->seqs[i];
+        const int first = q->pos0 == 0; /* position 0 follows nothing */
+        if (q->n_tok <= first) continue;
+        s->mtp_seqs[nq++] = (tela_batch_seq){n, q->n_tok - first, q->pos0 + first - 1, q->slot, q->blocks};
+        for (int j = first; j < q->n_tok; j++) {
+            s->mtp_tok[n] = tok[q->tok0 + j];
+            s->mtp_idx[n++] = j == 0 ? q->slot : ns + q->tok0 + j - 1;
+        }
+    }
+    if (n > 0) {
+        tela_batch mb;
+        tela_exec_copy_rows(ex, s->mtp_hin, E, s->mtp_h, E, s->mtp_idx, n, E);
+        if (tela_exec_set_batch_seqs(ex, &mb, s->mtp_tokd, s->mtp_posd, s->mtp_tok, s->mtp_seqs, nq) == TELA_OK)
+            mtp_block(Q, s, &Q->mtp[0], s->mtp_hin, &mb);
+    }
+    for (int i = 0; i < b->n_seq; i++) {
+        const tela_batch_seq *q = &b->seqs[i];
+        tela_exec_copy_rows(ex, s->mtp_h + (size_t)q->slot * E, E, step_h + (size_t)(q->tok0 + q->n_tok - 1) * E, E,
+                            ROW0, 1, E);
+    }
+}
+
 static void forward_output(const tela_model *m, void *state, const tela_model_step *step) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     forward_step(Q, s, &s->io.batch);
     tela_model_output_head(s->ex, &Q->output, Q->output_norm_b, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
     if (s->mtp_kv && !s->io.batch.seqs) mtp_catch_up(Q, s, &s->io.batch);
+    else if (s->mtp_kv) mtp_catch_up_batch(Q, s, &s->io.batch);
 }
 
 static int qwen35_mtp_layers(const tela_model *m) {
@@ -1233,6 +1301,43 @@ static tela_status qwen35_mtp_draft(const tela_model *m, void *state, int32_t to
     if (logits) TELA_TRY(tela_exec_download(s->ex, logits, s->mtp_logits, (size_t)Q->n_vocab * sizeof(float)));
     if (pick) TELA_TRY(tela_exec_download(s->ex, pick, s->mtp_pick, sizeof *pick));
     return tela_exec_sync(s->ex);
+}
+
+/* One draft step of the MTP block for several of the engine's sequences
+ * (see tela_arch.mtp_draft_batch): their tokens as one batch of the block,
+ * the hidden states gathered by slot (the last position's, or the slot's
+ * previous draft output with chain), each output normed back into its
+ * slot's mtp_g row, and the logits rows downloaded. */
+static tela_status qwen35_mtp_draft_batch(const tela_model *m, void *state, const tela_mtp_query *qs, int n, bool chain,
+                                          float *logits) {
+    const qwen35_model *Q = m->impl;
+    qwen35_state *s = state;
+    if (!s->mtp_kv || !s->mtp_hin)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: batched MTP drafting needs the engine's state with the MTP block",
+                           m->path);
+    if (n <= 0 || n > s->n_seq)
+        return tela_errorf(TELA_ERR_ARG, "MTP draft: %d sequences (the state has %d slots)", n, s->n_seq);
+    tela_exec *ex = s->ex;
+    const int E = Q->n_embd;
+    for (int i = 0; i < n; i++) {
+        if (qs[i].slot < 0 || qs[i].slot >= s->n_seq || qs[i].pos < 0 || qs[i].pos >= s->n_ctx || qs[i].tok < 0 ||
+            qs[i].tok >= Q->n_vocab)
+            return tela_errorf(TELA_ERR_ARG, "MTP draft: token %d at position %d of slot %d is out of range", qs[i].tok,
+                               qs[i].pos, qs[i].slot);
+        s->mtp_seqs[i] = (tela_batch_seq){i, 1, qs[i].pos, qs[i].slot, qs[i].blocks};
+        s->mtp_tok[i] = qs[i].tok;
+        s->mtp_idx[i] = qs[i].slot;
+    }
+    tela_batch mb;
+    TELA_TRY(tela_exec_set_batch_seqs(ex, &mb, s->mtp_tokd, s->mtp_posd, s->mtp_tok, s->mtp_seqs, n));
+    tela_exec_copy_rows(ex, s->mtp_hin, E, chain ? s->mtp_g : s->mtp_h, E, s->mtp_idx, n, E);
+    mtp_block(Q, s, &Q->mtp[0], s->mtp_hin, &mb);
+    tela_exec_rmsnorm(ex, s->mtp_hin, E, s->mtp_x, E, Q->mtp[0].out_norm_b, E, n, Q->eps);
+    for (int i = 0; i < n; i++)
+        tela_exec_copy_rows(ex, s->mtp_g + (size_t)qs[i].slot * E, E, s->mtp_hin + (size_t)i * E, E, ROW0, 1, E);
+    tela_exec_matmul(ex, &Q->output, s->mtp_hin, E, s->mtp_logits, Q->n_vocab, n, false);
+    TELA_TRY(tela_exec_download(ex, logits, s->mtp_logits, (size_t)n * (size_t)Q->n_vocab * sizeof(float)));
+    return tela_exec_sync(ex);
 }
 
 static tela_status qwen35_forward(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
@@ -1274,14 +1379,16 @@ static tela_status qwen35_slot_rewind(const tela_model *m, void *state, int slot
         tela_exec_copy_rows(s->ex, slot_conv(Q, s, slot) + g * s->conv_floats, cd,
                             keep_conv_at(Q, s, slot, ly->slot) + (size_t)n_keep * cd, cd, s->keep_idx, hist, cd);
     }
-    /* the MTP block (a session's) continues from the hidden state of the
-     * last token kept: mtp_h holds the pass's last step's (a verification
-     * pass is one step; a token of an earlier step leaves the block a stale
-     * start, which only costs drafts) */
+    /* the MTP block continues from the hidden state of the last token kept:
+     * mtp_h holds the pass's last step's (a verification pass is one step;
+     * a token of an earlier step leaves the block a stale start, which
+     * only costs drafts) */
     const int last0 = (s->keep_n[slot] - 1) / s->n_batch * s->n_batch; /* the last step's first token */
+    const int tok0 = s->keep_tok0 ? s->keep_tok0[slot] : 0;           /* the run's first row in that step */
     if (s->mtp_h && n_keep - 1 >= last0)
-        tela_exec_copy_rows(s->ex, s->mtp_h, Q->n_embd, s->mtp_h + (size_t)(n_keep - last0) * Q->n_embd, Q->n_embd,
-                            s->keep_idx, 1, Q->n_embd);
+        tela_exec_copy_rows(s->ex, s->mtp_h + (size_t)slot * Q->n_embd, Q->n_embd,
+                            s->mtp_h + (size_t)(s->n_seq + tok0 + n_keep - 1 - last0) * Q->n_embd, Q->n_embd, ROW0,
+                            1, Q->n_embd);
     s->keep_n[slot] = 0;
     return tela_exec_sync(s->ex);
 }
@@ -1299,10 +1406,11 @@ static tela_status qwen35_forward_batch(const tela_model *m, void *state, const 
         if (keeps && runs[i].keep_states && runs[i].n > keep_max) keep_max = runs[i].n;
     }
     if (keep_max > 0) TELA_TRY(keep_reserve(m, s, keep_max));
-    for (int i = 0; keep_max > 0 && i < n_runs; i++)
-        if (runs[i].keep_states) {
+    for (int i = 0, t = 0; i < n_runs; t += runs[i++].n)
+        if (keep_max > 0 && runs[i].keep_states) {
             s->keeping[runs[i].slot] = true;
             s->keep_pos0[runs[i].slot] = runs[i].n_past;
+            if (s->keep_tok0) s->keep_tok0[runs[i].slot] = t;
         }
     const tela_status st = tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits);
     for (int i = 0; keep_max > 0 && i < n_runs; i++)
@@ -1342,6 +1450,7 @@ const tela_arch tela_arch_qwen35 = {
     .slot_rewind = qwen35_slot_rewind,
     .mtp_layers = qwen35_mtp_layers,
     .mtp_draft = qwen35_mtp_draft,
+    .mtp_draft_batch = qwen35_mtp_draft_batch,
     .layer_kind = qwen35_layer_kind,
     .forward_naive = NULL,
 };

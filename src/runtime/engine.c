@@ -24,8 +24,9 @@
  *      seed gives the same tokens here and there), and the events go out.
  *
  * Speculative decoding (a request's spec): a decoding sequence brings
- * drafts (prompt lookup over its own tokens) to its run, which gets every
- * token's logits; the drafts are accepted by tela_generate's rule
+ * drafts (prompt lookup over its own tokens, or the MTP block's, drafted
+ * for all such sequences together, a batch of the block per draft) to its
+ * run, which gets every token's logits; the drafts are accepted by tela_generate's rule
  * (tela_spec_accept, the same step indices and streams, so a seed gives the
  * same tokens here and in tela_generate with the same drafter), the
  * sequence keeps the pending token and the accepted drafts, and a hybrid
@@ -78,6 +79,8 @@ typedef struct eng_req {
     bool admitted_once;
     tela_spec_params spec;       /* method TELA_SPEC_NONE: no speculation */
     int32_t n_draft;             /* drafts in this step's run (after the pending token) */
+    tela_token_prob *qdist[TELA_SPEC_MAX_DRAFT]; /* MTP drafts drawn when sampling: their distributions */
+    size_t n_qdist[TELA_SPEC_MAX_DRAFT];
     int32_t n_drafted, n_accepted;
     double t_submit, t_start, t_first;
     struct eng_req *next;
@@ -96,6 +99,11 @@ struct tela_engine {
     float *logits;               /* [logit_rows][n_vocab]: a step's logits rows */
     int32_t logit_rows;
     bool rewinds;                /* the model rolls back by slot_rewind (recurrent state) */
+    bool mtp;                    /* the model's MTP block is loaded: MTP drafting, and no block shared up to
+                                    the position before a reused prefix's end (its MTP row is rewritten) */
+    tela_mtp_query *mtp_q;       /* [n_parallel] a batched draft step's sequences */
+    eng_req **mtp_req;
+    float *mtp_logits;           /* [n_parallel][n_vocab] */
     tela_spec_verifier ver;      /* speculative decoding's acceptance rule */
     int *free_slots;
     int n_free_slots;
@@ -153,6 +161,7 @@ static void req_free(eng_req *r) {
     free(r->hashes);
     free(r->ready);
     free(r->raw);
+    for (int i = 0; i < TELA_SPEC_MAX_DRAFT; i++) free(r->qdist[i]);
     tela_text_stream_free(r->text);
     free(r);
 }
@@ -323,7 +332,11 @@ static bool req_start(tela_engine *e, eng_req *r) {
             reuse = found < n ? found : n - 1; /* the last token is computed again for its logits */
         }
     }
-    const int32_t shared = reuse / ENGINE_BLOCK, part = reuse - shared * ENGINE_BLOCK;
+    int32_t shared = reuse / ENGINE_BLOCK, part = reuse - shared * ENGINE_BLOCK;
+    if (e->mtp && part == 0 && shared > 0) { /* the block of position reuse - 1 is copied, not shared */
+        shared--;
+        part = ENGINE_BLOCK;
+    }
     /* the part of the block after the shared ones: from a matched full block,
      * or the tail block */
     const int32_t src = part == 0 ? -1 : shared < found_full ? r->blocks[shared] : tail_block;
@@ -534,7 +547,7 @@ static void req_sample(tela_engine *e, eng_req *r, float *row) {
 static int32_t req_propose(tela_engine *e, eng_req *r, int32_t room) {
     /* (the first token after the prompt is sampled plainly, as tela_generate
      * does, also when the prompt's last token is all that is computed) */
-    if (r->spec.method == TELA_SPEC_NONE || r->n_generated == 0) return 0;
+    if (r->spec.method == TELA_SPEC_NONE || r->n_generated == 0 || r->n_computed < 1) return 0;
     int32_t k = r->spec.draft_max;
     if (k > e->n_ctx - r->n_tokens) k = e->n_ctx - r->n_tokens;
     if (r->params.max_tokens > 0 && k > r->params.max_tokens - r->n_generated - 1)
@@ -543,7 +556,59 @@ static int32_t req_propose(tela_engine *e, eng_req *r, int32_t room) {
     const int64_t fit = ((int64_t)r->n_blocks + tela_kv_pool_available(e->pool)) * ENGINE_BLOCK - r->n_tokens;
     if (k > fit) k = (int32_t)(fit > 0 ? fit : 0);
     if (k <= 0) return 0;
+    if (r->spec.method == TELA_SPEC_MTP) return k; /* drafted below, with the others' (mtp_drafts) */
     return tela_spec_ngram(r->tokens, r->n_tokens, k, r->spec.ngram_min, r->spec.ngram_max, r->tokens + r->n_tokens);
+}
+
+/* The MTP block's drafts for this step's MTP runs (runs[0..n_runs)), all
+ * of them together: draft i of every run that wants more than i, as one
+ * batch of the block, picked or drawn as tela_generate's MTP drafter does
+ * (the penalties see the sequence's tokens, not the drafts before). On
+ * failure the runs go without drafts. */
+static void mtp_drafts(tela_engine *e, int n_runs) {
+    const int V = e->n_vocab;
+    int kmax = 0;
+    for (int j = 0; j < n_runs; j++)
+        if (e->run_req[j]->spec.method == TELA_SPEC_MTP && e->run_req[j]->n_draft > kmax) kmax = e->run_req[j]->n_draft;
+    tela_status st = TELA_OK;
+    for (int i = 0; i < kmax && st == TELA_OK; i++) {
+        int n = 0;
+        for (int j = 0; j < n_runs; j++) {
+            eng_req *r = e->run_req[j];
+            if (r->spec.method != TELA_SPEC_MTP || r->n_draft <= i) continue;
+            const int32_t P = r->n_computed;
+            e->mtp_q[n] = (tela_mtp_query){r->slot, r->tokens[P + i], P - 1 + i, r->blocks};
+            e->mtp_req[n++] = r;
+        }
+        st = e->arch->mtp_draft_batch(e->model, e->state, e->mtp_q, n, i > 0, e->mtp_logits);
+        for (int q = 0; q < n && st == TELA_OK; q++) {
+            eng_req *r = e->mtp_req[q];
+            const tela_sampler_params *sp = &r->params.sampler;
+            float *row = e->mtp_logits + (size_t)q * V;
+            const uint64_t step = (uint64_t)r->n_tokens + (uint64_t)i;
+            int32_t tok = 0;
+            if (sp->temperature > 0.0f) {
+                if (!r->qdist[i] && !(r->qdist[i] = malloc((size_t)V * sizeof *r->qdist[i]))) {
+                    st = tela_errorf(TELA_ERR_NOMEM, "out of memory for the draft distributions");
+                    break;
+                }
+                st = tela_sampler_dist(sp, row, V, r->tokens, (size_t)r->n_tokens, r->qdist[i], &r->n_qdist[i]);
+                tok = tela_sampler_draw(r->qdist[i], r->n_qdist[i],
+                                        tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_DRAFT));
+                if (st == TELA_OK && tok < 0) st = tela_errorf(TELA_ERR_INTERNAL, "an empty draft distribution");
+            } else {
+                st = tela_sample(sp, row, V, r->tokens, (size_t)r->n_tokens, step, &tok);
+            }
+            r->tokens[r->n_tokens + i] = tok;
+        }
+    }
+    if (st == TELA_OK) return;
+    for (int j = 0; j < n_runs; j++) /* no drafts this step */
+        if (e->run_req[j]->spec.method == TELA_SPEC_MTP && e->run_req[j]->n_draft > 0) {
+            e->run_req[j]->n_draft = 0;
+            e->runs[j].n = 1;
+            e->runs[j].all_logits = e->runs[j].keep_states = false;
+        }
 }
 
 /* A verification run's outcome: r's pending token and n_draft drafts went
@@ -569,9 +634,10 @@ static void req_verify(tela_engine *e, eng_req *r, float *rows) {
         const uint64_t step = (uint64_t)P + 1 + (uint64_t)i;
         int32_t tok = 0;
         bool accepted = false;
+        const bool drawn = r->spec.method == TELA_SPEC_MTP && r->params.sampler.temperature > 0.0f;
         if (i < nd)
             st = tela_spec_accept(&e->ver, &r->params.sampler, row, r->tokens, (size_t)(P + 1 + i), step, drafts[i],
-                                  NULL, 0, &accepted, &tok);
+                                  drawn ? r->qdist[i] : NULL, drawn ? r->n_qdist[i] : 0, &accepted, &tok);
         else
             st = tela_sample(&r->params.sampler, row, V, r->tokens, (size_t)(P + 1 + i), step, &tok);
         if (st != TELA_OK) {
@@ -639,6 +705,7 @@ static void step(tela_engine *e) {
         budget -= 1 + nd;
         rows += 1 + nd;
     }
+    if (e->mtp && n_runs > 0) mtp_drafts(e, n_runs);
     /* 2. prompt chunks */
     for (int i = 0; i < e->n_running && budget > 0; i++) {
         eng_req *r = e->running[i];
@@ -795,6 +862,9 @@ void tela_engine_free(tela_engine *e) {
     free(e->image);
     free(e->logits);
     tela_spec_verifier_free(&e->ver);
+    free(e->mtp_q);
+    free(e->mtp_req);
+    free(e->mtp_logits);
     free(e->free_slots);
     free(e->running);
     free(e->runs);
@@ -849,6 +919,7 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     e->n_vocab = model->info.n_vocab;
     e->image_bytes = arch->slot_bytes(model);
     e->rewinds = e->image_bytes > 0 && arch->slot_rewind;
+    e->mtp = arch->mtp_layers && arch->mtp_draft_batch && arch->mtp_layers(model) > 0;
     e->next_id = 1;
     tela_status st = TELA_OK;
     tela_state_params sp = {n_ctx, TELA_KV_DTYPE_F32, n_parallel, ENGINE_BLOCK, (int32_t)(n_blocks * ENGINE_BLOCK),
@@ -877,6 +948,12 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
             st = tela_errorf(TELA_ERR_NOMEM, "engine: out of memory");
         else
             st = tela_spec_verifier_init(&e->ver, e->n_vocab);
+        if (st == TELA_OK && e->mtp) {
+            e->mtp_q = malloc((size_t)n_parallel * sizeof *e->mtp_q);
+            e->mtp_req = malloc((size_t)n_parallel * sizeof *e->mtp_req);
+            e->mtp_logits = malloc((size_t)n_parallel * (size_t)e->n_vocab * sizeof(float));
+            if (!e->mtp_q || !e->mtp_req || !e->mtp_logits) st = tela_errorf(TELA_ERR_NOMEM, "engine: out of memory");
+        }
     }
     if (st == TELA_OK) {
         for (int i = 0; i < n_parallel; i++) e->free_slots[i] = n_parallel - 1 - i;
@@ -931,12 +1008,17 @@ tela_status tela_engine_submit(tela_engine *e, const int32_t *prompt, int32_t n_
     tela_spec_params spec = tela_spec_default_params();
     if (params->spec && params->spec->method != TELA_SPEC_NONE) {
         spec = *params->spec;
-        if (spec.method == TELA_SPEC_DRAFT || spec.method == TELA_SPEC_MTP)
+        if (spec.method == TELA_SPEC_DRAFT)
             return tela_errorf(TELA_ERR_UNSUPPORTED,
-                               "speculative decoding in the engine drafts by prompt lookup (ngram); %s drafting runs "
-                               "in sessions (tela run, tela chat)",
-                               spec.method == TELA_SPEC_DRAFT ? "draft-model" : "MTP");
-        if (spec.method != TELA_SPEC_NGRAM)
+                               "speculative decoding in the engine drafts by prompt lookup (ngram) or the model's MTP "
+                               "block; draft models run in sessions (tela run, tela chat)");
+        if (spec.method == TELA_SPEC_MTP && !e->mtp)
+            return tela_errorf(TELA_ERR_UNSUPPORTED,
+                               "MTP drafting needs a model with a multi-token-prediction block, loaded (load_mtp): %s "
+                               "has %s",
+                               m->path ? m->path : "the model",
+                               m->arch->mtp_layers ? "none loaded" : "no MTP support in its architecture");
+        if (spec.method != TELA_SPEC_NGRAM && spec.method != TELA_SPEC_MTP)
             return tela_errorf(TELA_ERR_ARG, "speculative decoding: unknown method %d", (int)spec.method);
         TELA_TRY(tela_spec_params_check(&spec));
         spec.draft = NULL;
