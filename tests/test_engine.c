@@ -282,7 +282,7 @@ static void check_spec(tela_model *m, tela_spec_method method, const int32_t *pr
     q.spec = &bad;
     CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_UNSUPPORTED);
     bad.method = TELA_SPEC_MTP;
-    if (!strcmp(tela_model_get_info(m)->arch, "llama")) /* no MTP block */
+    if (tela_model_get_info(m)->n_mtp_layers == 0)
         CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_UNSUPPORTED);
     bad.method = TELA_SPEC_NGRAM;
     bad.draft_max = TELA_SPEC_MAX_DRAFT + 1;

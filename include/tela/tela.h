@@ -121,6 +121,7 @@ typedef struct tela_model_info {
     int has_tokenizer;
     int has_chat_template;
     const char *device;      /* where it runs: "cpu (avx512, 2 threads)", "cuda:0 (NVIDIA H200, ...)" */
+    int32_t n_mtp_layers;    /* multi-token-prediction blocks loaded (load_mtp), for --spec mtp */
 } tela_model_info;
 
 TELA_API const tela_model_info *tela_model_get_info(const tela_model *model);

@@ -53,10 +53,11 @@ static void usage(FILE *f) {
             "                           paged KV cache that the CUDA backend does not have yet)\n"
             "      --kv-type T          KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
             "                           (default: f16 on a GPU, f32 on the CPU)\n"
-            "      --spec ngram         speculative decoding by prompt lookup for every request: what followed\n"
-            "                           the last n-gram earlier in the prompt or reply is verified in the same\n"
-            "                           step (greedy output unchanged; sampling keeps the distribution); usage\n"
-            "                           reports completion_tokens_details.accepted_prediction_tokens\n"
+            "      --spec ngram|mtp     speculative decoding for every request, its drafts verified in the\n"
+            "                           same batched step (greedy output unchanged; sampling keeps the\n"
+            "                           distribution); usage reports completion_tokens_details\n"
+            "                           ngram = prompt lookup (what followed the last n-gram earlier on)\n"
+            "                           mtp   = the model's own multi-token-prediction block (Qwen3.5)\n"
             "      --draft-max K        tokens drafted per verification, 1..%d (default %d)\n"
             "      --spec-ngram-min N, --spec-ngram-max N\n"
             "                           n-gram sizes prompt lookup matches, longest first (default %d..%d)\n"
@@ -151,11 +152,9 @@ int tela_cmd_serve(int argc, char **argv) {
 #undef IS
     }
     if (cli_check_spec("serve", &p.spec, draft_path)) return 2;
-    if (p.spec.method == TELA_SPEC_DRAFT || p.spec.method == TELA_SPEC_MTP) {
-        fprintf(stderr,
-                "tela serve: --spec %s: the server drafts by prompt lookup only so far (--spec ngram); draft models "
-                "and MTP run in tela run, tela chat and tela bench\n",
-                cli_spec_method_name(p.spec.method));
+    if (p.spec.method == TELA_SPEC_DRAFT) {
+        fprintf(stderr, "tela serve: --spec draft: the server drafts by prompt lookup (--spec ngram) or the model's MTP "
+                        "block (--spec mtp); draft models run in tela run, tela chat and tela bench\n");
         return 2;
     }
     if (!p.model_path) {

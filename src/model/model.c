@@ -178,6 +178,7 @@ static tela_status model_load(tela_model *m) {
     }
     TELA_TRY(choose_backend(m));
     TELA_TRY(m->arch->load(m));
+    if (m->arch->mtp_layers) m->info.n_mtp_layers = m->arch->mtp_layers(m);
     TELA_TRY(load_vocab(m));
     m->info.arch = m->arch_name;
     m->info.name = m->name_buf;

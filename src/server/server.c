@@ -109,6 +109,7 @@ int tela_serve(const tela_serve_params *p) {
     mp.n_threads = p->n_threads;
     mp.device = p->device;
     mp.verbose = 1;
+    mp.load_mtp = p->spec.method == TELA_SPEC_MTP;
     if (tela_model_load(p->model_path, &mp, &a.model) != TELA_OK) {
         fprintf(stderr, "tela serve: %s\n", tela_last_error());
         goto done;
@@ -116,6 +117,11 @@ int tela_serve(const tela_serve_params *p) {
     a.info = tela_model_get_info(a.model);
     if (!a.info->has_tokenizer) {
         fprintf(stderr, "tela serve: the model %s has no tokenizer; the server needs one\n", p->model_path);
+        goto done;
+    }
+    if (p->spec.method == TELA_SPEC_MTP && a.info->n_mtp_layers == 0) {
+        fprintf(stderr, "tela serve: --spec mtp: %s has no multi-token-prediction (nextn) block; --spec ngram drafts "
+                        "with any model\n", p->model_path);
         goto done;
     }
     tela_engine_params ep = p->engine;
@@ -176,8 +182,9 @@ int tela_serve(const tela_serve_params *p) {
     const char *host = p->host ? p->host : "127.0.0.1";
     int v6 = strchr(host, ':') != NULL;
     char spec[64] = "";
-    if (p->spec.method == TELA_SPEC_NGRAM)
-        snprintf(spec, sizeof spec, " | speculative: prompt lookup, up to %d drafts", p->spec.draft_max);
+    if (p->spec.method != TELA_SPEC_NONE)
+        snprintf(spec, sizeof spec, " | speculative: %s, up to %d drafts",
+                 p->spec.method == TELA_SPEC_MTP ? "MTP" : "prompt lookup", p->spec.draft_max);
     printf("tela serve: listening on http://%s%s%s:%d/ | model %s (%s) | %s | parallel %d | ctx %d%s%s\n",
            v6 ? "[" : "", host, v6 ? "]" : "", http_port(h), a.model_id, a.info->arch,
            a.info->device ? a.info->device : "?", ep.n_parallel > 0 ? ep.n_parallel : 8, a.n_ctx, spec,

@@ -1,11 +1,13 @@
 'use strict';
 // spec.test.cjs: tela serve --spec ngram (speculative decoding by prompt
-// lookup inside the batching engine) through the official openai client:
-// greedy replies are tela run's plain greedy text; seeded sampled replies
-// are tela run --spec ngram's with the same seed and sampler (the engine
-// verifies drafts by tela_generate's rule); usage reports the drafts as
-// OpenAI's completion_tokens_details; four concurrent streams each give
-// what they give alone; /metrics counts drafts and acceptances.
+// lookup inside the batching engine) and --spec mtp (the hybrid demo's own
+// MTP block) through the official openai client: greedy replies are tela
+// run's plain greedy text; seeded sampled replies are tela run --spec's
+// with the same seed and sampler (the engine verifies drafts by
+// tela_generate's rule); usage reports the drafts as OpenAI's
+// completion_tokens_details; four concurrent streams each give what they
+// give alone; /metrics counts drafts and acceptances.
+const path = require('node:path');
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const c = require('./common.cjs');
@@ -77,5 +79,38 @@ describe('speculative decoding (prompt lookup)', () => {
     const m = await c.metricsUntil(srv.url, (v) => v.tela_running_sequences === 0);
     assert.equal(m.tela_kv_blocks_used, 0);
     assert.ok(m.tela_spec_accepted_tokens_total > 0 && m.tela_spec_draft_tokens_total >= m.tela_spec_accepted_tokens_total);
+  });
+});
+
+describe('speculative decoding (MTP, the Qwen3.5 demo)', () => {
+  const HYB = path.join(c.SRC, 'models', 'tela-kjv-qwen35-f16.gguf');
+  let hsrv;
+  let hclient;
+  before(async () => {
+    hsrv = await c.startServer(['-m', HYB, '--parallel', '4', '--spec', 'mtp', '--draft-max', '2']);
+    hclient = new OpenAI({ baseURL: hsrv.url + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  });
+  after(async () => {
+    const { code } = await hsrv.stop();
+    assert.equal(code, 0, 'tela serve exits 0 after SIGTERM\n' + hsrv.log());
+  });
+
+  it('greedy: plain greedy text, most drafts accepted', async () => {
+    assert.match(hsrv.startLine, /speculative: MTP, up to 2 drafts/);
+    const ref = c.telaRun(['-m', HYB, '-p', 'In the beginning', '-n', '48', '--temp', '0']);
+    const r = await hclient.completions.create({ prompt: 'In the beginning', max_tokens: 48, temperature: 0 });
+    assert.equal(r.choices[0].text, ref);
+    const d = r.usage.completion_tokens_details;
+    assert.ok(d.accepted_prediction_tokens > d.rejected_prediction_tokens, JSON.stringify(d));
+  });
+
+  it('sampled: what tela run --spec mtp gives with the same seed and sampler, batched or alone', async () => {
+    const ask = (seed) => hclient.completions.create({ prompt: 'And God said', max_tokens: 40, temperature: 0.9, seed });
+    const together = await Promise.all([8, 9, 10].map(ask));
+    for (const [i, seed] of [8, 9, 10].entries()) {
+      const ref = c.telaRun(['-m', HYB, '-p', 'And God said', '-n', '40', '--temp', '0.9', '--top-k', '0', '--top-p', '1',
+                             '--min-p', '0', '--seed', String(seed), '--spec', 'mtp', '--draft-max', '2']);
+      assert.equal(together[i].choices[0].text, ref, `seed ${seed}`);
+    }
   });
 });
