@@ -25,6 +25,36 @@
     "from the darkness. And God called the light Day, and the darkness he called Night. And the evening and the "     \
     "morning were the first day. And God said"
 
+int32_t *cli_bench_spec_prompt(tela_model *m, const cli_bench_opts *o, size_t *np) {
+    const tela_model_info *info = tela_model_get_info(m);
+    const char *text = o->prompt ? o->prompt : SPEC_DEFAULT_PROMPT;
+    int32_t *prompt = NULL;
+    if (info->has_tokenizer) {
+        const size_t cap = strlen(text) + 16;
+        prompt = malloc(cap * sizeof *prompt);
+        if (!prompt) {
+            fprintf(stderr, "tela bench: out of memory\n");
+            return NULL;
+        }
+        if (tela_tokenize(m, text, strlen(text), 1, 0, prompt, cap, np) != TELA_OK) {
+            fprintf(stderr, "tela bench: tokenizing the prompt: %s\n", tela_last_error());
+            free(prompt);
+            return NULL;
+        }
+        return prompt;
+    }
+    /* token ids only: a pseudo-random prompt, twice (prompt lookup finds it) */
+    *np = 128;
+    prompt = malloc(*np * sizeof *prompt);
+    if (!prompt) {
+        fprintf(stderr, "tela bench: out of memory\n");
+        return NULL;
+    }
+    cli_bench_fill_tokens(prompt, 64, info->n_vocab);
+    memcpy(prompt + 64, prompt, 64 * sizeof *prompt);
+    return prompt;
+}
+
 typedef struct spec_run {
     double ts;        /* generated tokens per second */
     tela_generate_result r;
@@ -146,22 +176,7 @@ int cli_bench_spec(tela_model *m, const cli_bench_opts *o, const cli_bench_table
     size_t np = 0;
     tela_model *dm = NULL;
     tela_session *s = NULL, *d = NULL;
-    const char *text = o->prompt ? o->prompt : SPEC_DEFAULT_PROMPT;
-    if (info->has_tokenizer) {
-        const size_t cap = strlen(text) + 16;
-        prompt = malloc(cap * sizeof *prompt);
-        if (!prompt) goto oom;
-        if (tela_tokenize(m, text, strlen(text), 1, 0, prompt, cap, &np) != TELA_OK) {
-            fprintf(stderr, "tela bench: tokenizing the prompt: %s\n", tela_last_error());
-            goto done;
-        }
-    } else { /* token ids only: a pseudo-random prompt, twice (prompt lookup finds it) */
-        np = 128;
-        prompt = malloc(np * sizeof *prompt);
-        if (!prompt) goto oom;
-        cli_bench_fill_tokens(prompt, 64, info->n_vocab);
-        memcpy(prompt + 64, prompt, 64 * sizeof *prompt);
-    }
+    if (!(prompt = cli_bench_spec_prompt(m, o, &np))) goto done;
     if (o->draft_path) {
         tela_model_params mp = tela_model_default_params();
         mp.n_threads = o->n_threads;

@@ -38,6 +38,10 @@ void cli_bench_row(const cli_bench_table *t, const char *name, int n_prompt, int
                    double sum, double sum2, long long reps);
 /* The --parallel tests: 0, or 1 after printing an error. */
 int cli_bench_parallel(tela_model *m, const cli_bench_opts *o, const cli_bench_table *t);
+/* The prompt of the speculative tests (--prompt, tokenized; or repeated
+ * pseudo-random ids for a model without a tokenizer): malloc'd, *np ids;
+ * NULL after printing an error. */
+int32_t *cli_bench_spec_prompt(tela_model *m, const cli_bench_opts *o, size_t *np);
 /* The --spec tests (bench_spec.c): 0, or 1 after printing an error. */
 int cli_bench_spec(tela_model *m, const cli_bench_opts *o, const cli_bench_table *t);
 
