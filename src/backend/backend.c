@@ -216,6 +216,7 @@ tela_status tela_exec_set_batch(tela_exec *ex, tela_batch *batch, int32_t *tok_m
     batch->pos = pos_mem;
     batch->n_seq = 1;
     batch->seqs = NULL;
+    batch->serial = 0;
     return TELA_OK;
 }
 
@@ -244,6 +245,8 @@ tela_status tela_exec_set_batch_seqs(tela_exec *ex, tela_batch *batch, int32_t *
     batch->pos = pos_mem;
     batch->n_seq = n_seq;
     batch->seqs = seqs;
+    static _Atomic uint64_t serials;
+    batch->serial = ++serials;
     return TELA_OK;
 }
 
@@ -331,6 +334,9 @@ tela_status tela_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela_kv_ca
             return tela_errorf(TELA_ERR_UNSUPPORTED,
                                "%s: this backend has no paged KV cache yet (batched serving runs on the CPU)",
                                ex->be->description);
+        if ((shape->block_size & (shape->block_size - 1)) != 0)
+            return tela_errorf(TELA_ERR_INTERNAL, "paged KV cache: blocks of %d positions (a power of two is needed)",
+                               shape->block_size);
         if (shape->n_ctx % shape->block_size != 0 || shape->max_seq_len <= 0)
             return tela_errorf(TELA_ERR_INTERNAL, "paged KV cache: %d rows are not blocks of %d", shape->n_ctx,
                                shape->block_size);

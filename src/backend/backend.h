@@ -108,6 +108,7 @@ typedef struct tela_batch {
     const int32_t *pos;      /* backend memory [n_tok]: each token's position in its sequence */
     int n_seq;               /* 1 when seqs is NULL */
     const tela_batch_seq *seqs;
+    uint64_t serial;         /* batched steps: a number of its own (a backend's per-step tables are made once) */
 } tela_batch;
 
 /* Shapes of a KV cache: n_layer layers of n_ctx rows, each row holding

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "cli/cli.h"
 #include "tela/tela.h"
 
@@ -49,8 +48,7 @@ static void usage(FILE *f) {
             "      --max-queue N        requests waiting for the engine before new ones get 429 (default %d)\n"
             "      --max-body BYTES     largest request body (default 8M; K, M, G suffixes)\n"
             "  -t, --threads N          computation threads (default: all cores)\n"
-            "      --device DEV         cpu, cuda or cuda:N (default: the CPU: batching on the GPU needs a\n"
-            "                           paged KV cache that the CUDA backend does not have yet)\n"
+            "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one)\n"
             "      --kv-type T          KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
             "                           (default: f16 on a GPU, f32 on the CPU)\n"
             "      --spec ngram|mtp     speculative decoding for every request, its drafts verified in the\n"
@@ -165,14 +163,6 @@ int tela_cmd_serve(int argc, char **argv) {
             return 2;
         }
         fprintf(stderr, "tela serve: using the default model %s\n", p.model_path);
-    }
-    /* the batching engine needs a paged KV cache, which only the CPU
-     * backend has so far: without --device, serve there rather than fail */
-    const char *env_device = getenv("TELA_DEVICE");
-    if (!p.device && !(env_device && env_device[0]) && tela_backend_cuda_device_count() > 0) {
-        p.device = "cpu";
-        fprintf(stderr, "tela serve: serving on the CPU (the GPU backend has no paged KV cache for batching yet; "
-                        "--device cuda asks for it anyway)\n");
     }
     return tela_serve(&p);
 }

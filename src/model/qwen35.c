@@ -1218,7 +1218,7 @@ static void mtp_catch_up(const qwen35_model *Q, qwen35_state *s, const tela_batc
         /* (pos0: the step's own, so that the block's attention is sized by
          * the same length bucket as the step: a captured step replays it at
          * every length of the bucket) */
-        const tela_batch mb = {nt - first, b->pos0 + first, b->tokens + first, s->io.pos_prev + first, 1, NULL};
+        const tela_batch mb = {nt - first, b->pos0 + first, b->tokens + first, s->io.pos_prev + first, 1, NULL, 0};
         mtp_block(Q, s, &Q->mtp[0], s->mtp_h + (size_t)first * E, &mb);
     }
     tela_exec_rmsnorm(s->ex, s->mtp_h, E, s->x + (size_t)(nt - 1) * E, E, Q->output_norm_b, E, 1, Q->eps);
@@ -1288,7 +1288,7 @@ static tela_status qwen35_mtp_draft(const tela_model *m, void *state, int32_t to
                            tok, pos, Q->n_vocab, s->n_ctx);
     const int32_t in[2] = {tok, pos};
     TELA_TRY(tela_exec_upload(s->ex, s->mtp_in, in, sizeof in));
-    const tela_batch mb = {1, pos, s->mtp_in, s->mtp_in + 1, 1, NULL};
+    const tela_batch mb = {1, pos, s->mtp_in, s->mtp_in + 1, 1, NULL, 0};
     const int E = Q->n_embd;
     const uint64_t key = 2u | (uint64_t)chain << 8 | (uint64_t)tela_exec_length_bucket(s->ex, pos + 1) << 32;
     if (tela_exec_graph_begin(s->ex, key)) {

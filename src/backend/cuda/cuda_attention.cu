@@ -40,12 +40,21 @@ struct dec_params {
     int n_ctx, kd, vd;
     int n_head, n_kv_head, group, hpb, n_sub;
     const int32_t *pos;
+    const int32_t *tbl;          /* NULL, or a paged cache's block tables: token t's at tbl + tok_tbl[t] */
+    const int32_t *tok_tbl;
+    int shift;                   /* log2 of the block size */
     float qscale;                /* scale * log2(e) */
     int n_split, chunk;
     float *part;                 /* [n_tok][n_head][n_split][vd + 2] when n_split > 1 */
     float *out;
     int64_t out_stride;
 };
+
+/* The cache row of position j: j itself, or through the sequence's block
+ * table t (a paged cache). */
+static __device__ __forceinline__ int kv_row(const int32_t *t, int j, int shift) {
+    return t ? (t[j >> shift] << shift) | (j & ((1 << shift) - 1)) : j;
+}
 
 template <typename KT>
 static __device__ __forceinline__ float ldkv(const KT *p) {
@@ -86,6 +95,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(cons
     const int n_kv = p.pos[t] + 1;
     const int k0 = split * p.chunk, k1 = min(k0 + p.chunk, n_kv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int32_t *tt = p.tbl ? p.tbl + p.tok_tbl[t] : NULL;
 
     for (int i = threadIdx.x; i < DEC_HEADS * DT; i += blockDim.x) {
         const int hh = i / DT, d = i % DT;
@@ -110,7 +120,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(cons
 #pragma unroll
         for (int hh = 0; hh < DEC_HEADS; hh++) s[hh] = 0.0f;
         if (valid) {
-            const KT *kr = kc + (size_t)key * p.kd;
+            const KT *kr = kc + (size_t)kv_row(tt, key, p.shift) * p.kd;
             if (VEC) {
 #pragma unroll 4
                 for (int d = 0; d < DT; d += 8) {
@@ -157,7 +167,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(cons
             float vv[PB][DT / 32];
 #pragma unroll
             for (int u = 0; u < PB; u++) {
-                const KT *vr = vc + (size_t)(kt + kb + u) * p.vd;
+                const KT *vr = vc + (size_t)kv_row(tt, min(kt + kb + u, n_kv - 1), p.shift) * p.vd;
 #pragma unroll
                 for (int j = 0; j < DT / 32; j++) {
                     const int d = lane + 32 * j;
@@ -264,6 +274,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode2_kernel(con
     const int k0 = split * p.chunk, k1 = min(k0 + p.chunk, n_kv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int kg = lane / G, d0 = (lane % G) * 8; /* this lane's key in the step, its dimensions */
+    const int32_t *tt = p.tbl ? p.tbl + p.tok_tbl[t] : NULL;
 
     float q[NH][8];
 #pragma unroll
@@ -289,7 +300,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode2_kernel(con
         uint4 kr[U], vr[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int key = min(base + u * DEC_WARPS * KPW + kg, k1 - 1);
+            const int key = kv_row(tt, min(base + u * DEC_WARPS * KPW + kg, k1 - 1), p.shift);
             kr[u] = *(const uint4 *)(kc + (size_t)key * DT + d0);
             vr[u] = *(const uint4 *)(vc + (size_t)key * DT + d0);
         }
@@ -384,7 +395,7 @@ static dec_kernel_fn dec_pick(int dmax, bool vec) {
 
 static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
                              float *out, int64_t out_stride, const int32_t *pos, int n_tok, int n_head, float scale,
-                             int32_t max_len) {
+                             int32_t max_len, const int32_t *tbl, const int32_t *tok_tbl, int shift) {
     const tela_kv_shape *s = &kv->head.shape;
     dec_params p;
     p.q = q;
@@ -400,6 +411,9 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     p.hpb = p.group < DEC_HEADS ? p.group : DEC_HEADS;
     p.n_sub = (p.group + p.hpb - 1) / p.hpb;
     p.pos = pos;
+    p.tbl = tbl;
+    p.tok_tbl = tok_tbl;
+    p.shift = shift;
     p.qscale = scale * LOG2E;
     const int dmax = s->k_dim > s->v_dim ? s->k_dim : s->v_dim;
     const bool vec = s->k_dim % 8 == 0;
@@ -453,6 +467,8 @@ struct fa_params {
     const __half *k, *v;         /* the layer's cache */
     int n_ctx, n_tok, group;
     const int32_t *pos;
+    const int32_t *tbl;          /* NULL, or the (one) sequence's block table of a paged cache */
+    int shift;
     float qscale;
     float *out;
     int64_t out_stride;
@@ -507,8 +523,9 @@ static __global__ void __launch_bounds__(128) attn_flash_kernel(const fa_params 
             const int r = i / (D / 8), c = (i % (D / 8)) * 8;
             uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
             if (kt + r < n_keys) {
-                kv4 = *(const uint4 *)(kc + (size_t)(kt + r) * D + c);
-                vv4 = *(const uint4 *)(vc + (size_t)(kt + r) * D + c);
+                const size_t row = (size_t)kv_row(p.tbl, kt + r, p.shift);
+                kv4 = *(const uint4 *)(kc + row * D + c);
+                vv4 = *(const uint4 *)(vc + row * D + c);
             }
             *(uint4 *)(Ks + r * QS + c) = kv4;
             const __half *vh = (const __half *)&vv4;
@@ -624,20 +641,18 @@ static void launch_flash(cuda_exec *ex, const fa_params &p, int n_head) {
     tela_cuda_launched(ex, "attention (flash)");
 }
 
-void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride, float *out,
-                         int64_t out_stride, const int32_t *pos, int n_tok, int32_t pos0, int n_head, float scale,
-                         int32_t bucket_len) {
+static bool use_flash(const cuda_exec *ex, const cuda_kv *kv, int n_tok) {
     const tela_kv_shape *s = &kv->head.shape;
     const int D = s->k_dim;
-    const bool flash = n_tok > TELA_CUDA_GEMV_MAX_TOK && kv->elt == 2 && s->k_dim == s->v_dim &&
-                       (D == 64 || D == 128 || D == 256) && fa_smem_bytes(D) <= ex->be->smem_optin;
-    if (!flash) {
-        /* steps that may be captured (TELA_GRAPH_MAX_TOK) are sized by their
-         * length bucket, so the graph serves the whole bucket */
-        attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, n_tok, n_head, scale,
-                         n_tok <= TELA_GRAPH_MAX_TOK ? bucket_len : pos0 + n_tok);
-        return;
-    }
+    return n_tok > TELA_CUDA_GEMV_MAX_TOK && kv->elt == 2 && s->k_dim == s->v_dim && (D == 64 || D == 128 || D == 256) &&
+           fa_smem_bytes(D) <= ex->be->smem_optin;
+}
+
+static void attention_flash(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride, float *out,
+                            int64_t out_stride, const int32_t *pos, int n_tok, int n_head, float scale,
+                            const int32_t *tbl, int shift) {
+    const tela_kv_shape *s = &kv->head.shape;
+    const int D = s->k_dim;
     fa_params p;
     p.q = q;
     p.q_stride = q_stride;
@@ -647,10 +662,60 @@ void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const floa
     p.n_tok = n_tok;
     p.group = n_head / s->n_kv_head;
     p.pos = pos;
+    p.tbl = tbl;
+    p.shift = shift;
     p.qscale = scale * LOG2E;
     p.out = out;
     p.out_stride = out_stride;
     if (D == 64) launch_flash<64>(ex, p, n_head);
     else if (D == 128) launch_flash<128>(ex, p, n_head);
     else launch_flash<256>(ex, p, n_head);
+}
+
+/* A batched step over a paged cache: flash attention for each sequence
+ * with more than a few tokens (its rows read one block table), the decode
+ * kernels for each run of the others (a table per token). */
+static void attention_paged(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride, float *out,
+                            int64_t out_stride, const int32_t *pos, int n_head, float scale, const cuda_paging *pg) {
+    for (int i = 0; i < pg->n_seq;) {
+        const tela_batch_seq *sq = &pg->seqs[i];
+        const size_t t0 = (size_t)sq->tok0;
+        if (sq->n_tok <= 0) {
+            i++;
+            continue;
+        }
+        if (use_flash(ex, kv, sq->n_tok)) {
+            attention_flash(ex, kv, layer, q + t0 * q_stride, q_stride, out + t0 * out_stride, out_stride, pos + t0,
+                            sq->n_tok, n_head, scale, pg->flat + pg->seq_tbl[i], pg->shift);
+            i++;
+            continue;
+        }
+        int j = i, n = 0;
+        int32_t longest = 0;
+        for (; j < pg->n_seq && !use_flash(ex, kv, pg->seqs[j].n_tok); j++) {
+            n += pg->seqs[j].n_tok;
+            if (pg->seqs[j].pos0 + pg->seqs[j].n_tok > longest) longest = pg->seqs[j].pos0 + pg->seqs[j].n_tok;
+        }
+        if (n > 0)
+            attention_decode(ex, kv, layer, q + t0 * q_stride, q_stride, out + t0 * out_stride, out_stride, pos + t0, n,
+                             n_head, scale, longest, pg->flat, pg->tok_tbl + t0, pg->shift);
+        i = j;
+    }
+}
+
+void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride, float *out,
+                         int64_t out_stride, const int32_t *pos, int n_tok, int32_t pos0, int n_head, float scale,
+                         int32_t bucket_len, const cuda_paging *pg) {
+    if (pg) {
+        attention_paged(ex, kv, layer, q, q_stride, out, out_stride, pos, n_head, scale, pg);
+        return;
+    }
+    if (!use_flash(ex, kv, n_tok)) {
+        /* steps that may be captured (TELA_GRAPH_MAX_TOK) are sized by their
+         * length bucket, so the graph serves the whole bucket */
+        attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, n_tok, n_head, scale,
+                         n_tok <= TELA_GRAPH_MAX_TOK ? bucket_len : pos0 + n_tok, NULL, NULL, 0);
+        return;
+    }
+    attention_flash(ex, kv, layer, q, q_stride, out, out_stride, pos, n_tok, n_head, scale, NULL, 0);
 }

@@ -234,6 +234,9 @@ static void cuda_exec_free(tela_exec *e) {
     cudaFree(ex->act);
     cudaFreeHost(ex->pinned);
     cudaFreeHost(ex->ring);
+    cudaFree(ex->pg_dev);
+    free(ex->pg_host);
+    free(ex->pg_seq_tbl);
     for (int i = 0; i < ex->cap_ev; i++) cudaEventDestroy(ex->ev[i]);
     free(ex->ev);
     if (ex->stream) cudaStreamDestroy(ex->stream);
@@ -597,6 +600,75 @@ static void cuda_copy_rows(tela_exec *e, float *dst, int64_t dst_stride, const f
 
 /* ----------------------------------------------------------- KV cache */
 
+/* The paging of batch b for a paged cache of blocks of 1 << shift
+ * positions (built and uploaded when b is a new step), NULL after a
+ * failure (kept on ex). Batched steps are never captured. */
+static const cuda_paging *paging(cuda_exec *ex, const tela_batch *b, int block) {
+    int shift = 0;
+    while ((1 << shift) < block) shift++;
+    if (ex->pg_serial == b->serial && b->serial != 0 && ex->pg.shift == shift) return &ex->pg;
+    if (!b->seqs) {
+        tela_cuda_check(ex, cudaErrorInvalidValue, "a paged KV cache takes batched steps only");
+        return NULL;
+    }
+    size_t n_flat = 0;
+    for (int i = 0; i < b->n_seq; i++)
+        n_flat += b->seqs[i].n_tok > 0 ? (size_t)((b->seqs[i].pos0 + b->seqs[i].n_tok - 1) >> shift) + 1 : 0;
+    const size_t need = 2 * (size_t)b->n_tok + n_flat;
+    if (need > ex->pg_host_cap) {
+        int32_t *h = (int32_t *)realloc(ex->pg_host, need * sizeof *h);
+        if (!h) {
+            tela_cuda_check(ex, cudaErrorMemoryAllocation, "the paging tables (host)");
+            return NULL;
+        }
+        ex->pg_host = h;
+        ex->pg_host_cap = need;
+    }
+    if (b->n_seq > ex->pg_seq_cap) {
+        int32_t *t = (int32_t *)realloc(ex->pg_seq_tbl, (size_t)b->n_seq * sizeof *t);
+        if (!t) {
+            tela_cuda_check(ex, cudaErrorMemoryAllocation, "the paging tables (host)");
+            return NULL;
+        }
+        ex->pg_seq_tbl = t;
+        ex->pg_seq_cap = b->n_seq;
+    }
+    if (need > ex->pg_dev_cap) {
+        cudaFree(ex->pg_dev);
+        ex->pg_dev = NULL;
+        ex->pg_dev_cap = 0;
+        const size_t cap = need + need / 2 + 64;
+        if (!tela_cuda_check(ex, cudaMalloc(&ex->pg_dev, cap * sizeof(int32_t)), "the paging tables")) return NULL;
+        ex->pg_dev_cap = cap;
+    }
+    int32_t *rows = ex->pg_host, *tok_tbl = rows + b->n_tok, *flat = tok_tbl + b->n_tok;
+    const int32_t mask = (1 << shift) - 1;
+    size_t f = 0;
+    for (int i = 0; i < b->n_seq; i++) {
+        const tela_batch_seq *q = &b->seqs[i];
+        ex->pg_seq_tbl[i] = (int32_t)f;
+        if (q->n_tok <= 0) continue;
+        const int32_t nb = ((q->pos0 + q->n_tok - 1) >> shift) + 1;
+        for (int32_t k = 0; k < nb; k++) flat[f + (size_t)k] = q->blocks[k];
+        for (int j = 0; j < q->n_tok; j++) {
+            const int32_t p = q->pos0 + j;
+            rows[q->tok0 + j] = (q->blocks[p >> shift] << shift) | (p & mask);
+            tok_tbl[q->tok0 + j] = (int32_t)f;
+        }
+        f += (size_t)nb;
+    }
+    if (cuda_upload(&ex->head, ex->pg_dev, ex->pg_host, need * sizeof(int32_t)) != TELA_OK) return NULL;
+    ex->pg.rows = ex->pg_dev;
+    ex->pg.tok_tbl = ex->pg_dev + b->n_tok;
+    ex->pg.flat = ex->pg_dev + 2 * (size_t)b->n_tok;
+    ex->pg.shift = shift;
+    ex->pg.n_seq = b->n_seq;
+    ex->pg.seqs = b->seqs;
+    ex->pg.seq_tbl = ex->pg_seq_tbl;
+    ex->pg_serial = b->serial;
+    return &ex->pg;
+}
+
 static void cuda_kv_free(tela_kv_cache *kv) {
     cuda_kv *c = (cuda_kv *)kv;
     cudaFree(c->k);
@@ -643,6 +715,24 @@ static void cuda_kv_clear(tela_exec *e, tela_kv_cache *kv) {
     (void)kv;
 }
 
+/* Rows [src, src + n) to [dst, dst + n) of every layer and head (a
+ * paged cache's block copies). */
+static tela_status cuda_kv_copy_rows(tela_exec *e, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n) {
+    cuda_exec *ex = as_ex(e);
+    const cuda_kv *c = (const cuda_kv *)kv;
+    const tela_kv_shape *s = &kv->shape;
+    for (int l = 0; l < s->n_layer; l++)
+        for (int which = 0; which < 2; which++) {
+            const size_t dim = (size_t)(which ? s->v_dim : s->k_dim), pitch = (size_t)s->n_ctx * dim * c->elt;
+            unsigned char *base = (unsigned char *)(which ? c->v : c->k) + (size_t)l * s->n_kv_head * pitch;
+            tela_cuda_check(ex, cudaMemcpy2DAsync(base + (size_t)dst * dim * c->elt, pitch, base + (size_t)src * dim * c->elt,
+                                                  pitch, (size_t)n * dim * c->elt, s->n_kv_head, cudaMemcpyDeviceToDevice,
+                                                  ex->stream),
+                            "KV row copy");
+        }
+    return take_failure(ex);
+}
+
 static size_t cuda_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past) {
     const cuda_kv *c = (const cuda_kv *)kv;
     const tela_kv_shape *s = &kv->shape;
@@ -671,30 +761,47 @@ static tela_status kv_copy(cuda_exec *ex, const cuda_kv *c, int32_t n_past, unsi
 }
 
 static tela_status cuda_kv_save(tela_exec *e, const tela_kv_cache *kv, int32_t n_past, void *dst) {
+    if (kv->shape.block_size > 0)
+        return tela_errorf(TELA_ERR_INTERNAL, "a paged KV cache has no snapshot image (its slots are checkpointed)");
     return kv_copy(as_ex(e), (const cuda_kv *)kv, n_past, (unsigned char *)dst, true);
 }
 
 static tela_status cuda_kv_load(tela_exec *e, tela_kv_cache *kv, int32_t n_past, const void *src) {
+    if (kv->shape.block_size > 0)
+        return tela_errorf(TELA_ERR_INTERNAL, "a paged KV cache has no snapshot image (its slots are checkpointed)");
     return kv_copy(as_ex(e), (const cuda_kv *)kv, n_past, (unsigned char *)(uintptr_t)src, false);
+}
+
+/* The rows the stores write: the positions, or a paged cache's rows. */
+static const int32_t *store_rows(cuda_exec *ex, const tela_kv_cache *kv, const tela_batch *b) {
+    if (kv->shape.block_size <= 0) return b->pos;
+    const cuda_paging *pg = paging(ex, b, kv->shape.block_size);
+    return pg ? pg->rows : NULL;
 }
 
 static void cuda_kv_store(tela_exec *e, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
                           int64_t v_stride, const tela_batch *b) {
-    tela_cuda_kv_store(as_ex(e), (cuda_kv *)kv, layer, k, k_stride, v, v_stride, b->pos, b->n_tok);
+    const int32_t *rows = store_rows(as_ex(e), kv, b);
+    if (rows) tela_cuda_kv_store(as_ex(e), (cuda_kv *)kv, layer, k, k_stride, v, v_stride, rows, b->n_tok);
 }
 
 static void cuda_rope_store(tela_exec *e, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
                             float *k, int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b,
                             const float *cs, int n_rot, tela_rope_mode mode) {
-    tela_cuda_rope_store(as_ex(e), (cuda_kv *)kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b->pos,
-                         b->n_tok, cs, n_rot, mode);
+    const int32_t *rows = store_rows(as_ex(e), kv, b);
+    if (rows)
+        tela_cuda_rope_store(as_ex(e), (cuda_kv *)kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, rows,
+                             b->n_tok, cs, n_rot, mode);
 }
 
 static void cuda_attention(tela_exec *e, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                            float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale) {
+    cuda_exec *ex = as_ex(e);
+    const cuda_paging *pg = NULL;
+    if (kv->shape.block_size > 0 && !(pg = paging(ex, b, kv->shape.block_size))) return;
     const int32_t bucket_len = tela_cuda_bucket_len(tela_cuda_length_bucket(b->pos0 + b->n_tok));
-    tela_cuda_attention(as_ex(e), (const cuda_kv *)kv, layer, q, q_stride, out, out_stride, b->pos, b->n_tok, b->pos0,
-                        n_head, scale, bucket_len);
+    tela_cuda_attention(ex, (const cuda_kv *)kv, layer, q, q_stride, out, out_stride, b->pos, b->n_tok, b->pos0,
+                        n_head, scale, bucket_len, pg);
 }
 
 
@@ -806,7 +913,7 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_kv_image_bytes,
     cuda_kv_save,
     cuda_kv_load,
-    NULL, /* kv_copy_rows: no paged KV cache on the GPU yet */
+    cuda_kv_copy_rows,
     cuda_kv_store,
     cuda_rope_store,
     cuda_attention,

@@ -56,6 +56,21 @@ typedef struct cuda_graph_slot {
     cudaGraphExec_t exec;
 } cuda_graph_slot;
 
+/* A batched step's addressing of a paged KV cache (built once per step by
+ * cuda_backend.cu): each token's row of its own position (the stores), and
+ * for attention the block tables of the sequences, one after the other in
+ * flat, token t's at flat + tok_tbl[t]; position j of a sequence is row
+ * (table[j >> shift] << shift) | (j & (block - 1)). */
+typedef struct cuda_paging {
+    const int32_t *rows;         /* device [n_tok] */
+    const int32_t *tok_tbl;      /* device [n_tok] */
+    const int32_t *flat;         /* device */
+    int shift;
+    int n_seq;
+    const tela_batch_seq *seqs;  /* host, the step's */
+    const int32_t *seq_tbl;      /* host [n_seq]: each sequence's table's offset in flat */
+} cuda_paging;
+
 typedef struct cuda_exec {
     tela_exec head;
     cuda_backend *be;
@@ -94,12 +109,19 @@ typedef struct cuda_exec {
     int n_slots;
     int cur;                     /* the slot of the step between graph_begin and graph_end, or -1 */
     int mode;                    /* of that step: 0 eager, 1 capturing, 2 replay */
+    /* the paging of the last batched step (pg_serial: its tela_batch.serial) */
+    cuda_paging pg;
+    uint64_t pg_serial;
+    int32_t *pg_dev, *pg_host;   /* [rows][tok_tbl][flat] */
+    size_t pg_dev_cap, pg_host_cap;
+    int32_t *pg_seq_tbl;
+    int pg_seq_cap;
 } cuda_exec;
 
 typedef struct cuda_kv {
     tela_kv_cache head;
     size_t elt;                  /* bytes per element (4 or 2) */
-    /* layer l, head h, position p, dim i at k + ((l * n_kv_head + h) * n_ctx + p) * k_dim + i */
+    /* layer l, head h, position (or paged row) p, dim i at k + ((l * n_kv_head + h) * n_ctx + p) * k_dim + i */
     void *k, *v;
 } cuda_kv;
 
@@ -216,9 +238,10 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a);
 /* ---- launchers (cuda_attention.cu) ---- */
 /* bucket_len: the upper bound of the context length this launch may see
  * (the decode graphs' length bucket), which fixes the split count. */
+/* pg: NULL, or the batched step's paging of a paged cache. */
 void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride, float *out,
                          int64_t out_stride, const int32_t *pos, int n_tok, int32_t pos0, int n_head, float scale,
-                         int32_t bucket_len);
+                         int32_t bucket_len, const cuda_paging *pg);
 /* The decode graphs' length buckets: steps with n_kv in one bucket share
  * one captured graph (tela_exec_length_bucket). */
 uint32_t tela_cuda_length_bucket(int32_t n_kv);
