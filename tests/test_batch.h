@@ -132,11 +132,12 @@ static void check_model(const char *path) {
                 if (n > 64) n = 64;
             }
             runs[n_runs] = (tela_seq_run){q->slot, q->tokens + q->n_done, n, q->n_done, q->blocks,
-                                          q->n_done + n >= q->n_prompt, false, false};
+                                          q->n_done + n >= q->n_prompt, false, false, false};
             idx[n_runs++] = i;
         }
         if (n_runs == 0) break;
-        CHECK_OK(m->arch->forward_batch(m, state, runs, n_runs, logits));
+        int32_t picks[3];
+        CHECK_OK(m->arch->forward_batch(m, state, runs, n_runs, logits, picks));
         int row = 0;
         for (int r = 0; r < n_runs; r++) {
             seq *q = &sq[idx[r]];
@@ -144,6 +145,12 @@ static void check_model(const char *path) {
             q->n_done += runs[r].n;
             if (!runs[r].logits) continue;
             compared++;
+            const float *lr = logits + (size_t)row * V;
+            int best = 0;
+            for (int v = 1; v < V; v++)
+                if (lr[v] > lr[best]) best = v;
+            CHECK_MSG(picks[row] == best, "%s: the greedy pick of row %d is %d, its argmax %d", path, row, picks[row],
+                      best);
             if (!same_row(logits + (size_t)row * V, ref, V)) {
                 differ++;
                 fprintf(stderr, "%s: sequence %d after %d tokens: batched logits differ from a session's\n", path,
@@ -174,9 +181,9 @@ static void check_model(const char *path) {
     for (int i = 0; i < 3; i++) more[i] = (int32_t)(test_rnd() % (uint64_t)V);
     memcpy(a->tokens + a->n_done, more, sizeof more);
     memcpy(b.tokens + b.n_done, more, sizeof more);
-    const tela_seq_run two[2] = {{a->slot, more, 3, a->n_done, a->blocks, true, false, false},
-                                 {b.slot, more, 3, b.n_done, b.blocks, true, false, false}};
-    CHECK_OK(m->arch->forward_batch(m, state, two, 2, logits));
+    const tela_seq_run two[2] = {{a->slot, more, 3, a->n_done, a->blocks, true, false, false, false},
+                                 {b.slot, more, 3, b.n_done, b.blocks, true, false, false, false}};
+    CHECK_OK(m->arch->forward_batch(m, state, two, 2, logits, NULL));
     CHECK_OK(tela_session_eval(a->ref, more, 3, ref, 0));
     CHECK_MSG(same_row(logits, ref, V), "%s: the forked sequence's source differs", path);
     CHECK_MSG(same_row(logits + V, ref, V), "%s: the fork differs from its source", path);
@@ -188,23 +195,33 @@ static void check_model(const char *path) {
     for (int i = 0; i < 5; i++) ver[i] = (int32_t)(test_rnd() % (uint64_t)V);
     float *rows = malloc(sizeof(float) * (size_t)V * 5), *ref4 = malloc(sizeof(float) * (size_t)V * 4);
     const bool keeps = m->arch->keeps_states && m->arch->keeps_states(m, state);
-    const tela_seq_run vr[2] = {{a->slot, ver, 4, a->n_done, a->blocks, true, true, keeps},
-                                {b.slot, ver, 2, b.n_done, b.blocks, true, false, false}};
-    CHECK_OK(m->arch->forward_batch(m, state, vr, 2, rows));
+    const tela_seq_run vr[2] = {{a->slot, ver, 4, a->n_done, a->blocks, true, true, keeps, false},
+                                {b.slot, ver, 2, b.n_done, b.blocks, true, false, false, true}};
+    /* the fork's run wants only its pick: its row of rows stays as it was */
+    for (int i = 0; i < V; i++) rows[(size_t)4 * V + i] = -1.0f;
+    int32_t vpicks[5];
+    CHECK_OK(m->arch->forward_batch(m, state, vr, 2, rows, vpicks));
+    int untouched = 1;
+    for (int i = 0; i < V; i++) untouched &= rows[(size_t)4 * V + i] == -1.0f;
+    CHECK_MSG(untouched || tela_exec_host_visible(ex), "%s: a pick-only run's logits row came back", path);
+    int best1 = 0;
+    for (int v = 1; v < V; v++)
+        if (rows[(size_t)V + v] > rows[(size_t)V + best1]) best1 = v;
+    CHECK_MSG(vpicks[4] == best1, "%s: the pick-only run picked %d, the argmax of its row is %d", path, vpicks[4], best1);
     CHECK_OK(tela_session_eval(a->ref, ver, 4, ref4, 1));
     for (int i = 0; i < 4; i++)
         CHECK_MSG(same_row(rows + (size_t)i * V, ref4 + (size_t)i * V, V),
                   "%s: verification row %d differs from a session's all-logits pass", path, i);
-    CHECK_MSG(same_row(rows + (size_t)4 * V, rows + V, V),
+    CHECK_MSG(!tela_exec_host_visible(ex) || same_row(rows + (size_t)4 * V, rows + V, V),
               "%s: a 2-token run's last row differs from the second row of a 4-token one", path);
     if (keeps) {
         CHECK_OK(m->arch->slot_rewind(m, state, a->slot, 2));
         CHECK_MSG(m->arch->slot_rewind(m, state, a->slot, 2) != TELA_OK, "%s: a second rewind of one pass succeeded",
                   path);
     }
-    const tela_seq_run next[2] = {{a->slot, ver + 4, 1, a->n_done + 2, a->blocks, true, false, false},
-                                  {b.slot, ver + 4, 1, b.n_done + 2, b.blocks, true, false, false}};
-    CHECK_OK(m->arch->forward_batch(m, state, next, 2, rows));
+    const tela_seq_run next[2] = {{a->slot, ver + 4, 1, a->n_done + 2, a->blocks, true, false, false, false},
+                                  {b.slot, ver + 4, 1, b.n_done + 2, b.blocks, true, false, false, false}};
+    CHECK_OK(m->arch->forward_batch(m, state, next, 2, rows, NULL));
     CHECK_MSG(same_row(rows, rows + V, V),
               "%s: after the rollback to 2 of 4 tokens, the next token's logits differ from a sequence that took 2",
               path);

@@ -324,7 +324,12 @@ void tela_exec_copy_rows(tela_exec *ex, float *dst, int64_t dst_stride, const fl
 }
 
 void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out) {
-    PROF_OP(ex, ex->ops->argmax(ex, x, n, out), "sampling (greedy, on the device)", false, -1, 0, 0);
+    PROF_OP(ex, ex->ops->argmax(ex, x, n, 1, out), "sampling (greedy, on the device)", false, -1, 0, 0);
+}
+
+void tela_exec_argmax_rows(tela_exec *ex, const float *x, int64_t n, int n_rows, int32_t *out) {
+    if (n_rows <= 0) return;
+    PROF_OP(ex, ex->ops->argmax(ex, x, n, n_rows, out), "sampling (greedy, on the device)", false, -1, 0, 0);
 }
 
 tela_status tela_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out) {

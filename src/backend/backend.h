@@ -334,6 +334,8 @@ void tela_exec_copy_rows(tela_exec *ex, float *dst, int64_t dst_stride, const fl
 /* out[0] = the index of the largest of x[0..n) (the lowest index among
  * equals): the greedy pick, made where the logits are. out: backend memory. */
 void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out);
+/* out[r] = the argmax of row r of x (n_rows rows of n, one after the other). */
+void tela_exec_argmax_rows(tela_exec *ex, const float *x, int64_t n, int n_rows, int32_t *out);
 
 /* ------------------------------------------------------- profiling */
 

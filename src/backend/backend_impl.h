@@ -46,7 +46,7 @@ struct tela_backend_ops {
     void (*rope_table)(tela_exec *ex, float *cs, const tela_batch *b, const double *inv_freq, int n_rot);
     void (*rope)(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
                  const float *cs, tela_rope_mode mode);
-    void (*argmax)(tela_exec *ex, const float *x, int64_t n, int32_t *out);
+    void (*argmax)(tela_exec *ex, const float *x, int64_t n, int n_rows, int32_t *out);
     void (*copy_rows)(tela_exec *ex, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
                       const int32_t *rows, int n, int64_t width);
 

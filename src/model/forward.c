@@ -50,6 +50,7 @@ void tela_model_io_free(tela_model_io *io) {
     tela_backend_free_mem(be, io->logits);
     tela_backend_free_mem(be, io->logits_small);
     tela_backend_free_mem(be, io->pick);
+    tela_backend_free_mem(be, io->picks);
     memset(io, 0, sizeof *io);
 }
 
@@ -132,7 +133,7 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
 }
 
 tela_status tela_model_run_batch(const tela_model *m, void *state, tela_model_step_fn fn, tela_model_io *io,
-                                 const tela_seq_run *runs, int n_runs, float *logits) {
+                                 const tela_seq_run *runs, int n_runs, float *logits, int32_t *picks) {
     tela_exec *ex = io->ex;
     int total = 0, rows = 0;
     for (int i = 0; i < n_runs; i++) {
@@ -165,8 +166,29 @@ tela_status tela_model_run_batch(const tela_model *m, void *state, tela_model_st
     else if (rows) TELA_TRY(io_logits(io, rows, &step.logits));
     io->probe = NULL;
     fn(m, state, &step);
-    if (rows && logits && step.logits != logits)
-        TELA_TRY(tela_exec_download(ex, logits, step.logits, (size_t)rows * (size_t)io->n_vocab * sizeof(float)));
+    if (rows && picks) {
+        if (!io->picks)
+            TELA_TRY(tela_backend_alloc(tela_exec_backend(ex), (size_t)io->n_batch * sizeof(int32_t), "greedy picks",
+                                        (void **)&io->picks));
+        tela_exec_argmax_rows(ex, step.logits, io->n_vocab, rows, io->picks);
+        TELA_TRY(tela_exec_download(ex, picks, io->picks, (size_t)rows * sizeof(int32_t)));
+    }
+    if (rows && logits && step.logits != logits) { /* the rows of the runs that want them, a stretch at a time */
+        const size_t row_bytes = (size_t)io->n_vocab * sizeof(float);
+        int r0 = 0, n_want = 0;
+        for (int i = 0; i <= n_runs; i++) {
+            const int nr = i < n_runs && runs[i].logits ? (runs[i].all_logits ? runs[i].n : 1) : 0;
+            if (i < n_runs && nr > 0 && !runs[i].pick_only) {
+                n_want += nr;
+                continue;
+            }
+            if (n_want > 0)
+                TELA_TRY(tela_exec_download(ex, logits + (size_t)r0 * io->n_vocab, step.logits + (size_t)r0 * io->n_vocab,
+                                            (size_t)n_want * row_bytes));
+            r0 += n_want + nr;
+            n_want = 0;
+        }
+    }
     return tela_exec_sync(ex);
 }
 

@@ -514,9 +514,9 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
 }
 
 static tela_status llama_forward_batch(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
-                                       float *logits) {
+                                       float *logits, int32_t *picks) {
     llama_state *s = state;
-    return tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits);
+    return tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits, picks);
 }
 
 /* No recurrent state: a slot is only a KV block table, which the engine keeps. */

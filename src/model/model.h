@@ -81,7 +81,8 @@ typedef struct tela_state_params {
  * n tokens at positions n_past.., its recurrent state in `slot`, its KV
  * blocks covering positions [0, n_past + n); with `logits`, its last
  * token's logits are wanted, with all_logits too every token's (n rows: a
- * speculative verification); with keep_states, the recurrent state after
+ * speculative verification), with pick_only only their greedy picks (the
+ * rows stay on the device); with keep_states, the recurrent state after
  * each token is kept for slot_rewind (where keeps_states). Host memory. */
 typedef struct tela_seq_run {
     int32_t slot;
@@ -92,6 +93,7 @@ typedef struct tela_seq_run {
     bool logits;
     bool all_logits;
     bool keep_states;
+    bool pick_only;
 } tela_seq_run;
 
 /* A sequence's draft step of an MTP block in the engine: the token tok at
@@ -154,11 +156,13 @@ struct tela_arch {
     /* Batched steps (the engine; the state made with n_seq slots and a paged
      * KV cache): runs[0..n_runs) over at most n_batch tokens in all; logits
      * (host) gets one row of n_vocab per run that wants them (n rows for
-     * one with all_logits), in order.
+     * one with all_logits), in order (pick_only runs' rows left as they
+     * were), and picks (host, NULL: none) each row's greedy pick, made where
+     * the logits are.
      * Results for each sequence are bit-identical to running it alone
      * (given the same cuts of its tokens into steps). */
     tela_status (*forward_batch)(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
-                                 float *logits);
+                                 float *logits, int32_t *picks);
     /* A slot's recurrent state (0 bytes for attention-only models): its
      * size, zeroing it (a new sequence), and copies to and from host memory
      * (prefix-cache checkpoints). */
@@ -196,9 +200,10 @@ struct tela_arch {
     /* The engine's drafts (a paged state): one draft step for each of
      * qs[0..n) (distinct slots) in one batch of the block, as mtp_draft
      * does for a session (chain: from the slot's previous draft step), the
-     * n rows of logits into logits (host). */
+     * n rows of logits into logits (host; NULL: not wanted) and/or their
+     * greedy picks, made where the logits are, into picks (host, or NULL). */
     tela_status (*mtp_draft_batch)(const tela_model *m, void *state, const tela_mtp_query *qs, int n, bool chain,
-                                   float *logits);
+                                   float *logits, int32_t *picks);
 
     /* The kind of decoder layer l (tela_layer_kind). */
     int (*layer_kind)(const tela_model *m, int layer);
@@ -248,6 +253,7 @@ typedef struct tela_model_io {
     float *logits_small;         /* [TELA_GRAPH_MAX_TOK][n_vocab]: those of steps that may be captured */
     int logit_rows;
     int32_t *pick;               /* [1] */
+    int32_t *picks;              /* [n_batch]: a batched step's greedy picks (allocated when first asked for) */
     /* [n_batch] or NULL: each step's positions minus one, for a model part
      * that runs one position behind (Qwen3.5's MTP block); turned on by
      * tela_model_io_prev_positions. */
@@ -295,7 +301,7 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
  * the runs' tokens and positions as one step (io->batch, with a sequence
  * per run), runs it, and returns the logits of the runs that want them. */
 tela_status tela_model_run_batch(const tela_model *m, void *state, tela_model_step_fn fn, tela_model_io *io,
-                                 const tela_seq_run *runs, int n_runs, float *logits);
+                                 const tela_seq_run *runs, int n_runs, float *logits, int32_t *picks);
 
 /* The output head of a step of step->n_tok hidden states x (rows of
  * n_embd): logits = W_output rmsnorm(x) * norm for the rows step asks for,

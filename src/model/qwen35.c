@@ -1309,7 +1309,7 @@ static tela_status qwen35_mtp_draft(const tela_model *m, void *state, int32_t to
  * previous draft output with chain), each output normed back into its
  * slot's mtp_g row, and the logits rows downloaded. */
 static tela_status qwen35_mtp_draft_batch(const tela_model *m, void *state, const tela_mtp_query *qs, int n, bool chain,
-                                          float *logits) {
+                                          float *logits, int32_t *picks) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     if (!s->mtp_kv || !s->mtp_hin)
@@ -1336,7 +1336,14 @@ static tela_status qwen35_mtp_draft_batch(const tela_model *m, void *state, cons
     for (int i = 0; i < n; i++)
         tela_exec_copy_rows(ex, s->mtp_g + (size_t)qs[i].slot * E, E, s->mtp_hin + (size_t)i * E, E, ROW0, 1, E);
     tela_exec_matmul(ex, &Q->output, s->mtp_hin, E, s->mtp_logits, Q->n_vocab, n, false);
-    TELA_TRY(tela_exec_download(ex, logits, s->mtp_logits, (size_t)n * (size_t)Q->n_vocab * sizeof(float)));
+    if (picks) {
+        if (!s->io.picks)
+            TELA_TRY(tela_backend_alloc(tela_exec_backend(ex), (size_t)s->n_batch * sizeof(int32_t), "greedy picks",
+                                        (void **)&s->io.picks));
+        tela_exec_argmax_rows(ex, s->mtp_logits, Q->n_vocab, n, s->io.picks);
+        TELA_TRY(tela_exec_download(ex, picks, s->io.picks, (size_t)n * sizeof(int32_t)));
+    }
+    if (logits) TELA_TRY(tela_exec_download(ex, logits, s->mtp_logits, (size_t)n * (size_t)Q->n_vocab * sizeof(float)));
     return tela_exec_sync(ex);
 }
 
@@ -1397,7 +1404,7 @@ static tela_status qwen35_slot_rewind(const tela_model *m, void *state, int slot
  * longest of them reserved first); every run's slot forgets what it kept
  * before. */
 static tela_status qwen35_forward_batch(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
-                                        float *logits) {
+                                        float *logits, int32_t *picks) {
     qwen35_state *s = state;
     const bool keeps = qwen35_keeps_states(m, s);
     int keep_max = 0;
@@ -1412,7 +1419,7 @@ static tela_status qwen35_forward_batch(const tela_model *m, void *state, const 
             s->keep_pos0[runs[i].slot] = runs[i].n_past;
             if (s->keep_tok0) s->keep_tok0[runs[i].slot] = t;
         }
-    const tela_status st = tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits);
+    const tela_status st = tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits, picks);
     for (int i = 0; keep_max > 0 && i < n_runs; i++)
         if (runs[i].keep_states) {
             s->keeping[runs[i].slot] = false;

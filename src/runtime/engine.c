@@ -97,13 +97,16 @@ struct tela_engine {
     size_t image_bytes;
     void *image;                 /* a slot's state, for checkpoints */
     float *logits;               /* [logit_rows][n_vocab]: a step's logits rows */
+    int32_t *picks;              /* [logit_rows]: their greedy picks, made on the device */
     int32_t logit_rows;
+    bool device_picks;           /* the logits live on a device: plain greedy sequences take only their picks */
     bool rewinds;                /* the model rolls back by slot_rewind (recurrent state) */
     bool mtp;                    /* the model's MTP block is loaded: MTP drafting, and no block shared up to
                                     the position before a reused prefix's end (its MTP row is rewritten) */
     tela_mtp_query *mtp_q;       /* [n_parallel] a batched draft step's sequences */
     eng_req **mtp_req;
     float *mtp_logits;           /* [n_parallel][n_vocab] */
+    int32_t *mtp_picks;          /* [n_parallel] */
     tela_spec_verifier ver;      /* speculative decoding's acceptance rule */
     int *free_slots;
     int n_free_slots;
@@ -524,14 +527,28 @@ static void req_end(tela_engine *e, eng_req *r, tela_stop_reason reason, tela_st
     req_finish(e, r, reason, st, st == TELA_OK ? NULL : st == TELA_ERR_NOMEM ? "out of memory" : tela_last_error());
 }
 
-/* Samples r's next token from a logits row (edited in place) and sends
- * its event; ends r when it stops. */
-static void req_sample(tela_engine *e, eng_req *r, float *row) {
-    row_logprobs lp;
-    logprobs_take(e, r, row, &lp);
-    int32_t tok = 0;
-    tela_status st = tela_sample(&r->params.sampler, row, e->n_vocab, r->tokens, (size_t)r->n_tokens,
-                                 (uint64_t)r->n_tokens, &tok);
+/* Whether r's tokens are the largest logit, unchanged (greedy without
+ * penalties or bias, no log-probabilities): then the device's pick is the
+ * sampler's (the lowest id among equals), and its logits need not come
+ * back. */
+static bool plain_greedy(const eng_req *r) {
+    const tela_sampler_params *p = &r->params.sampler;
+    return p->temperature <= 0.0f && p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+           p->presence_penalty == 0.0f && p->n_logit_bias == 0 && r->params.top_logprobs < 0;
+}
+
+/* Samples r's next token from a logits row (edited in place), or takes
+ * the device's pick (>= 0, plain greedy), and sends its event; ends r when
+ * it stops. */
+static void req_sample(tela_engine *e, eng_req *r, float *row, int32_t pick) {
+    row_logprobs lp = {0};
+    int32_t tok = pick;
+    tela_status st = TELA_OK;
+    if (pick < 0) {
+        logprobs_take(e, r, row, &lp);
+        st = tela_sample(&r->params.sampler, row, e->n_vocab, r->tokens, (size_t)r->n_tokens, (uint64_t)r->n_tokens,
+                         &tok);
+    }
     if (st != TELA_OK) {
         req_finish(e, r, TELA_STOP_ERROR, st, tela_last_error());
         return;
@@ -580,14 +597,19 @@ static void mtp_drafts(tela_engine *e, int n_runs) {
             e->mtp_q[n] = (tela_mtp_query){r->slot, r->tokens[P + i], P - 1 + i, r->blocks};
             e->mtp_req[n++] = r;
         }
-        st = e->arch->mtp_draft_batch(e->model, e->state, e->mtp_q, n, i > 0, e->mtp_logits);
+        bool need_logits = !e->device_picks;
+        for (int q = 0; q < n; q++) need_logits |= !plain_greedy(e->mtp_req[q]);
+        st = e->arch->mtp_draft_batch(e->model, e->state, e->mtp_q, n, i > 0, need_logits ? e->mtp_logits : NULL,
+                                      e->device_picks ? e->mtp_picks : NULL);
         for (int q = 0; q < n && st == TELA_OK; q++) {
             eng_req *r = e->mtp_req[q];
             const tela_sampler_params *sp = &r->params.sampler;
             float *row = e->mtp_logits + (size_t)q * V;
             const uint64_t step = (uint64_t)r->n_tokens + (uint64_t)i;
             int32_t tok = 0;
-            if (sp->temperature > 0.0f) {
+            if (e->device_picks && plain_greedy(r)) {
+                tok = e->mtp_picks[q];
+            } else if (sp->temperature > 0.0f) {
                 if (!r->qdist[i] && !(r->qdist[i] = malloc((size_t)V * sizeof *r->qdist[i]))) {
                     st = tela_errorf(TELA_ERR_NOMEM, "out of memory for the draft distributions");
                     break;
@@ -616,7 +638,7 @@ static void mtp_drafts(tela_engine *e, int n_runs) {
  * and emits tokens as tela_generate does, keeps the pending token and the
  * accepted drafts (the hybrid state rewound to them), then checkpoints and
  * ends r as a plain step would. */
-static void req_verify(tela_engine *e, eng_req *r, float *rows) {
+static void req_verify(tela_engine *e, eng_req *r, float *rows, const int32_t *picks) {
     const int V = e->n_vocab;
     const int32_t P = r->n_computed, nd = r->n_draft; /* the pending token at P, drafts at P+1 .. P+nd */
     int32_t drafts[TELA_SPEC_MAX_DRAFT];
@@ -629,13 +651,16 @@ static void req_verify(tela_engine *e, eng_req *r, float *rows) {
     tela_status st = TELA_OK;
     for (int32_t i = 0; i <= nd && !final; i++) {
         float *row = rows + (size_t)i * V;
-        row_logprobs lp;
-        logprobs_take(e, r, row, &lp);
+        row_logprobs lp = {0};
         const uint64_t step = (uint64_t)P + 1 + (uint64_t)i;
         int32_t tok = 0;
         bool accepted = false;
         const bool drawn = r->spec.method == TELA_SPEC_MTP && r->params.sampler.temperature > 0.0f;
-        if (i < nd)
+        if (!picks) logprobs_take(e, r, row, &lp);
+        if (picks) { /* plain greedy, picked on the device */
+            tok = picks[i];
+            accepted = i < nd && tok == drafts[i];
+        } else if (i < nd)
             st = tela_spec_accept(&e->ver, &r->params.sampler, row, r->tokens, (size_t)(P + 1 + i), step, drafts[i],
                                   drawn ? r->qdist[i] : NULL, drawn ? r->n_qdist[i] : 0, &accepted, &tok);
         else
@@ -687,7 +712,7 @@ static void step(tela_engine *e) {
         float *row = r->ready;
         r->ready = NULL;
         const int before = e->n_running;
-        req_sample(e, r, row);
+        req_sample(e, r, row, -1);
         free(row);
         if (e->n_running == before) i++;
     }
@@ -699,8 +724,8 @@ static void step(tela_engine *e) {
         const int32_t nd = req_propose(e, r, budget - 1);
         if (!ensure_blocks(e, r, r->n_computed + 1 + nd, n_runs)) continue;
         r->n_draft = nd;
-        e->runs[n_runs] = (tela_seq_run){r->slot, r->tokens + r->n_computed, 1 + nd, r->n_computed, r->blocks, true,
-                                         nd > 0, nd > 0 && e->rewinds};
+        e->runs[n_runs] = (tela_seq_run){r->slot,       r->tokens + r->n_computed, 1 + nd, r->n_computed, r->blocks, true,
+                                         nd > 0,        nd > 0 && e->rewinds,     e->device_picks && plain_greedy(r)};
         e->run_req[n_runs++] = r;
         budget -= 1 + nd;
         rows += 1 + nd;
@@ -719,7 +744,7 @@ static void step(tela_engine *e) {
         if (n <= 0) continue;
         if (!ensure_blocks(e, r, r->n_computed + n, n_runs)) continue;
         e->runs[n_runs] = (tela_seq_run){r->slot, r->tokens + r->n_computed, n, r->n_computed, r->blocks,
-                                         r->n_computed + n == r->n_tokens, false, false};
+                                         r->n_computed + n == r->n_tokens, false, false, false};
         e->run_req[n_runs++] = r;
         rows += e->runs[n_runs - 1].logits;
         budget -= n;
@@ -727,17 +752,20 @@ static void step(tela_engine *e) {
     if (n_runs == 0) return;
     if (rows > e->logit_rows) { /* verification runs want a row per token */
         float *l = realloc(e->logits, (size_t)rows * (size_t)e->n_vocab * sizeof(float));
-        if (!l) {
+        int32_t *pk = l ? realloc(e->picks, (size_t)rows * sizeof *pk) : NULL;
+        if (l) e->logits = l;
+        if (pk) e->picks = pk;
+        if (!l || !pk) {
             for (int j = 0; j < n_runs; j++) {
                 e->run_req[j]->n_draft = 0;
                 req_finish(e, e->run_req[j], TELA_STOP_ERROR, TELA_ERR_NOMEM, "out of memory for the logits");
             }
             return;
         }
-        e->logits = l;
         e->logit_rows = rows;
     }
-    const tela_status st = e->arch->forward_batch(e->model, e->state, e->runs, n_runs, e->logits);
+    const tela_status st =
+        e->arch->forward_batch(e->model, e->state, e->runs, n_runs, e->logits, e->device_picks ? e->picks : NULL);
     pthread_mutex_lock(&e->mu);
     e->stats.steps++;
     pthread_mutex_unlock(&e->mu);
@@ -757,15 +785,16 @@ static void step(tela_engine *e) {
         req_register_full(e, r);
         if (e->image_bytes && e->prefix_cache &&
             (r->n_computed % e->ckpt_interval == 0 || (lrow && r->n_generated == 0)))
-            req_checkpoint(e, r, lrow && r->n_computed == r->n_tokens ? lrow : NULL);
+            req_checkpoint(e, r, lrow && !e->runs[j].pick_only && r->n_computed == r->n_tokens ? lrow : NULL);
     }
     row = 0;
     for (int j = 0; j < n_runs; j++) {
         if (!e->runs[j].logits) continue;
         float *lrow = e->logits + (size_t)row * e->n_vocab;
+        const int32_t *pk = e->runs[j].pick_only ? e->picks + row : NULL;
         row += e->runs[j].all_logits ? e->runs[j].n : 1;
-        if (e->run_req[j]->n_draft > 0) req_verify(e, e->run_req[j], lrow);
-        else req_sample(e, e->run_req[j], lrow);
+        if (e->run_req[j]->n_draft > 0) req_verify(e, e->run_req[j], lrow, pk);
+        else req_sample(e, e->run_req[j], lrow, pk ? pk[0] : -1);
     }
 }
 
@@ -861,6 +890,8 @@ void tela_engine_free(tela_engine *e) {
     tela_kv_pool_free(e->pool);
     free(e->image);
     free(e->logits);
+    free(e->picks);
+    free(e->mtp_picks);
     tela_spec_verifier_free(&e->ver);
     free(e->mtp_q);
     free(e->mtp_req);
@@ -932,19 +963,21 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     }
     const int n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads;
     if (st == TELA_OK) st = tela_exec_create(model->be, n_threads, &e->ex);
+    if (st == TELA_OK) e->device_picks = !tela_exec_host_visible(e->ex);
     if (st == TELA_OK) st = arch->state_create(model, e->ex, &sp, &e->state);
     const uint64_t ckpt_budget = p.checkpoint_bytes ? p.checkpoint_bytes : (uint64_t)1 << 30;
     if (st == TELA_OK) {
         e->pool = tela_kv_pool_create((int32_t)n_blocks, ENGINE_BLOCK, e->image_bytes, e->n_vocab, ckpt_budget);
         e->image = e->image_bytes ? malloc(e->image_bytes) : NULL;
         e->logits = malloc((size_t)n_parallel * (size_t)e->n_vocab * sizeof(float));
+        e->picks = malloc((size_t)n_parallel * sizeof *e->picks);
         e->logit_rows = n_parallel;
         e->free_slots = malloc((size_t)n_parallel * sizeof *e->free_slots);
         e->running = calloc((size_t)n_parallel, sizeof *e->running);
         e->runs = calloc((size_t)n_parallel, sizeof *e->runs);
         e->run_req = calloc((size_t)n_parallel, sizeof *e->run_req);
-        if (!e->pool || (e->image_bytes && !e->image) || !e->logits || !e->free_slots || !e->running || !e->runs ||
-            !e->run_req)
+        if (!e->pool || (e->image_bytes && !e->image) || !e->logits || !e->picks || !e->free_slots || !e->running ||
+            !e->runs || !e->run_req)
             st = tela_errorf(TELA_ERR_NOMEM, "engine: out of memory");
         else
             st = tela_spec_verifier_init(&e->ver, e->n_vocab);
@@ -952,7 +985,9 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
             e->mtp_q = malloc((size_t)n_parallel * sizeof *e->mtp_q);
             e->mtp_req = malloc((size_t)n_parallel * sizeof *e->mtp_req);
             e->mtp_logits = malloc((size_t)n_parallel * (size_t)e->n_vocab * sizeof(float));
-            if (!e->mtp_q || !e->mtp_req || !e->mtp_logits) st = tela_errorf(TELA_ERR_NOMEM, "engine: out of memory");
+            e->mtp_picks = malloc((size_t)n_parallel * sizeof *e->mtp_picks);
+            if (!e->mtp_q || !e->mtp_req || !e->mtp_logits || !e->mtp_picks)
+                st = tela_errorf(TELA_ERR_NOMEM, "engine: out of memory");
         }
     }
     if (st == TELA_OK) {

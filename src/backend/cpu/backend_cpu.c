@@ -359,12 +359,14 @@ static void cpu_rope(tela_exec *ex, float *x, int64_t x_stride, int n_tok, int n
     tela_op_rope(x, x_stride, n_tok, n_heads, head_dim, n_rot, cs, mode);
 }
 
-static void cpu_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out) {
+static void cpu_argmax(tela_exec *ex, const float *x, int64_t n, int n_rows, int32_t *out) {
     (void)ex;
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    out[0] = (int32_t)best;
+    for (int r = 0; r < n_rows; r++, x += n) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++)
+            if (x[i] > x[best]) best = i;
+        out[r] = (int32_t)best;
+    }
 }
 
 /* ----------------------------------------------------------- KV cache */

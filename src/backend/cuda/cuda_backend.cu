@@ -585,7 +585,9 @@ static void cuda_rope(tela_exec *e, float *x, int64_t x_stride, int n_tok, int n
     tela_cuda_rope(as_ex(e), x, x_stride, n_tok, n_heads, head_dim, n_rot, cs, mode);
 }
 
-static void cuda_argmax(tela_exec *e, const float *x, int64_t n, int32_t *out) { tela_cuda_argmax(as_ex(e), x, n, out); }
+static void cuda_argmax(tela_exec *e, const float *x, int64_t n, int n_rows, int32_t *out) {
+    tela_cuda_argmax(as_ex(e), x, n, n_rows, out);
+}
 
 /* The rows of a batched step that need logits (host row list): one
  * device-to-device copy each. */

@@ -130,6 +130,8 @@ static __device__ __forceinline__ bool better(float v, int64_t i, float bv, int6
 
 static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
     TELA_PDL_ENTRY();
+    x += (size_t)blockIdx.x * n; /* a block a row */
+    out += blockIdx.x;
     float bv = -INFINITY;
     int64_t bi = n;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
@@ -158,8 +160,8 @@ static __global__ void argmax_kernel(const float *x, int64_t n, int32_t *out) {
     }
 }
 
-void tela_cuda_argmax(cuda_exec *ex, const float *x, int64_t n, int32_t *out) {
-    tela_cuda_launch(ex, argmax_kernel, 1, 1024, 0, x, n, out);
+void tela_cuda_argmax(cuda_exec *ex, const float *x, int64_t n, int n_rows, int32_t *out) {
+    tela_cuda_launch(ex, argmax_kernel, (unsigned)n_rows, 1024, 0, x, n, out);
     tela_cuda_launched(ex, "argmax");
 }
 
