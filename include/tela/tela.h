@@ -454,7 +454,7 @@ typedef struct tela_engine_params {
                                     4096) */
     int32_t n_parallel;          /* the most sequences computed together; 0 = 8 */
     int32_t kv_tokens;           /* positions in the shared KV cache (in blocks of 16); 0 = n_parallel * n_ctx */
-    int32_t step_tokens;         /* tokens per step (decodes plus prompt chunks); 0 = 256 */
+    int32_t step_tokens;         /* tokens per step (decodes plus prompt chunks); 0 = 256 (a GPU: 2048) */
     int32_t max_waiting;         /* requests queued before submit says TELA_ERR_BUSY; 0 = 64 */
     int prefix_cache;            /* reuse computed prefixes across requests (default 1) */
     int32_t checkpoint_interval; /* hybrid models: a recurrent-state checkpoint every N prompt tokens; 0 = 256 */

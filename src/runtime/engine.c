@@ -929,7 +929,11 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     const int64_t n_blocks = (kv_tokens + ENGINE_BLOCK - 1) / ENGINE_BLOCK + 1;
     if (n_blocks * ENGINE_BLOCK > INT32_MAX / 2)
         return tela_errorf(TELA_ERR_ARG, "engine: a KV cache of %lld tokens is too large", (long long)kv_tokens);
-    int32_t step_tokens = p.step_tokens ? p.step_tokens : 256;
+    /* a step's tokens: 256 on the CPU; a GPU's prefill wants long steps
+     * (its preferred batch, 4096 for CUDA), 2048 of them keep the decoding
+     * sequences' steps short while prompts are processed */
+    const int pref = tela_backend_preferred_batch(model->be);
+    int32_t step_tokens = p.step_tokens ? p.step_tokens : pref > 2048 ? 2048 : 256;
     if (step_tokens < n_parallel) step_tokens = n_parallel;
     if (step_tokens < TELA_MODEL_STEP_ALIGN) step_tokens = TELA_MODEL_STEP_ALIGN;
     int32_t interval = p.checkpoint_interval ? p.checkpoint_interval : 256;
