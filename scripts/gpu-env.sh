@@ -11,6 +11,11 @@ if ! pkg-config --exists libpcre2-8 libutf8proc libcjson 2>/dev/null; then
         if [ ! -d "$d/usr" ]; then
             mkdir -p "$d"
             for f in .devdeps/*.deb; do dpkg -x "$f" "$d"; done
+            # libmicrohttpd's .pc names gnutls as a private requirement, for
+            # static links only; without gnutls's -dev package pkg-config
+            # would refuse it (the shared library finds libgnutls itself)
+            mhd="$d/usr/lib/x86_64-linux-gnu/pkgconfig/libmicrohttpd.pc"
+            [ -f "$mhd" ] && sed -i '/^Requires.private/d' "$mhd"
         fi
         lib="$d/usr/lib/x86_64-linux-gnu"
         export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

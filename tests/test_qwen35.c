@@ -533,7 +533,7 @@ static void put(hf_list *l, const tela_gguf *g, const char *gname, const char *h
     if (!v) return;
     const tela_gguf_tensor *gt = tela_gguf_find_tensor(g, gname);
     int nd = gt->t.n_dims;
-    int64_t shape[4];
+    int64_t shape[4] = {0, 0, 0, 0};
     for (int i = 0; i < nd; i++) shape[i] = ne[nd - 1 - i];
     hf_tensor *t = hf_add(l, hname, nd, shape);
     int64_t n = tela_tensor_nelements(&gt->t), cols = nd == 1 ? 1 : ne[0], rows = n / cols;
