@@ -204,6 +204,11 @@ static tela_status final_candidates(const tela_sampler_params *p, float *logits,
     return TELA_OK;
 }
 
+/* The draw's blocks of weights (tela_sample): at least SAMPLE_BLOCK
+ * candidates each, at most SAMPLE_MAX_BLOCKS of them. */
+#define SAMPLE_BLOCK 1024
+#define SAMPLE_MAX_BLOCKS 1024
+
 /* The largest of the candidates' logits at temperature: the softmax's shift. */
 static double temp_max(const candidate *c, size_t n, double inv_t) {
     double mx = -INFINITY;
@@ -238,16 +243,37 @@ tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_
     }
 
     /* Temperature and the draw, in the candidates' current order (sorted,
-     * or by id), which is deterministic either way. */
+     * or by id), which is deterministic either way. The weights are summed
+     * a block of SAMPLE_BLOCK at a time, and the walk to the draw skips
+     * whole blocks by their sums: exp() again only inside the block the
+     * draw falls in (a vocabulary's worth of exp() is most of a sampled
+     * token's time). */
     double inv_t = 1.0 / (double)p->temperature;
     double mx = temp_max(c, n, inv_t);
+    double block_sum[SAMPLE_MAX_BLOCKS];
+    const size_t bs = (n + SAMPLE_MAX_BLOCKS - 1) / SAMPLE_MAX_BLOCKS > SAMPLE_BLOCK
+                          ? (n + SAMPLE_MAX_BLOCKS - 1) / SAMPLE_MAX_BLOCKS
+                          : SAMPLE_BLOCK;
     double sum = 0.0;
-    for (size_t i = 0; i < n; i++) sum += exp((double)c[i].logit * inv_t - mx);
+    for (size_t b0 = 0, k = 0; b0 < n; b0 += bs, k++) {
+        double s = 0.0;
+        for (size_t i = b0; i < n && i < b0 + bs; i++) s += exp((double)c[i].logit * inv_t - mx);
+        block_sum[k] = s;
+        sum += s;
+    }
     double target = rng_uniform(p->seed, step) * sum, cum = 0.0;
     int32_t pick = c[n - 1].id;
-    for (size_t i = 0; i < n; i++) {
-        cum += exp((double)c[i].logit * inv_t - mx);
-        if (cum > target) {
+    for (size_t b0 = 0, k = 0; b0 < n; b0 += bs, k++) {
+        if (cum + block_sum[k] <= target && b0 + bs < n) {
+            cum += block_sum[k];
+            continue;
+        }
+        size_t i = b0;
+        for (; i < n && i < b0 + bs; i++) {
+            cum += exp((double)c[i].logit * inv_t - mx);
+            if (cum > target) break;
+        }
+        if (i < n && i < b0 + bs) { /* else rounding kept the draw from this block: on to the next */
             pick = c[i].id;
             break;
         }
