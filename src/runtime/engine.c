@@ -100,6 +100,8 @@ struct tela_engine {
     int32_t *picks;              /* [logit_rows]: their greedy picks, made on the device */
     int32_t logit_rows;
     bool device_picks;           /* the logits live on a device: plain greedy sequences take only their picks */
+    int sample_threads;          /* threads that sample a step's rows on the host (1: the scheduler alone) */
+    struct sample_job *jobs;     /* [n_parallel] */
     bool rewinds;                /* the model rolls back by slot_rewind (recurrent state) */
     bool mtp;                    /* the model's MTP block is loaded: MTP drafting, and no block shared up to
                                     the position before a reused prefix's end (its MTP row is rewritten) */
@@ -537,24 +539,88 @@ static bool plain_greedy(const eng_req *r) {
            p->presence_penalty == 0.0f && p->n_logit_bias == 0 && r->params.top_logprobs < 0;
 }
 
+/* One sequence's token drawn on the host from its logits row: what the
+ * draw needs and gives (made on any thread: nothing shared is written). */
+typedef struct sample_job {
+    tela_engine *e;
+    eng_req *r;
+    float *row;
+    row_logprobs lp;
+    int32_t tok;
+    tela_status st;
+    char error[256];
+} sample_job;
+
+static void sample_job_run(sample_job *j) {
+    eng_req *r = j->r;
+    logprobs_take(j->e, r, j->row, &j->lp);
+    j->st = tela_sample(&r->params.sampler, j->row, j->e->n_vocab, r->tokens, (size_t)r->n_tokens,
+                        (uint64_t)r->n_tokens, &j->tok);
+    if (j->st != TELA_OK) snprintf(j->error, sizeof j->error, "%s", tela_last_error());
+}
+
+/* Sends the event of a sampled token (job done) and ends r when it stops. */
+static void sample_job_emit(sample_job *j) {
+    if (j->st != TELA_OK) {
+        req_finish(j->e, j->r, TELA_STOP_ERROR, j->st, j->error);
+        return;
+    }
+    tela_stop_reason reason;
+    tela_status st;
+    if (req_emit(j->e, j->r, j->tok, &j->lp, &reason, &st)) req_end(j->e, j->r, reason, st);
+}
+
 /* Samples r's next token from a logits row (edited in place), or takes
  * the device's pick (>= 0, plain greedy), and sends its event; ends r when
  * it stops. */
 static void req_sample(tela_engine *e, eng_req *r, float *row, int32_t pick) {
-    row_logprobs lp = {0};
-    int32_t tok = pick;
-    tela_status st = TELA_OK;
-    if (pick < 0) {
-        logprobs_take(e, r, row, &lp);
-        st = tela_sample(&r->params.sampler, row, e->n_vocab, r->tokens, (size_t)r->n_tokens, (uint64_t)r->n_tokens,
-                         &tok);
-    }
-    if (st != TELA_OK) {
-        req_finish(e, r, TELA_STOP_ERROR, st, tela_last_error());
+    sample_job j;
+    memset(&j, 0, sizeof j);
+    j.e = e;
+    j.r = r;
+    j.row = row;
+    j.tok = pick;
+    if (pick < 0) sample_job_run(&j);
+    sample_job_emit(&j);
+}
+
+typedef struct sample_share {
+    sample_job *jobs;
+    int n, stride, first;
+} sample_share;
+
+static void *sample_worker(void *arg) {
+    const sample_share *sh = arg;
+    for (int i = sh->first; i < sh->n; i += sh->stride) sample_job_run(&sh->jobs[i]);
+    return NULL;
+}
+
+/* Runs jobs[0..n) on up to e->sample_threads threads (the scheduler's one
+ * of them): a vocabulary's softmax and draw cost a host core about a
+ * millisecond a row (128k tokens), so a step of many sampled sequences
+ * would otherwise wait on one core. */
+static void sample_jobs_run(tela_engine *e, sample_job *jobs, int n) {
+    enum { MIN_PER_THREAD = 2, MAX_THREADS = 32 };
+    int nt = n / MIN_PER_THREAD;
+    if (nt > e->sample_threads) nt = e->sample_threads;
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
+    if (nt <= 1) {
+        for (int i = 0; i < n; i++) sample_job_run(&jobs[i]);
         return;
     }
-    tela_stop_reason reason;
-    if (req_emit(e, r, tok, &lp, &reason, &st)) req_end(e, r, reason, st);
+    pthread_t th[MAX_THREADS];
+    sample_share sh[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (int t = 1; t < nt; t++) {
+        sh[t] = (sample_share){jobs, n, nt, t};
+        started[t] = pthread_create(&th[t], NULL, sample_worker, &sh[t]) == 0;
+    }
+    sh[0] = (sample_share){jobs, n, nt, 0};
+    sample_worker(&sh[0]);
+    for (int t = 1; t < nt; t++) {
+        if (started[t]) pthread_join(th[t], NULL);
+        else sample_worker(&sh[t]); /* no thread to be had: the scheduler does its share */
+    }
 }
 
 /* Up to how many drafts r brings to this step (prompt lookup over its
@@ -787,14 +853,26 @@ static void step(tela_engine *e) {
             (r->n_computed % e->ckpt_interval == 0 || (lrow && r->n_generated == 0)))
             req_checkpoint(e, r, lrow && !e->runs[j].pick_only && r->n_computed == r->n_tokens ? lrow : NULL);
     }
+    /* the tokens drawn on the host, all rows at once, then the events in order */
+    int n_jobs = 0;
     row = 0;
     for (int j = 0; j < n_runs; j++) {
+        if (!e->runs[j].logits) continue;
+        float *lrow = e->logits + (size_t)row * e->n_vocab;
+        row += e->runs[j].all_logits ? e->runs[j].n : 1;
+        if (e->run_req[j]->n_draft > 0 || e->runs[j].pick_only) continue;
+        e->jobs[n_jobs++] = (sample_job){.e = e, .r = e->run_req[j], .row = lrow};
+    }
+    sample_jobs_run(e, e->jobs, n_jobs);
+    row = 0;
+    for (int j = 0, k = 0; j < n_runs; j++) {
         if (!e->runs[j].logits) continue;
         float *lrow = e->logits + (size_t)row * e->n_vocab;
         const int32_t *pk = e->runs[j].pick_only ? e->picks + row : NULL;
         row += e->runs[j].all_logits ? e->runs[j].n : 1;
         if (e->run_req[j]->n_draft > 0) req_verify(e, e->run_req[j], lrow, pk);
-        else req_sample(e, e->run_req[j], lrow, pk ? pk[0] : -1);
+        else if (pk) req_sample(e, e->run_req[j], lrow, pk[0]);
+        else sample_job_emit(&e->jobs[k++]);
     }
 }
 
@@ -891,6 +969,7 @@ void tela_engine_free(tela_engine *e) {
     free(e->image);
     free(e->logits);
     free(e->picks);
+    free(e->jobs);
     free(e->mtp_picks);
     tela_spec_verifier_free(&e->ver);
     free(e->mtp_q);
@@ -968,6 +1047,7 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     const int n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads;
     if (st == TELA_OK) st = tela_exec_create(model->be, n_threads, &e->ex);
     if (st == TELA_OK) e->device_picks = !tela_exec_host_visible(e->ex);
+    e->sample_threads = n_threads > 0 ? n_threads : 1;
     if (st == TELA_OK) st = arch->state_create(model, e->ex, &sp, &e->state);
     const uint64_t ckpt_budget = p.checkpoint_bytes ? p.checkpoint_bytes : (uint64_t)1 << 30;
     if (st == TELA_OK) {
@@ -975,13 +1055,14 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
         e->image = e->image_bytes ? malloc(e->image_bytes) : NULL;
         e->logits = malloc((size_t)n_parallel * (size_t)e->n_vocab * sizeof(float));
         e->picks = malloc((size_t)n_parallel * sizeof *e->picks);
+        e->jobs = malloc((size_t)n_parallel * sizeof *e->jobs);
         e->logit_rows = n_parallel;
         e->free_slots = malloc((size_t)n_parallel * sizeof *e->free_slots);
         e->running = calloc((size_t)n_parallel, sizeof *e->running);
         e->runs = calloc((size_t)n_parallel, sizeof *e->runs);
         e->run_req = calloc((size_t)n_parallel, sizeof *e->run_req);
-        if (!e->pool || (e->image_bytes && !e->image) || !e->logits || !e->picks || !e->free_slots || !e->running ||
-            !e->runs || !e->run_req)
+        if (!e->pool || (e->image_bytes && !e->image) || !e->logits || !e->picks || !e->jobs || !e->free_slots ||
+            !e->running || !e->runs || !e->run_req)
             st = tela_errorf(TELA_ERR_NOMEM, "engine: out of memory");
         else
             st = tela_spec_verifier_init(&e->ver, e->n_vocab);
