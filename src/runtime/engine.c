@@ -1048,6 +1048,8 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     if (st == TELA_OK) st = tela_exec_create(model->be, n_threads, &e->ex);
     if (st == TELA_OK) e->device_picks = !tela_exec_host_visible(e->ex);
     e->sample_threads = n_threads > 0 ? n_threads : 1;
+    const char *sth = getenv("TELA_ENGINE_SAMPLE_THREADS"); /* to measure: 1 = the scheduler alone */
+    if (sth && atoi(sth) > 0) e->sample_threads = atoi(sth);
     if (st == TELA_OK) st = arch->state_create(model, e->ex, &sp, &e->state);
     const uint64_t ckpt_budget = p.checkpoint_bytes ? p.checkpoint_bytes : (uint64_t)1 << 30;
     if (st == TELA_OK) {
