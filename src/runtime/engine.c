@@ -101,6 +101,8 @@ struct tela_engine {
     int32_t logit_rows;
     bool device_picks;           /* the logits live on a device: plain greedy sequences take only their picks */
     int sample_threads;          /* threads that sample a step's rows on the host (1: the scheduler alone) */
+    void **scratch;              /* [n_scratch]: each sampling thread's candidates (tela_sampler_scratch_bytes) */
+    int n_scratch;
     struct sample_job *jobs;     /* [n_parallel] */
     bool rewinds;                /* the model rolls back by slot_rewind (recurrent state) */
     bool mtp;                    /* the model's MTP block is loaded: MTP drafting, and no block shared up to
@@ -545,6 +547,7 @@ typedef struct sample_job {
     tela_engine *e;
     eng_req *r;
     float *row;
+    void *scratch;               /* the sampler's candidates (NULL: allocated by it) */
     row_logprobs lp;
     int32_t tok;
     tela_status st;
@@ -554,8 +557,8 @@ typedef struct sample_job {
 static void sample_job_run(sample_job *j) {
     eng_req *r = j->r;
     logprobs_take(j->e, r, j->row, &j->lp);
-    j->st = tela_sample(&r->params.sampler, j->row, j->e->n_vocab, r->tokens, (size_t)r->n_tokens,
-                        (uint64_t)r->n_tokens, &j->tok);
+    j->st = tela_sample_scratch(&r->params.sampler, j->row, j->e->n_vocab, r->tokens, (size_t)r->n_tokens,
+                                (uint64_t)r->n_tokens, j->scratch, &j->tok);
     if (j->st != TELA_OK) snprintf(j->error, sizeof j->error, "%s", tela_last_error());
 }
 
@@ -587,11 +590,15 @@ static void req_sample(tela_engine *e, eng_req *r, float *row, int32_t pick) {
 typedef struct sample_share {
     sample_job *jobs;
     int n, stride, first;
+    void *scratch;               /* this share's sampler candidates */
 } sample_share;
 
 static void *sample_worker(void *arg) {
     const sample_share *sh = arg;
-    for (int i = sh->first; i < sh->n; i += sh->stride) sample_job_run(&sh->jobs[i]);
+    for (int i = sh->first; i < sh->n; i += sh->stride) {
+        sh->jobs[i].scratch = sh->scratch;
+        sample_job_run(&sh->jobs[i]);
+    }
     return NULL;
 }
 
@@ -604,18 +611,30 @@ static void sample_jobs_run(tela_engine *e, sample_job *jobs, int n) {
     int nt = n / MIN_PER_THREAD;
     if (nt > e->sample_threads) nt = e->sample_threads;
     if (nt > MAX_THREADS) nt = MAX_THREADS;
+    if (nt < 1) nt = 1;
+    if (nt > e->n_scratch) { /* the candidates' buffers, kept from step to step */
+        void **ns = realloc(e->scratch, (size_t)nt * sizeof *ns);
+        if (ns) {
+            e->scratch = ns;
+            for (; e->n_scratch < nt; e->n_scratch++)
+                if (!(e->scratch[e->n_scratch] = malloc(tela_sampler_scratch_bytes(e->n_vocab)))) break;
+        }
+        if (nt > e->n_scratch) nt = e->n_scratch > 0 ? e->n_scratch : 1;
+    }
+    void *scratch0 = e->n_scratch > 0 ? e->scratch[0] : NULL;
     if (nt <= 1) {
-        for (int i = 0; i < n; i++) sample_job_run(&jobs[i]);
+        const sample_share one = {jobs, n, 1, 0, scratch0};
+        sample_worker((void *)&one);
         return;
     }
     pthread_t th[MAX_THREADS];
     sample_share sh[MAX_THREADS];
     bool started[MAX_THREADS] = {false};
     for (int t = 1; t < nt; t++) {
-        sh[t] = (sample_share){jobs, n, nt, t};
+        sh[t] = (sample_share){jobs, n, nt, t, e->scratch[t]};
         started[t] = pthread_create(&th[t], NULL, sample_worker, &sh[t]) == 0;
     }
-    sh[0] = (sample_share){jobs, n, nt, 0};
+    sh[0] = (sample_share){jobs, n, nt, 0, scratch0};
     sample_worker(&sh[0]);
     for (int t = 1; t < nt; t++) {
         if (started[t]) pthread_join(th[t], NULL);
@@ -970,6 +989,8 @@ void tela_engine_free(tela_engine *e) {
     free(e->logits);
     free(e->picks);
     free(e->jobs);
+    for (int i = 0; i < e->n_scratch; i++) free(e->scratch[i]);
+    free(e->scratch);
     free(e->mtp_picks);
     tela_spec_verifier_free(&e->ver);
     free(e->mtp_q);

@@ -227,17 +227,31 @@ static tela_status sampler_candidates(const tela_sampler_params *p, float *logit
     return final_candidates(p, logits, n_vocab, history, n_history, *c, n, greedy);
 }
 
+size_t tela_sampler_scratch_bytes(int32_t n_vocab) { return (size_t)(n_vocab > 0 ? n_vocab : 1) * sizeof(candidate); }
+
 tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_t n_vocab, const int32_t *history,
                         size_t n_history, uint64_t step, int32_t *out_token) {
+    return tela_sample_scratch(params, logits, n_vocab, history, n_history, step, NULL, out_token);
+}
+
+tela_status tela_sample_scratch(const tela_sampler_params *params, float *logits, int32_t n_vocab,
+                                const int32_t *history, size_t n_history, uint64_t step, void *scratch,
+                                int32_t *out_token) {
     if (!params || !logits || !out_token || n_vocab <= 0 || (n_history && !history))
         return tela_errorf(TELA_ERR_ARG, "tela_sample: bad arguments");
     const tela_sampler_params *p = params;
     candidate *c = NULL;
     size_t n = 0;
     int32_t greedy = -1;
-    tela_status st = sampler_candidates(p, logits, n_vocab, history, n_history, &c, &n, &greedy);
+    tela_status st;
+    if (scratch) {
+        c = scratch;
+        st = final_candidates(p, logits, n_vocab, history, n_history, c, &n, &greedy);
+    } else {
+        st = sampler_candidates(p, logits, n_vocab, history, n_history, &c, &n, &greedy);
+    }
     if (st != TELA_OK || greedy >= 0) {
-        free(c);
+        if (!scratch) free(c);
         if (st == TELA_OK) *out_token = greedy;
         return st;
     }
@@ -278,7 +292,7 @@ tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_
             break;
         }
     }
-    free(c);
+    if (!scratch) free(c);
     *out_token = pick;
     return TELA_OK;
 }

@@ -14,6 +14,15 @@ typedef struct tela_token_prob {
     double p;
 } tela_token_prob;
 
+/* tela_sample with the candidates in scratch (tela_sampler_scratch_bytes
+ * of memory the caller keeps; NULL: allocated for the call): a caller
+ * drawing many rows saves an allocation of the vocabulary's size a row,
+ * whose page faults serialize threads drawing at once. */
+size_t tela_sampler_scratch_bytes(int32_t n_vocab);
+tela_status tela_sample_scratch(const tela_sampler_params *params, float *logits, int32_t n_vocab,
+                                const int32_t *history, size_t n_history, uint64_t step, void *scratch,
+                                int32_t *out_token);
+
 /* The distribution tela_sample would draw from for these logits (modified
  * in place, as tela_sample does): after the logit bias, the penalties,
  * top-k, top-p, min-p and the temperature, out[0..*n_out) (out holds
