@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define ENGINE_BLOCK 16
 #define ENGINE_MAX_TOP 20
@@ -1068,7 +1069,10 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     const int n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads;
     if (st == TELA_OK) st = tela_exec_create(model->be, n_threads, &e->ex);
     if (st == TELA_OK) e->device_picks = !tela_exec_host_visible(e->ex);
-    e->sample_threads = n_threads > 0 ? n_threads : 1;
+    /* (0 threads: the backend's default, all cores on the CPU; a GPU's host
+     * draws with all of its cores too) */
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    e->sample_threads = n_threads > 0 ? n_threads : cores > 0 ? (int)cores : 1;
     const char *sth = getenv("TELA_ENGINE_SAMPLE_THREADS"); /* to measure: 1 = the scheduler alone */
     if (sth && atoi(sth) > 0) e->sample_threads = atoi(sth);
     if (st == TELA_OK) st = arch->state_create(model, e->ex, &sp, &e->state);
