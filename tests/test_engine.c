@@ -21,7 +21,8 @@
  *    drafter and seed, greedy ones also plain greedy decoding (with the
  *    same log-probabilities, bit for bit), with drafts accepted and
  *    rejected (rolled back) on the demo models, and on Qwen3.5 the
- *    recurrent state rewound per sequence. */
+ *    recurrent state rewound per sequence; again with a KV pool too small
+ *    for four sequences (preemptions under way; greedy outputs compared). */
 #include "tela/tela.h"
 #include "test.h"
 
@@ -213,9 +214,9 @@ static void check_long_prefix(tela_model *m, int hybrid, const char *label);
 
 /* Speculative decoding by prompt lookup in the engine (see the top). */
 static void check_spec(tela_model *m, tela_spec_method method, const int32_t *prompt, int np, int n_ctx,
-                       const char *label) {
+                       int32_t kv_tokens, const char *label) {
     enum { N = 6 };
-    tela_engine *e = new_engine(m, 4, 0, 1, n_ctx);
+    tela_engine *e = new_engine(m, 4, kv_tokens, 1, n_ctx);
     if (!e) return;
     static result res[N], plain;
     reference ref;
@@ -238,9 +239,14 @@ static void check_spec(tela_model *m, tela_spec_method method, const int32_t *pr
         char lb[160];
         result_wait(&res[i]);
         reference_run(m, prompt, np - i, &ps[i], &ref, n_ctx);
-        snprintf(lb, sizeof lb, "%s: request %d (k = %d, %s) against tela_generate with prompt lookup", label, i,
+        snprintf(lb, sizeof lb, "%s: request %d (k = %d, %s) against tela_generate with the same drafter", label, i,
                  sp[i].draft_max, i % 2 ? "sampled" : "greedy");
-        check_same(&res[i], &ref, lb);
+        /* (with a small pool a sequence drafts fewer tokens when blocks run
+         * short, and a set-back hybrid recomputes in other chunks: sampled
+         * draws then differ from tela_generate's, though not their
+         * distribution; greedy output stays plain greedy's) */
+        if (kv_tokens == 0 || i % 2 == 0) check_same(&res[i], &ref, lb);
+        else CHECK_MSG(res[i].status == TELA_OK && res[i].n == ps[i].max_tokens, "%s: %d tokens", lb, res[i].n);
         if (i % 2 == 0) { /* greedy: plain greedy's tokens */
             tela_request_params q = ps[i];
             q.spec = NULL;
@@ -271,11 +277,13 @@ static void check_spec(tela_model *m, tela_spec_method method, const int32_t *pr
     check_idle(e, label);
     tela_engine_stats st;
     tela_engine_get_stats(e, &st);
+    if (kv_tokens > 0) /* a pool too small for four sequences: some were set back, drafts and all */
+        CHECK_MSG(st.preemptions > 0, "%s: no preemption with a KV pool of %d positions", label, kv_tokens);
     CHECK_MSG(st.draft_tokens == (uint64_t)drafted && st.accepted_tokens == (uint64_t)accepted,
               "%s: the engine counts %llu drafts, %llu accepted; the requests %ld, %ld", label,
               (unsigned long long)st.draft_tokens, (unsigned long long)st.accepted_tokens, drafted, accepted);
-    printf("%s: speculative decoding in the engine: %ld of %ld drafts accepted, outputs as tela_generate's\n", label,
-           accepted, drafted);
+    printf("%s: speculative decoding in the engine: %ld of %ld drafts accepted, %s outputs as tela_generate's\n",
+           label, accepted, drafted, kv_tokens ? "greedy" : "all");
     /* what the engine does not draft with */
     tela_spec_params bad = tela_spec_default_params();
     bad.method = TELA_SPEC_DRAFT;
@@ -475,7 +483,9 @@ static void test_llama(const char *path) {
     }
     check_long_prefix(m, 0, "llama, issue sizes");
     int32_t rp[128];
-    check_spec(m, TELA_SPEC_NGRAM, rp, repeated_prompt(m, rp, 128), CTX, "llama demo");
+    const int nrp = repeated_prompt(m, rp, 128);
+    check_spec(m, TELA_SPEC_NGRAM, rp, nrp, CTX, 0, "llama demo");
+    check_spec(m, TELA_SPEC_NGRAM, rp, nrp, 192, 192, "llama demo, a small KV pool");
     tela_model_free(m);
 }
 
@@ -625,8 +635,9 @@ int main(void) {
         if (m) {
             int32_t rp[128];
             const int np = repeated_prompt(m, rp, 128);
-            check_spec(m, TELA_SPEC_NGRAM, rp, np, 512, "qwen35 demo, prompt lookup");
-            check_spec(m, TELA_SPEC_MTP, rp, np, 512, "qwen35 demo, MTP");
+            check_spec(m, TELA_SPEC_NGRAM, rp, np, 512, 0, "qwen35 demo, prompt lookup");
+            check_spec(m, TELA_SPEC_MTP, rp, np, 512, 0, "qwen35 demo, MTP");
+            check_spec(m, TELA_SPEC_MTP, rp, np, 192, 192, "qwen35 demo, MTP, a small KV pool");
             tela_model_free(m);
         }
     }

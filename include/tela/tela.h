@@ -442,10 +442,12 @@ TELA_API tela_status tela_generate(tela_session *session, const int32_t *prompt,
  * entry is computed in other pieces, which for hybrid models can differ in
  * the last bits).
  *
- * Speculative decoding (tela_request_params.spec; prompt lookup only):
+ * Speculative decoding (tela_request_params.spec: prompt lookup or the MTP block):
  * each decoding sequence verifies its own drafts inside the batched step,
  * by tela_generate's rules (greedy output unchanged; sampled tokens those
- * of tela_generate with the same drafter and seed), and is rolled back on
+ * of tela_generate with the same drafter and seed while the KV pool has
+ * room for every draft: short of blocks a sequence drafts fewer, which
+ * changes its draws but not their distribution), and is rolled back on
  * its own. */
 typedef struct tela_engine tela_engine;
 
@@ -518,7 +520,7 @@ typedef struct tela_request_params {
     int32_t top_logprobs;            /* -1: no log-probabilities; 0: the token's; k <= 20: also the k likeliest */
     tela_engine_callback callback;
     void *user;
-    const tela_spec_params *spec;    /* speculative decoding (TELA_SPEC_NGRAM), or NULL; copied */
+    const tela_spec_params *spec;    /* speculative decoding (TELA_SPEC_NGRAM or _MTP), or NULL; copied */
 } tela_request_params;
 
 TELA_API tela_request_params tela_request_default_params(void);

@@ -333,7 +333,10 @@ static bool req_start(tela_engine *e, eng_req *r) {
         const int32_t found = tela_kv_pool_match(e->pool, r->tokens, n, r->hashes, r->blocks, &tail_block, &tail_len);
         found_full = (found - tail_len) / ENGINE_BLOCK;
         if (e->image_bytes) {
-            const int32_t c = tela_kv_pool_ckpt_find(e->pool, r->tokens, n, found, r->hashes, &image, &ck_logits);
+            /* a sequence set back after it had generated resumes before its
+             * last token (decoded again: see step) */
+            const int32_t lim = r->n_generated > 0 && found > n - 1 ? n - 1 : found;
+            const int32_t c = tela_kv_pool_ckpt_find(e->pool, r->tokens, n, lim, r->hashes, &image, &ck_logits);
             reuse = c > 0 ? c : 0;
             if (c <= 0) image = NULL;
         } else {
@@ -817,10 +820,13 @@ static void step(tela_engine *e) {
         rows += 1 + nd;
     }
     if (e->mtp && n_runs > 0) mtp_drafts(e, n_runs);
-    /* 2. prompt chunks */
+    /* 2. prompt chunks: the prompt, or for a sequence set back after it had
+     * generated, its tokens but the last (which goes again as a decoding
+     * token, drafts and all, as if it had never stopped) */
     for (int i = 0; i < e->n_running && budget > 0; i++) {
         eng_req *r = e->running[i];
-        const int32_t left = r->n_tokens - r->n_computed;
+        const int32_t end = r->n_generated > 0 ? r->n_tokens - 1 : r->n_tokens;
+        const int32_t left = end - r->n_computed;
         if (left <= 1 && r->n_computed == r->n_tokens - 1) continue; /* decoding (or done above) */
         if (left <= 0) continue;
         int32_t n = left < budget ? left : budget;
