@@ -21,19 +21,21 @@
  *      at checkpoint positions and at the end of prompts;
  *   5. sequences that got logits sample their next token (tela_sample with
  *      the step index = the token's position, as tela_generate does, so a
- *      seed gives the same tokens here and there), and the events go out.
+ *      seed gives the same tokens here and there; the rows drawn on several
+ *      threads, plain greedy ones on a GPU picked there), and the events go
+ *      out.
  *
  * Speculative decoding (a request's spec): a decoding sequence brings
  * drafts (prompt lookup over its own tokens, or the MTP block's, drafted
  * for all such sequences together, a batch of the block per draft) to its
- * run, which gets every token's logits; the drafts are accepted by tela_generate's rule
- * (tela_spec_accept, the same step indices and streams, so a seed gives the
- * same tokens here and in tela_generate with the same drafter), the
- * sequence keeps the pending token and the accepted drafts, and a hybrid
- * model's slot is rewound to the state after them (the verification kept
- * every token's state). Rejected drafts' KV rows lie past n_computed, where
- * nothing reads them before they are written again; checkpoints are taken
- * only at kept positions.
+ * run, which gets every token's logits; the drafts are accepted by
+ * tela_generate's rule (tela_spec_accept, the same step indices and
+ * streams, so a seed gives the same tokens here and in tela_generate with
+ * the same drafter), the sequence keeps the pending token and the accepted
+ * drafts, and a hybrid model's slot is rewound to the state after them (the
+ * verification kept every token's state). Rejected drafts' KV rows lie past
+ * n_computed, where nothing reads them before they are written again;
+ * checkpoints are taken only at kept positions.
  *
  * Admission. A waiting request gets a state slot and reuses the longest
  * cached prefix of its tokens: full blocks are shared, the rows of a
