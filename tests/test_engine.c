@@ -22,7 +22,8 @@
  *    same log-probabilities, bit for bit), with drafts accepted and
  *    rejected (rolled back) on the demo models, and on Qwen3.5 the
  *    recurrent state rewound per sequence; again with a KV pool too small
- *    for four sequences (preemptions under way; greedy outputs compared). */
+ *    for four sequences (preemptions under way; greedy outputs compared);
+ *  - predicted outputs (lookup_tokens): drafted from, output unchanged. */
 #include "tela/tela.h"
 #include "test.h"
 
@@ -298,6 +299,47 @@ static void check_spec(tela_model *m, tela_spec_method method, const int32_t *pr
     tela_engine_free(e);
 }
 
+/* Predicted outputs (tela_request_params.lookup_tokens): the plain greedy
+ * reply given as the prediction is drafted from (most of it accepted), the
+ * output unchanged; a prediction of other tokens changes nothing either;
+ * ids outside the vocabulary are refused. */
+static void check_lookup(tela_model *m, const int32_t *prompt, int np, const char *label) {
+    tela_engine *e = new_engine(m, 2, 0, 1, 512);
+    if (!e) return;
+    static result plain, pred, other;
+    result_init(&plain);
+    tela_request_params p = req_params(&plain, 40, 0.0f, 1);
+    p.ignore_eos = 1;
+    CHECK_OK(tela_engine_submit(e, prompt, np, &p, NULL));
+    result_wait(&plain);
+    result_init(&pred);
+    p.user = &pred;
+    p.lookup_tokens = plain.tokens;
+    p.n_lookup_tokens = plain.n;
+    CHECK_OK(tela_engine_submit(e, prompt, np, &p, NULL));
+    result_wait(&pred);
+    CHECK_MSG(pred.n == plain.n && !memcmp(pred.tokens, plain.tokens, sizeof(int32_t) * (size_t)plain.n),
+              "%s: a prediction changed the greedy output", label);
+    CHECK_MSG(pred.usage.accepted_tokens >= plain.n / 2, "%s: %d of %d predicted drafts accepted", label,
+              pred.usage.accepted_tokens, pred.usage.draft_tokens);
+    int32_t junk[8];
+    for (int i = 0; i < 8; i++) junk[i] = (plain.tokens[0] + 1 + i) % tela_model_get_info(m)->n_vocab;
+    result_init(&other);
+    p.user = &other;
+    p.lookup_tokens = junk;
+    p.n_lookup_tokens = 8;
+    CHECK_OK(tela_engine_submit(e, prompt, np, &p, NULL));
+    result_wait(&other);
+    CHECK_MSG(other.n == plain.n && !memcmp(other.tokens, plain.tokens, sizeof(int32_t) * (size_t)plain.n),
+              "%s: an unrelated prediction changed the greedy output", label);
+    junk[3] = -1;
+    CHECK(tela_engine_submit(e, prompt, np, &p, NULL) == TELA_ERR_ARG);
+    printf("%s: a prediction of the reply: %d of %d drafts accepted, output unchanged\n", label,
+           pred.usage.accepted_tokens, pred.usage.draft_tokens);
+    check_idle(e, label);
+    tela_engine_free(e);
+}
+
 /* A prompt whose text repeats (the demo models): prompt lookup finds it. */
 static int repeated_prompt(tela_model *m, int32_t *out, int cap) {
     const char *verse = "And God said, Let there be light: and there was light. And God saw the light, that it was "
@@ -486,6 +528,7 @@ static void test_llama(const char *path) {
     const int nrp = repeated_prompt(m, rp, 128);
     check_spec(m, TELA_SPEC_NGRAM, rp, nrp, CTX, 0, "llama demo");
     check_spec(m, TELA_SPEC_NGRAM, rp, nrp, 192, 192, "llama demo, a small KV pool");
+    check_lookup(m, rp, 12, "llama demo");
     tela_model_free(m);
 }
 
@@ -638,6 +681,7 @@ int main(void) {
             check_spec(m, TELA_SPEC_NGRAM, rp, np, 512, 0, "qwen35 demo, prompt lookup");
             check_spec(m, TELA_SPEC_MTP, rp, np, 512, 0, "qwen35 demo, MTP");
             check_spec(m, TELA_SPEC_MTP, rp, np, 192, 192, "qwen35 demo, MTP, a small KV pool");
+            check_lookup(m, rp, 12, "qwen35 demo");
             tela_model_free(m);
         }
     }

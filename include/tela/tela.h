@@ -521,6 +521,11 @@ typedef struct tela_request_params {
     tela_engine_callback callback;
     void *user;
     const tela_spec_params *spec;    /* speculative decoding (TELA_SPEC_NGRAM or _MTP), or NULL; copied */
+    /* Tokens the output is likely to repeat (OpenAI's predicted outputs),
+     * copied: prompt lookup drafts from them first (turned on, k = 8, when
+     * spec is NULL). */
+    const int32_t *lookup_tokens;
+    int32_t n_lookup_tokens;
 } tela_request_params;
 
 TELA_API tela_request_params tela_request_default_params(void);

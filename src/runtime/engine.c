@@ -81,6 +81,8 @@ typedef struct eng_req {
     float *raw;                  /* a copy of the logits for log-probabilities */
     bool admitted_once;
     tela_spec_params spec;       /* method TELA_SPEC_NONE: no speculation */
+    int32_t *lookup;             /* predicted tokens prompt lookup drafts from first (or NULL) */
+    int32_t n_lookup, lookup_from;
     int32_t n_draft;             /* drafts in this step's run (after the pending token) */
     tela_token_prob *qdist[TELA_SPEC_MAX_DRAFT]; /* MTP drafts drawn when sampling: their distributions */
     size_t n_qdist[TELA_SPEC_MAX_DRAFT];
@@ -171,6 +173,7 @@ static void req_free(eng_req *r) {
     free(r->hashes);
     free(r->ready);
     free(r->raw);
+    free(r->lookup);
     for (int i = 0; i < TELA_SPEC_MAX_DRAFT; i++) free(r->qdist[i]);
     tela_text_stream_free(r->text);
     free(r);
@@ -665,6 +668,15 @@ static int32_t req_propose(tela_engine *e, eng_req *r, int32_t room) {
     if (k > fit) k = (int32_t)(fit > 0 ? fit : 0);
     if (k <= 0) return 0;
     if (r->spec.method == TELA_SPEC_MTP) return k; /* drafted below, with the others' (mtp_drafts) */
+    if (r->n_lookup > 0) { /* the predicted text first, from one token on, where the last drafts ended */
+        int32_t end = 0;
+        const int32_t m = tela_spec_ngram_in(r->tokens, r->n_tokens, r->lookup, r->n_lookup, r->lookup_from, k, 1,
+                                             r->spec.ngram_max, r->tokens + r->n_tokens, &end);
+        if (m > 0) {
+            r->lookup_from = end - m;
+            return m;
+        }
+    }
     return tela_spec_ngram(r->tokens, r->n_tokens, k, r->spec.ngram_min, r->spec.ngram_max, r->tokens + r->n_tokens);
 }
 
@@ -1160,7 +1172,18 @@ tela_status tela_engine_submit(tela_engine *e, const int32_t *prompt, int32_t n_
         if (params->sampler.logit_bias[i].token < 0 || params->sampler.logit_bias[i].token >= e->n_vocab)
             return tela_errorf(TELA_ERR_ARG, "logit_bias: token %d is not in the vocabulary of %d",
                                params->sampler.logit_bias[i].token, e->n_vocab);
+    if (params->n_lookup_tokens < 0 || (params->n_lookup_tokens > 0 && !params->lookup_tokens))
+        return tela_errorf(TELA_ERR_ARG, "tela_engine_submit: bad lookup tokens");
+    for (int32_t i = 0; i < params->n_lookup_tokens; i++)
+        if (params->lookup_tokens[i] < 0 || params->lookup_tokens[i] >= e->n_vocab)
+            return tela_errorf(TELA_ERR_ARG, "predicted token %d (at %d) is not in the vocabulary of %d",
+                               params->lookup_tokens[i], i, e->n_vocab);
     tela_spec_params spec = tela_spec_default_params();
+    if (params->n_lookup_tokens > 0 && !(params->spec && params->spec->method != TELA_SPEC_NONE)) {
+        spec.method = TELA_SPEC_NGRAM; /* predicted outputs: prompt lookup in them, long drafts */
+        spec.draft_max = 8;
+        TELA_TRY(tela_spec_params_check(&spec));
+    }
     if (params->spec && params->spec->method != TELA_SPEC_NONE) {
         spec = *params->spec;
         if (spec.method == TELA_SPEC_DRAFT)
@@ -1183,6 +1206,16 @@ tela_status tela_engine_submit(tela_engine *e, const int32_t *prompt, int32_t n_
     r->params = *params;
     r->params.spec = NULL;
     r->spec = spec;
+    r->params.lookup_tokens = NULL;
+    if (params->n_lookup_tokens > 0 && spec.method == TELA_SPEC_NGRAM) {
+        r->lookup = malloc((size_t)params->n_lookup_tokens * sizeof *r->lookup);
+        if (!r->lookup) {
+            free(r);
+            return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+        }
+        memcpy(r->lookup, params->lookup_tokens, (size_t)params->n_lookup_tokens * sizeof *r->lookup);
+        r->n_lookup = params->n_lookup_tokens;
+    }
     r->slot = -1;
     r->n_prompt = r->n_tokens = n_prompt;
     r->tokens = malloc(((size_t)e->n_ctx + 1) * sizeof *r->tokens);

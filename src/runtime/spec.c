@@ -165,6 +165,25 @@ int32_t tela_spec_ngram(const int32_t *ctx, int32_t n, int32_t k, int32_t ngram_
     return 0;
 }
 
+int32_t tela_spec_ngram_in(const int32_t *ctx, int32_t n, const int32_t *corpus, int32_t n_corpus, int32_t from,
+                           int32_t k, int32_t ngram_min, int32_t ngram_max, int32_t *drafts, int32_t *end) {
+    for (int32_t g = ngram_max; g >= ngram_min; g--) {
+        if (g > n || g >= n_corpus) continue;
+        const int32_t *pat = ctx + (n - g);
+        int32_t hit = -1;
+        for (int32_t p = from > 0 ? from : 0; p + g < n_corpus && hit < 0; p++)
+            if (corpus[p] == pat[0] && !memcmp(corpus + p, pat, (size_t)g * sizeof *pat)) hit = p;
+        for (int32_t p = (from < n_corpus - g ? from : n_corpus - g) - 1; p >= 0 && hit < 0; p--)
+            if (corpus[p] == pat[0] && !memcmp(corpus + p, pat, (size_t)g * sizeof *pat)) hit = p;
+        if (hit < 0) continue;
+        const int32_t avail = n_corpus - (hit + g), m = avail < k ? avail : k;
+        memcpy(drafts, corpus + hit + g, (size_t)m * sizeof *drafts);
+        *end = hit + g + m;
+        return m;
+    }
+    return 0;
+}
+
 /* Brings the draft session to hold ctx[0..n) with the logits after it:
  * keeps the longest common prefix it already holds (rolled back past it),
  * evaluates the rest. */

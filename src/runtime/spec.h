@@ -28,6 +28,14 @@ tela_status tela_spec_params_check(tela_spec_params *p);
 int32_t tela_spec_ngram(const int32_t *ctx, int32_t n, int32_t k, int32_t ngram_min, int32_t ngram_max,
                         int32_t *drafts);
 
+/* Prompt lookup in another text: for n-gram sizes from ngram_max down to
+ * ngram_min, the first occurrence at or after corpus position `from` (else
+ * the latest before it) of ctx's last n tokens in corpus[0..n_corpus), and
+ * up to k of the tokens that follow it there into drafts[]; returns how
+ * many, and where they end in the corpus (*end, for the next `from`). */
+int32_t tela_spec_ngram_in(const int32_t *ctx, int32_t n, const int32_t *corpus, int32_t n_corpus, int32_t from,
+                           int32_t k, int32_t ngram_min, int32_t ngram_max, int32_t *drafts, int32_t *end);
+
 /* The acceptance rule's scratch for a vocabulary of n_vocab tokens. */
 typedef struct tela_spec_verifier {
     int32_t n_vocab;

@@ -129,6 +129,7 @@ typedef struct call {
     size_t *prompt_lens;
     int32_t logprobs;            /* -1: none */
     int include_usage;
+    int predicted;               /* the request gave a prediction (usage then counts its tokens) */
     gen_job *job;
     choice_state *ch;
     char *rendered;              /* a single chat reply to remember (api_generate), else NULL */
@@ -172,6 +173,7 @@ static call *call_create(app *a, http_request *req, api_kind kind, const api_gen
     c->n_choices = (int)n_prompts * g->n;
     c->logprobs = g->logprobs;
     c->include_usage = g->include_usage;
+    c->predicted = g->prediction != NULL;
     c->prompt_lens = calloc(n_prompts, sizeof *c->prompt_lens);
     c->ch = calloc((size_t)c->n_choices, sizeof *c->ch);
     c->job = gen_job_create(a->jobs, a->engine, c->n_choices);
@@ -274,7 +276,7 @@ static cJSON *usage_json(const call *c) {
     cJSON_AddNumberToObject(u, "total_tokens", (double)prompt + generated);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     if (d) cJSON_AddNumberToObject(d, "cached_tokens", cached);
-    if (c->a->spec.method != TELA_SPEC_NONE) { /* OpenAI's names, from its predicted outputs */
+    if (c->a->spec.method != TELA_SPEC_NONE || c->predicted) { /* OpenAI's names, from its predicted outputs */
         int32_t drafted = 0, accepted = 0;
         for (int i = 0; i < c->n_choices; i++) {
             drafted += c->ch[i].usage.draft_tokens;
@@ -727,11 +729,23 @@ void api_generate(app *a, http_request *req, api_kind kind, const api_gen *g, co
         http_reply_error(req, &err);
         return;
     }
+    int32_t *pred = NULL; /* the prediction's tokens: the engine copies them */
+    size_t n_pred = 0;
+    if (g->prediction && api_tokenize_text(a, g->prediction, strlen(g->prediction), 0, 0, &pred, &n_pred) != TELA_OK) {
+        api_fail(&err, 400, "invalid_request_error", NULL, "prediction.content", "cannot tokenize 'prediction.content'");
+        gen_job_cancel(c->job);
+        call_free(c);
+        http_reply_error(req, &err);
+        return;
+    }
     for (int i = 0; i < c->n_choices; i++) {
         const api_tokens *p = &prompts[c->ch[i].prompt];
         tela_request_params rp = request_params(a, g, i % g->n);
+        rp.lookup_tokens = pred;
+        rp.n_lookup_tokens = (int32_t)n_pred;
         tela_status st = gen_job_submit(c->job, i, p->ids, (int32_t)p->n, &rp);
         if (st != TELA_OK) {
+            free(pred);
             submit_error(&err, st, prompt_param);
             gen_job_cancel(c->job);
             call_free(c);
@@ -739,6 +753,7 @@ void api_generate(app *a, http_request *req, api_kind kind, const api_gen *g, co
             return;
         }
     }
+    free(pred);
     if (!g->stream) {
         gather(c);
         call_free(c);

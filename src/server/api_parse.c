@@ -295,9 +295,11 @@ static void gen_free(api_gen *g) {
     for (size_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
     free(g->stop);
     free(g->logit_bias);
+    free(g->prediction);
     g->stop = NULL;
     g->n_stop = 0;
     g->logit_bias = NULL;
+    g->prediction = NULL;
     g->n_logit_bias = 0;
 }
 
@@ -366,6 +368,8 @@ typedef struct gen_seen {
 
 /* The fields both endpoints take. 1 when key is one of them (handled), 0
  * when it is not, -1 on an error. */
+static int parse_prediction(const cJSON *v, api_gen *g, api_error *e);
+
 static int parse_gen_field(const char *key, const cJSON *v, int32_t n_vocab, api_gen *g, gen_seen *seen,
                            api_error *e) {
     int64_t iv;
@@ -411,8 +415,31 @@ static int parse_gen_field(const char *key, const cJSON *v, int32_t n_vocab, api
     if (!strcmp(key, "stop")) return parse_stop(v, g, e) ? -1 : 1;
     if (!strcmp(key, "logit_bias")) return parse_logit_bias(v, n_vocab, g, e) ? -1 : 1;
     if (!strcmp(key, "ignore_eos")) return get_bool(v, key, &g->ignore_eos, e) ? -1 : 1;
+    if (!strcmp(key, "prediction")) return parse_prediction(v, g, e) ? -1 : 1;
     if (!strcmp(key, "user")) return cJSON_IsString(v) ? 1 : type_error(e, key, "a string");
     return 0;
+}
+
+static int parse_content(const cJSON *v, const char *name, char **out, api_error *e);
+
+/* prediction: {"type": "content", "content": a string or text parts}. */
+static int parse_prediction(const cJSON *v, api_gen *g, api_error *e) {
+    if (cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsObject(v)) return type_error(e, "prediction", "an object ({\"type\": \"content\", \"content\": ...})");
+    const cJSON *type = NULL, *content = NULL, *it;
+    cJSON_ArrayForEach(it, v) {
+        if (!strcmp(it->string, "type")) type = it;
+        else if (!strcmp(it->string, "content")) content = it;
+        else return unknown_key(e, "prediction.", it->string);
+    }
+    if (!type || !cJSON_IsString(type) || strcmp(type->valuestring, "content") != 0)
+        return api_fail(e, 400, INVALID, "invalid_value", "prediction.type", "'prediction.type' must be 'content'");
+    if (!content)
+        return api_fail(e, 400, INVALID, "missing_required_parameter", "prediction.content",
+                        "'prediction.content' is required");
+    free(g->prediction);
+    g->prediction = NULL;
+    return parse_content(content, "prediction.content", &g->prediction, e);
 }
 
 /* After all fields: the checks between them. */

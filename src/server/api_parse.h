@@ -55,6 +55,8 @@ typedef struct api_gen {
     size_t n_logit_bias;
     int32_t logprobs;           /* -1: none; else how many alternatives per token (chat: top_logprobs) */
     int ignore_eos;             /* extension: generate to max_tokens */
+    char *prediction;           /* OpenAI's predicted outputs ("prediction": {"type": "content", ...}): text the
+                                   reply is likely to repeat, drafted from; NULL: none */
 } api_gen;
 
 typedef enum api_role { API_ROLE_SYSTEM, API_ROLE_USER, API_ROLE_ASSISTANT } api_role;

@@ -2,7 +2,7 @@
 // api.test.cjs: tela serve's API through the official openai client (and
 // plain HTTP where the client would hide the answer): models, chat and
 // completions, streamed and not, against tela run's greedy output; stop
-// strings; seeds; n; logit_bias; log-probabilities; usage; errors; 8
+// strings; predicted outputs; seeds; n; logit_bias; log-probabilities; usage; errors; 8
 // concurrent streams, each giving what it gives alone.
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -171,6 +171,28 @@ describe('chat completions', () => {
     const s = await c.stream(srv.url, '/v1/chat/completions', { messages: chatMsg(Q), max_tokens: 40, temperature: 0, stop, stream: true });
     const text = s.events.filter((e) => e !== '[DONE]').map((e) => e.choices[0].delta.content || '').join('');
     assert.equal(text, cut);
+  });
+
+  it('predicted outputs: the reply as prediction is drafted from, the output unchanged, usage counts it', async () => {
+    const plain = await client.chat.completions.create({ messages: chatMsg(Q), max_tokens: 40, temperature: 0 });
+    const text = plain.choices[0].message.content;
+    assert.equal(plain.usage.completion_tokens_details, undefined, 'no details without speculation');
+    const r = await client.chat.completions.create({
+      messages: chatMsg(Q), max_tokens: 40, temperature: 0, prediction: { type: 'content', content: text },
+    });
+    assert.equal(r.choices[0].message.content, text);
+    const d = r.usage.completion_tokens_details;
+    assert.ok(d.accepted_prediction_tokens >= r.usage.completion_tokens / 2, JSON.stringify(d));
+    // a prediction with nothing to do with the reply: rejected drafts, the same reply
+    const other = await client.chat.completions.create({
+      messages: chatMsg(Q), max_tokens: 40, temperature: 0,
+      prediction: { type: 'content', content: [{ type: 'text', text: 'the the the of of of and and and' }] },
+    });
+    assert.equal(other.choices[0].message.content, text);
+    const bad = await c.request(srv.url, { method: 'POST', path: '/v1/chat/completions',
+                                           body: { messages: chatMsg(Q), prediction: { type: 'image', content: 'x' } } });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, 'prediction.type');
   });
 
   it('seeds: the same seed twice gives the same text; different seeds differ', async () => {
