@@ -540,14 +540,11 @@ static void req_end(tela_engine *e, eng_req *r, tela_stop_reason reason, tela_st
     req_finish(e, r, reason, st, st == TELA_OK ? NULL : st == TELA_ERR_NOMEM ? "out of memory" : tela_last_error());
 }
 
-/* Whether r's tokens are the largest logit, unchanged (greedy without
- * penalties or bias, no log-probabilities): then the device's pick is the
- * sampler's (the lowest id among equals), and its logits need not come
- * back. */
+/* Whether r's tokens are the device's picks (plain greedy,
+ * tela_sampler_plain_greedy, and no log-probabilities): then its logits
+ * need not come back. */
 static bool plain_greedy(const eng_req *r) {
-    const tela_sampler_params *p = &r->params.sampler;
-    return p->temperature <= 0.0f && p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
-           p->presence_penalty == 0.0f && p->n_logit_bias == 0 && r->params.top_logprobs < 0;
+    return tela_sampler_plain_greedy(&r->params.sampler) && r->params.top_logprobs < 0;
 }
 
 /* One sequence's token drawn on the host from its logits row: what the

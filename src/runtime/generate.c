@@ -192,9 +192,8 @@ tela_status tela_generate(tela_session *session, const int32_t *prompt, int32_t 
      * logits are, and only its id comes back (the same pick as the
      * sampler's: the largest logit, the lowest id among equals). */
     const tela_sampler_params *sp = &params->sampler;
-    const bool device_greedy = !speculate && !tela_exec_host_visible(s->ex) && sp->temperature <= 0.0f &&
-                               sp->repeat_penalty == 1.0f && sp->frequency_penalty == 0.0f &&
-                               sp->presence_penalty == 0.0f && sp->n_logit_bias == 0 && !params->logits_hook;
+    const bool device_greedy =
+        !speculate && !tela_exec_host_visible(s->ex) && tela_sampler_plain_greedy(sp) && !params->logits_hook;
     bool have_next = false;
     const bool profiling = tela_exec_profiling(s->ex);
     int32_t next = 0;

@@ -227,6 +227,11 @@ static tela_status sampler_candidates(const tela_sampler_params *p, float *logit
     return final_candidates(p, logits, n_vocab, history, n_history, *c, n, greedy);
 }
 
+bool tela_sampler_plain_greedy(const tela_sampler_params *p) {
+    return p->temperature <= 0.0f && p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+           p->presence_penalty == 0.0f && p->n_logit_bias == 0;
+}
+
 size_t tela_sampler_scratch_bytes(int32_t n_vocab) { return (size_t)(n_vocab > 0 ? n_vocab : 1) * sizeof(candidate); }
 
 tela_status tela_sample(const tela_sampler_params *params, float *logits, int32_t n_vocab, const int32_t *history,

@@ -4,6 +4,7 @@
 #ifndef TELA_RUNTIME_SAMPLER_H
 #define TELA_RUNTIME_SAMPLER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "tela/tela.h"
@@ -13,6 +14,11 @@ typedef struct tela_token_prob {
     int32_t id;
     double p;
 } tela_token_prob;
+
+/* Whether the sampler picks the largest logit unchanged (greedy, no
+ * penalties or bias): then the pick can be made where the logits are (a
+ * device's argmax: the largest logit, the lowest id among equals). */
+bool tela_sampler_plain_greedy(const tela_sampler_params *p);
 
 /* tela_sample with the candidates in scratch (tela_sampler_scratch_bytes
  * of memory the caller keeps; NULL: allocated for the call): a caller

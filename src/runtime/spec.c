@@ -226,14 +226,6 @@ static tela_status propose_draft(tela_spec *sp, const int32_t *ctx, int32_t n, i
     return TELA_OK;
 }
 
-/* Whether the sampler picks the largest logit unchanged (greedy, no
- * penalties or bias): then a drafter's pick can be made where its logits
- * are. */
-static bool plain_greedy(const tela_sampler_params *p) {
-    return p->temperature <= 0.0f && p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
-           p->presence_penalty == 0.0f && p->n_logit_bias == 0;
-}
-
 /* The MTP block's proposal: k tokens, the first from the last position's
  * hidden state and the pending token ctx[n-1], each after from the block's
  * own output and the token before; picked or drawn as propose_draft does
@@ -246,7 +238,7 @@ static tela_status propose_mtp(tela_spec *sp, const int32_t *ctx, int32_t n, int
                            n, s->n_past);
     if (s->n_past < 1) return TELA_OK; /* no hidden state yet */
     const int32_t V = sp->n_vocab;
-    const bool device_pick = plain_greedy(&sp->sampler);
+    const bool device_pick = tela_sampler_plain_greedy(&sp->sampler);
     for (int32_t i = 0; i < k; i++) {
         const int32_t prev = i == 0 ? ctx[n - 1] : drafts[i - 1];
         const uint64_t step = (uint64_t)n + (uint64_t)i;
