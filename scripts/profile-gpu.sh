@@ -17,21 +17,29 @@ echo "== tg128 with graphs, then eager"
 TELA_CUDA_GRAPHS=0 "$B/tela" bench -m "$M" -p 0 -n 128 -r 2 | grep tg128
 csv=${OUT:-/tmp}/ncu.csv
 if command -v ncu >/dev/null; then
-    timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 3000 --launch-count 230 \
+    timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --csv \
+        --launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-230}" \
         "$B/tela" bench -m "$M" -p 0 -n "$N" -r 1 > "$csv" 2>/dev/null
     python3 - "$csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows: print("no ncu rows"); sys.exit()
-h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
-tot = collections.defaultdict(float); cnt = collections.Counter()
+h = rows[0]; ki = h.index("Kernel Name"); mi = h.index("Metric Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
+ii = h.index("ID")
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3, "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+per = collections.defaultdict(dict)  # launch id -> metric -> value (us, bytes)
+name = {}
 for r in rows[1:]:
-    v = float(r[vi].replace(",", "")); u = r[ui]
-    v = v / 1000.0 if u == "nsecond" else v * 1000.0 if u == "msecond" else v  # -> usecond
-    name = r[ki].split("(")[0][:60]; tot[name] += v; cnt[name] += 1
-s = sum(tot.values()); n = sum(cnt.values())
-print("== %d kernels, %.1f us of kernel time (about %.1f us per kernel)" % (n, s, s / max(n, 1)))
-for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
-    print("%8.1f us %5d x  %6.2f us  %s" % (v, cnt[k], v / cnt[k], k))
+    v = float(r[vi].replace(",", "")) * scale.get(r[ui], 1.0)
+    per[r[ii]][r[mi]] = v; name[r[ii]] = r[ki].split("(")[0][:58]
+tot = collections.defaultdict(lambda: [0.0, 0.0, 0])
+for i, m in per.items():
+    t = tot[name[i]]; t[0] += m.get("gpu__time_duration.sum", 0.0)
+    t[1] += m.get("dram__bytes_read.sum", 0.0) + m.get("dram__bytes_write.sum", 0.0); t[2] += 1
+s = sum(t[0] for t in tot.values()); n = sum(t[2] for t in tot.values()); b = sum(t[1] for t in tot.values())
+print("== %d kernels, %.1f us of kernel time (%.2f us a kernel), %.1f MB of DRAM traffic (%.2f TB/s over the kernels)" % (n, s, s / max(n, 1), b * 1e-6, b / max(s, 1e-9) * 1e-6))
+print("   total us  count   us each    MB each   TB/s  kernel")
+for k, t in sorted(tot.items(), key=lambda kv: -kv[1][0]):
+    print("%11.1f %6d %9.2f %10.2f %6.2f  %s" % (t[0], t[2], t[0] / t[2], t[1] / t[2] * 1e-6, t[1] / max(t[0], 1e-9) * 1e-6, k))
 PY
 fi

@@ -33,7 +33,7 @@ note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log |
 # the op tests again on each variant of the decode products and attention
 # (TELA_GPU_VARIANTS=0: not)
 # (TELA_GPU_VARIANTS="A=1 B=2": those settings instead)
-variants="TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2 TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4 TELA_CUDA_ATTN_SHORT=4096 TELA_CUDA_ATTN=1 TELA_CUDA_FLOAT_GEMM_BYTES=0"
+variants="TELA_CUDA_GEMV_EARLY=0 TELA_CUDA_GEMV_WPR=1 TELA_CUDA_GEMV_WPR=2 TELA_CUDA_GEMV_WPR=4 TELA_CUDA_GEMV_QROWS=4 TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2 TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4 TELA_CUDA_ATTN_SHORT=4096 TELA_CUDA_ATTN=1 TELA_CUDA_FLOAT_GEMM_BYTES=0"
 case "${TELA_GPU_VARIANTS:-1}" in 0) variants="" ;; 1) ;; *) variants=$TELA_GPU_VARIANTS ;; esac
 for v in $variants; do
     if env "$v" TELA_SOURCE_DIR=$PWD ./build-cuda/tests/test_cuda_ops > /tmp/tela-ops-$v.log 2>&1; then r=ok; else r=FAILED; grep -E "FAIL|failed" /tmp/tela-ops-$v.log | head -5; fi

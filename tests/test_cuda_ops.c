@@ -100,9 +100,9 @@ static double bound(tela_type type, int n_tok, bool exact) {
     return type == TELA_TYPE_BF16 ? 1e-2 : 2e-3;
 }
 
-static void test_matmul(void) {
-    const int64_t R = 299, K = 1024; /* rows not a multiple of the kernels' 2, 4 or 16 */
-    const int toks[] = {1, 2, 3, 5, 8, 17, 70};
+/* R x K matrices of every type against the float64 reference, for each
+ * token count of toks[0..n_toks). */
+static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_toks) {
     for (size_t ti = 0; ti < sizeof gpu_types / sizeof gpu_types[0]; ti++) {
         tela_type type = gpu_types[ti];
         test_mat w, w2;
@@ -111,7 +111,7 @@ static void test_matmul(void) {
         tela_mat *list[2] = {&w.m, &w2.m};
         tela_mat_use uses[2] = {TELA_MAT_MATMUL, TELA_MAT_MATMUL};
         CHECK_OK(tela_backend_prepare_mats(gpu, list, uses, 2, 0));
-        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+        for (size_t k = 0; k < n_toks; k++) {
             for (int exact = 0; exact < 2; exact++) {
                 const int nt = toks[k];
                 if (exact && nt > 17) continue;
@@ -234,6 +234,16 @@ static void test_matmul(void) {
         free_mat(&w2);
     }
     tela_ops_set_exact_matmul(false);
+}
+
+static void test_matmul(void) {
+    /* rows not a multiple of the kernels' 2, 4 or 16 */
+    const int toks[] = {1, 2, 3, 5, 8, 17, 70};
+    test_matmul_shape(299, 1024, toks, sizeof toks / sizeof toks[0]);
+    /* a wide row: the float decode kernel splits it over warps, the
+     * quantized ones take several rounds of units, the last one partial */
+    const int few[] = {1, 3};
+    test_matmul_shape(45, 4352, few, sizeof few / sizeof few[0]);
 }
 
 static void test_small_ops(void) {

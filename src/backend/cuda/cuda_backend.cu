@@ -265,9 +265,13 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *as = getenv("TELA_CUDA_ATTN_SHORT");
     ex->attn_short = as && as[0] >= '0' && as[0] <= '9' ? atoi(as) : 256; /* measured: docs/PERF-NOTES.md */
     const char *gq = getenv("TELA_CUDA_GEMV_QROWS");
-    ex->gemv_q_rows = gq && (!strcmp(gq, "1") || !strcmp(gq, "2")) ? atoi(gq) : -1;
+    ex->gemv_q_rows = gq && (!strcmp(gq, "1") || !strcmp(gq, "2") || !strcmp(gq, "4")) ? atoi(gq) : -1;
     const char *gr = getenv("TELA_CUDA_GEMV_ROWS");
     ex->gemv_f_rows = gr && (!strcmp(gr, "0") || !strcmp(gr, "1") || !strcmp(gr, "2") || !strcmp(gr, "4")) ? atoi(gr) : -1;
+    const char *ge = getenv("TELA_CUDA_GEMV_EARLY");
+    ex->gemv_early = !(ge && !strcmp(ge, "0"));
+    const char *gw = getenv("TELA_CUDA_GEMV_WPR");
+    ex->gemv_wpr = gw && (!strcmp(gw, "1") || !strcmp(gw, "2") || !strcmp(gw, "4")) ? atoi(gw) : 0;
     const char *gl = getenv("TELA_CUDA_GDN_LANES");
     ex->gdn_lanes = gl && (!strcmp(gl, "4") || !strcmp(gl, "8")) ? atoi(gl) : 0;
     const char *gs = getenv("TELA_CUDA_GDN_STEP");

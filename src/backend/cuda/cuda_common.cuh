@@ -90,6 +90,8 @@ typedef struct cuda_exec {
     bool attn_v2;                /* decode attention's second variant (default; TELA_CUDA_ATTN=1: the first) */
     int attn_short;              /* decode attention unsplit up to this length bucket (256; TELA_CUDA_ATTN_SHORT) */
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
+    int gemv_early;              /* decode products with early loads (default; TELA_CUDA_GEMV_EARLY=0: not) */
+    int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of the float ones with early loads, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
     bool gdn_step;               /* fused decode steps of the delta rule (default; TELA_CUDA_GDN_STEP=0: off) */
@@ -136,9 +138,17 @@ typedef struct cuda_kv {
  * TELA_CUDA_PDL=0 launches without it. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define TELA_PDL_ENTRY() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#define TELA_PDL_WAIT_THEN_LAUNCH() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else
 #define TELA_PDL_ENTRY() ((void)0)
+#define TELA_PDL_WAIT_THEN_LAUNCH() ((void)0)
 #endif
+/* The decode products (cuda_matvec.cu, "early loads") instead issue their
+ * first weight loads, which no kernel writes, into registers before the
+ * wait, so the fetch from memory overlaps the end of the kernel before;
+ * they let the next kernel launch only after their own wait, so that
+ * launches run at most one product ahead (a cascade of early launches,
+ * each fetching, is what made the L2 prefetch of session 5 slower). */
 
 /* Records the first failure on the exec (a CUDA error naming what failed)
  * and returns false; true when err is cudaSuccess. */

@@ -291,11 +291,20 @@ struct qunits<TELA_TYPE_Q4_K> {
     template <int NT>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        const int64_t nb = K / 256;
+        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+    }
+    struct raw { uint4 hdr, qa, qb; };
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
+        const int64_t nb = w.n_cols / 256;
         const int b = u >> 2, q = u & 3;
         const uint8_t *blk = w.p + (row * nb + b) * 144;
-        const uint4 hdr = *(const uint4 *)blk;
-        const uint4 qa = *(const uint4 *)(blk + 16 + 32 * q), qb = *(const uint4 *)(blk + 32 + 32 * q);
+        return {*(const uint4 *)blk, *(const uint4 *)(blk + 16 + 32 * q), *(const uint4 *)(blk + 32 + 32 * q)};
+    }
+    template <int NT>
+    static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
+                                                   const float *xs, int K, int n_tok, float *acc) {
+        const int b = u >> 2, q = u & 3;
+        const uint4 hdr = r.hdr, qa = r.qa, qb = r.qb;
         const float d = h2f((uint16_t)(hdr.x & 0xffff)), dmin = h2f((uint16_t)(hdr.x >> 16));
         int sc0, m0, sc1, m1;
         k4_scale_min_w(hdr.y, hdr.z, hdr.w, 2 * q, &sc0, &m0);
@@ -328,12 +337,21 @@ struct qunits<TELA_TYPE_Q5_K> {
     template <int NT>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        const int64_t nb = K / 256;
+        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+    }
+    struct raw { uint4 hdr, h0, h1, qa, qb; };
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
+        const int64_t nb = w.n_cols / 256;
         const int b = u >> 2, q = u & 3;
         const uint8_t *blk = w.p + (row * nb + b) * 176;
-        const uint4 hdr = *(const uint4 *)blk;
-        const uint4 h0 = *(const uint4 *)(blk + 16), h1 = *(const uint4 *)(blk + 32);
-        const uint4 qa = *(const uint4 *)(blk + 48 + 32 * q), qb = *(const uint4 *)(blk + 64 + 32 * q);
+        return {*(const uint4 *)blk, *(const uint4 *)(blk + 16), *(const uint4 *)(blk + 32),
+                *(const uint4 *)(blk + 48 + 32 * q), *(const uint4 *)(blk + 64 + 32 * q)};
+    }
+    template <int NT>
+    static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
+                                                   const float *xs, int K, int n_tok, float *acc) {
+        const int b = u >> 2, q = u & 3;
+        const uint4 hdr = r.hdr, h0 = r.h0, h1 = r.h1, qa = r.qa, qb = r.qb;
         const float d = h2f((uint16_t)(hdr.x & 0xffff)), dmin = h2f((uint16_t)(hdr.x >> 16));
         int sc0, m0, sc1, m1;
         k4_scale_min_w(hdr.y, hdr.z, hdr.w, 2 * q, &sc0, &m0);
@@ -378,15 +396,25 @@ struct qunits<TELA_TYPE_Q6_K> {
     template <int NT>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        const int64_t nb = K / 256, R = w.n_rows;
+        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+    }
+    struct raw { uint4 l0, l1, h0, h1, sc; uint16_t d; };
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
+        const int64_t nb = w.n_cols / 256, R = w.n_rows;
         const int b = u >> 2, q = u & 3, h = q >> 1, part = q & 1;
         const int64_t i = row * nb + b;
         const uint8_t *blk = w.p + i * 192;
-        const uint4 l0 = *(const uint4 *)(blk + 64 * h + 32 * part), l1 = *(const uint4 *)(blk + 64 * h + 32 * part + 16);
-        const uint4 h0 = *(const uint4 *)(blk + 128 + 32 * h), h1 = *(const uint4 *)(blk + 144 + 32 * h);
         const uint8_t *scp = w.p + tela_cuda_align((size_t)(R * nb * 192));
-        const uint4 sc = *(const uint4 *)(scp + i * 16);
-        const float d = h2f(ld16(scp + tela_cuda_align((size_t)(R * nb * 16)) + i * 2));
+        return {*(const uint4 *)(blk + 64 * h + 32 * part), *(const uint4 *)(blk + 64 * h + 32 * part + 16),
+                *(const uint4 *)(blk + 128 + 32 * h), *(const uint4 *)(blk + 144 + 32 * h),
+                *(const uint4 *)(scp + i * 16), ld16(scp + tela_cuda_align((size_t)(R * nb * 16)) + i * 2)};
+    }
+    template <int NT>
+    static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
+                                                   const float *xs, int K, int n_tok, float *acc) {
+        const int b = u >> 2, q = u & 3, h = q >> 1, part = q & 1;
+        const uint4 l0 = r.l0, l1 = r.l1, h0 = r.h0, h1 = r.h1, sc = r.sc;
+        const float d = h2f(r.d);
         const int scA0 = sbyte4(sc, 8 * h + 2 * part), scA1 = sbyte4(sc, 8 * h + 2 * part + 1);
         const int scB0 = sbyte4(sc, 8 * h + 4 + 2 * part), scB1 = sbyte4(sc, 8 * h + 5 + 2 * part);
         const uint32_t lv[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
@@ -430,10 +458,20 @@ struct qunits<TELA_TYPE_Q8_0> {
     template <int NT>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        const int64_t nb = K / 32, R = w.n_rows;
+        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+    }
+    struct raw { uint4 qa, qb; uint16_t d; };
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
+        const int64_t K = w.n_cols, nb = K / 32, R = w.n_rows;
         const uint8_t *qs = w.p + row * K + 32 * u;
-        const uint4 qa = *(const uint4 *)qs, qb = *(const uint4 *)(qs + 16);
-        const float d = h2f(ld16(w.p + tela_cuda_align((size_t)(R * K)) + 2 * (row * nb + u)));
+        return {*(const uint4 *)qs, *(const uint4 *)(qs + 16), ld16(w.p + tela_cuda_align((size_t)(R * K)) + 2 * (row * nb + u))};
+    }
+    template <int NT>
+    static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
+                                                   const float *xs, int K, int n_tok, float *acc) {
+        const int nb = K / 32;
+        const uint4 qa = r.qa, qb = r.qb;
+        const float d = h2f(r.d);
         const int v[8] = {(int)qa.x, (int)qa.y, (int)qa.z, (int)qa.w, (int)qb.x, (int)qb.y, (int)qb.z, (int)qb.w};
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -456,9 +494,19 @@ struct qunits<TELA_TYPE_Q4_0> {
     template <int NT>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        const int64_t nb = K / 32, R = w.n_rows;
-        const uint4 qa = *(const uint4 *)(w.p + row * (K / 2) + 16 * u);
-        const float d = h2f(ld16(w.p + tela_cuda_align((size_t)(R * K / 2)) + 2 * (row * nb + u)));
+        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+    }
+    struct raw { uint4 qa; uint16_t d; };
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
+        const int64_t K = w.n_cols, nb = K / 32, R = w.n_rows;
+        return {*(const uint4 *)(w.p + row * (K / 2) + 16 * u), ld16(w.p + tela_cuda_align((size_t)(R * K / 2)) + 2 * (row * nb + u))};
+    }
+    template <int NT>
+    static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
+                                                   const float *xs, int K, int n_tok, float *acc) {
+        const int nb = K / 32;
+        const uint4 qa = r.qa;
+        const float d = h2f(r.d);
         const uint32_t v[4] = {qa.x, qa.y, qa.z, qa.w};
         int lo[4], hi[4];
 #pragma unroll
@@ -799,6 +847,100 @@ static gemv_kernel_fn gemv_fr_pick(tela_type type, int R) {
     return NULL;
 }
 
+/* Float weights, one token, with early loads (cuda_common.cuh): WPR warps
+ * share a row (a block of four warps holds 4 / WPR rows), each taking
+ * every WPR-th run of 32 16-byte loads; U loads a lane in flight a round
+ * (U = 4 of each matrix for the SwiGLU pair), the first round issued
+ * before the PDL wait. Each row is one round of loads when WPR x 32 x U x
+ * 8 >= K, so a 2048-wide row has all its bytes asked for at once, and an
+ * 8192-wide one is split over four warps (Nsight Compute on the H200: the
+ * one-row kernel above moves 1.2-1.6 TB/s on the 1B's 2-8 MB matrices,
+ * with 15 warps an SM and up to four rounds of loads each). The warps'
+ * sums meet in shared memory. */
+template <int U, bool SW>
+static __device__ __forceinline__ void fs_load(const uint4 *wg, const uint4 *wu, int c, int step, int n8, bool live,
+                                               uint4 (&v)[U], uint4 (&vu)[U]) {
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+        const int i = c + step * j;
+        if (live && i < n8) {
+            v[j] = ld_stream(wg + i);
+            if (SW) vu[j] = ld_stream(wu + i);
+        }
+    }
+}
+
+template <int TYPE, bool SW, int WPR>
+static __global__ void __launch_bounds__(128, 8) gemv_fs_kernel(const gemv_params p) {
+    constexpr int U = SW ? 4 : 8, RPB = 4 / WPR;
+    const int ti = gemv_target_of(p);
+    const gemv_target &tg = p.t[ti];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, slice = warp % WPR;
+    const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * RPB + warp / WPR;
+    const bool live = row < tg.w.n_rows;
+    const int K = (int)tg.w.n_cols, n8 = K / 8, step = 32 * WPR;
+    const uint4 *wg = (const uint4 *)tg.w.p + (size_t)(live ? row : 0) * n8;
+    const uint4 *wu = SW ? (const uint4 *)p.w_up.p + (size_t)(live ? row : 0) * n8 : wg;
+    uint4 v[U], vu[U];
+    const int c0 = lane + 32 * slice;
+    fs_load<U, SW>(wg, wu, c0, step, n8, live, v, vu);
+    TELA_PDL_WAIT_THEN_LAUNCH();
+    float acc = 0.0f, accu = 0.0f, ss = 0.0f;
+    for (int c = c0; c < n8; c += step * U) {
+        if (c != c0) fs_load<U, SW>(wg, wu, c, step, n8, live, v, vu);
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int c8 = c + step * j;
+            if (c8 >= n8) break;
+            const float4 a = x4(p, 0, 8 * c8, &ss), b = x4(p, 0, 8 * c8 + 4, &ss);
+            const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            acc = dot8<TYPE>(v[j], xs, acc);
+            if (SW) accu = dot8<TYPE>(vu[j], xs, accu);
+        }
+    }
+    acc = warp_sum(acc);
+    if (SW) accu = warp_sum(accu);
+    if (p.norm_w) ss = warp_sum(ss);
+    if (WPR > 1) {
+        __shared__ float part[4][3];
+        if (lane == 0) part[warp][0] = acc, part[warp][1] = accu, part[warp][2] = ss;
+        __syncthreads();
+        if (slice != 0) return;
+        acc = accu = ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < WPR; i++) acc += part[warp + i][0], accu += part[warp + i][1], ss += part[warp + i][2];
+    }
+    if (!live || lane != 0) return;
+    const float scale = p.norm_w ? rsqrtf(ss / (float)K + p.eps) : 1.0f;
+    float val = acc * scale;
+    if (SW) val = silu(val) * (accu * scale);
+    float *yp = tg.y + row;
+    *yp = p.accumulate ? *yp + val : val;
+}
+
+static gemv_kernel_fn gemv_fs_pick(tela_type type, bool sw, int wpr) {
+#define FS_PICK(T)                                                                                        \
+    if (type == T) {                                                                                      \
+        if (sw) return wpr == 4 ? gemv_fs_kernel<T, true, 4> : wpr == 2 ? gemv_fs_kernel<T, true, 2> : gemv_fs_kernel<T, true, 1>; \
+        return wpr == 4 ? gemv_fs_kernel<T, false, 4> : wpr == 2 ? gemv_fs_kernel<T, false, 2> : gemv_fs_kernel<T, false, 1>;   \
+    }
+    FS_PICK(TELA_TYPE_F16)
+    FS_PICK(TELA_TYPE_BF16)
+#undef FS_PICK
+    return NULL;
+}
+
+/* Warps a row for the kernel above: the fewest that make a row one round
+ * of loads, doubled only while the grid has fewer warps than the GPU
+ * holds (32 an SM at this kernel's registers). */
+static int gemv_fs_wpr(const cuda_exec *ex, int64_t rows, int64_t K, bool sw) {
+    if (ex->gemv_wpr > 0) return ex->gemv_wpr;
+    const int64_t U = sw ? 4 : 8, n8 = K / 8, cap = (int64_t)ex->be->sm_count * 32;
+    int w = 1;
+    while (w < 4 && n8 > 32 * w * U && rows * w < cap) w *= 2;
+    return w;
+}
+
 /* Rows a warp for the float products of one token, as measured on the
  * H200 (docs/PERF-NOTES.md): four for the output head (tens of thousands
  * of rows), two for rows of 4096 or more inputs where that keeps three
@@ -898,6 +1040,15 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
         int64_t rows = 0;
         for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
         const int R = gemv_fr_rows(ex, rows, K);
+        if (ex->gemv_early && ex->gemv_f_rows < 0 && R != 4) {
+            const int wpr = gemv_fs_wpr(ex, rows, K, w_up != NULL);
+            const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 / wpr);
+            p.norm_w = norm_w;
+            p.eps = eps;
+            tela_cuda_launch(ex, gemv_fs_pick(w[0]->type, w_up != NULL, wpr), nb, 128, 0, p);
+            tela_cuda_launched(ex, "gemv (float, early loads)");
+            return;
+        }
         if (R > 0) {
             const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, GEMV_F_WARPS * R);
             p.norm_w = norm_w;
@@ -987,6 +1138,95 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
         if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], swiglu, scale);
 }
 
+/* One token with early loads (cuda_common.cuh): R rows a warp, each
+ * lane's units of all R rows (and of W_up's) loaded into registers before
+ * the arithmetic, the first round before the PDL wait, which here is the
+ * wait for the activations' quantization: their fetch overlaps it. */
+template <int TYPE, int R, bool SW>
+static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
+                                                                  const float *xs, const float *nscale) {
+    typedef typename qunits<TYPE>::raw raw;
+    const int ti = gemv_target_of(p);
+    const gemv_target &tg = p.t[ti];
+    const int K = (int)tg.w.n_cols;
+    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * 4 + threadIdx.x / 32) * R;
+    const bool live = row0 < tg.w.n_rows;
+    const int rv = !live ? 1 : tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R;
+    const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
+    raw a[R], b[SW ? R : 1];
+    auto load_all = [&](int u) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int64_t row = live ? row0 + (r < rv ? r : 0) : 0;
+            a[r] = qunits<TYPE>::load(tg.w, row, u);
+            if (SW) b[r] = qunits<TYPE>::load(p.w_up, row, u);
+        }
+    };
+    if (lane < n_units) load_all(lane);
+    TELA_PDL_WAIT_THEN_LAUNCH();
+    if (!live) return;
+    float acc[R], up[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = up[r] = 0.0f;
+    for (int u = lane; u < n_units; u += 32) {
+        if (u != lane) load_all(u);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            qunits<TYPE>::template dot_raw<1>(a[r], u, xq, xd, xs, K, 1, &acc[r]);
+            if (SW) qunits<TYPE>::template dot_raw<1>(b[SW ? r : 0], u, xq, xd, xs, K, 1, &up[r]);
+        }
+    }
+    const float scale = nscale ? nscale[0] : 1.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (r < rv) gemv_write<1>(p, tg, row0 + r, &acc[r], &up[r], SW, &scale);
+}
+
+typedef void (*gemv3_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
+
+/* Rows a warp that fit the registers without spilling (ptxas at 85 a
+ * thread): the 4- and 8-bit units are 20-48 bytes, the 5- and 6-bit ones
+ * 80 (one row). */
+static int gemv3_rows_max(tela_type type, bool sw) {
+    switch (type) {
+    case TELA_TYPE_Q4_0: case TELA_TYPE_Q8_0: return sw ? 2 : 4;
+    case TELA_TYPE_Q4_K: return sw ? 1 : 2;
+    default: return 1;
+    }
+}
+
+template <int TYPE, int RMAX, int RMAX_SW>
+static gemv3_kernel_fn gemv3_pick_type(int R, bool sw) {
+    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true> : gemv3_q_kernel<TYPE, 1, true>;
+    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false>;
+    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false>;
+    return gemv3_q_kernel<TYPE, 1, false>;
+}
+
+static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw) {
+    switch (type) {
+    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1>(R, sw);
+    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1>(R, sw);
+    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1>(R, sw);
+    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2>(R, sw);
+    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2>(R, sw);
+    default: return NULL;
+    }
+}
+
+/* Rows a warp for the kernel above: one while the grid would have fewer
+ * warps than the GPU holds (24 an SM at its registers), more (up to what
+ * the registers hold) for the largest matrices; the SwiGLU pair counts
+ * double. */
+static int gemv3_rows(const cuda_exec *ex, tela_type type, int64_t rows, bool sw) {
+    const int rmax = gemv3_rows_max(type, sw);
+    if (ex->gemv_q_rows > 0) return ex->gemv_q_rows < rmax ? ex->gemv_q_rows : rmax;
+    const int64_t cap = (int64_t)ex->be->sm_count * 24 / (sw ? 2 : 1);
+    int R = 1;
+    while (R < rmax && rows / (2 * R) >= cap) R *= 2;
+    return R;
+}
+
 typedef void (*gemv2_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
 
 template <int NT, int R>
@@ -1021,6 +1261,9 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     const int R = nt_tile == 1 && ex->gemv_q_rows == 2 ? 2 : 1;
     gemv2_kernel_fn fn = gemv2_pick(w[0]->type, nt_tile, R);
     if (!fn || n_w > GEMV_MAX_TARGETS) return false;
+    int64_t rows = 0;
+    for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
+    const int R3 = n_tok == 1 && ex->gemv_early ? gemv3_rows(ex, w[0]->type, rows, w_up != NULL) : 0;
     const int64_t K = w[0]->n_cols;
     const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)K), sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
     unsigned char *buf = (unsigned char *)tela_cuda_act(ex, qb + 2 * sb + tela_cuda_align((size_t)n_tok * 4));
@@ -1030,6 +1273,12 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     tela_cuda_launch(ex, quantize_act_kernel, (unsigned)n_tok, 512, 0, x, x_stride, (int)K, norm_w, eps, xq, xd, xs, ns);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
     gemv_params p;
+    if (R3 > 0) {
+        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3);
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
+        tela_cuda_launched(ex, "gemv (quantized, early loads)");
+        return true;
+    }
     const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R);
     tela_cuda_launch(ex, fn, blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
     tela_cuda_launched(ex, "gemv (variant 2)");
