@@ -555,7 +555,20 @@ struct gemv_params {
     int accumulate;
     const float *norm_w;        /* != NULL: the products take rmsnorm(x) * norm_w */
     float eps;
+    int order;                  /* early loads against the PDL wait: 0 after it, 1 before it (the next launch
+                                   after it), 2 before it (the next launch before them) */
 };
+
+/* The two halves of a decode product's entry around its early loads. */
+static __device__ __forceinline__ void early_begin(const gemv_params &p) {
+    if (p.order == 0) TELA_PDL_ENTRY();
+    else if (p.order == 2) TELA_PDL_LAUNCH();
+}
+
+static __device__ __forceinline__ void early_end(const gemv_params &p) {
+    if (p.order == 1) TELA_PDL_WAIT_THEN_LAUNCH();
+    else if (p.order == 2) TELA_PDL_WAIT();
+}
 
 /* The target of this block and the row of this warp in it. */
 static __device__ __forceinline__ int gemv_target_of(const gemv_params &p) {
@@ -883,8 +896,9 @@ static __global__ void __launch_bounds__(128, 8) gemv_fs_kernel(const gemv_param
     const uint4 *wu = SW ? (const uint4 *)p.w_up.p + (size_t)(live ? row : 0) * n8 : wg;
     uint4 v[U], vu[U];
     const int c0 = lane + 32 * slice;
+    early_begin(p);
     fs_load<U, SW>(wg, wu, c0, step, n8, live, v, vu);
-    TELA_PDL_WAIT_THEN_LAUNCH();
+    early_end(p);
     float acc = 0.0f, accu = 0.0f, ss = 0.0f;
     for (int c = c0; c < n8; c += step * U) {
         if (c != c0) fs_load<U, SW>(wg, wu, c, step, n8, live, v, vu);
@@ -1045,6 +1059,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
             const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 / wpr);
             p.norm_w = norm_w;
             p.eps = eps;
+            p.order = ex->gemv_order;
             tela_cuda_launch(ex, gemv_fs_pick(w[0]->type, w_up != NULL, wpr), nb, 128, 0, p);
             tela_cuda_launched(ex, "gemv (float, early loads)");
             return;
@@ -1140,9 +1155,12 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
 
 /* One token with early loads (cuda_common.cuh): R rows a warp, each
  * lane's units of all R rows (and of W_up's) loaded into registers before
- * the arithmetic, the first round before the PDL wait, which here is the
- * wait for the activations' quantization: their fetch overlaps it. */
-template <int TYPE, int R, bool SW>
+ * the arithmetic, the first round before the PDL wait. FQ: the block then
+ * quantizes the activations into shared memory itself (as the first
+ * variant does, but behind the weights' fetch instead of before it), where
+ * otherwise quantize_act_kernel did before the launch, a kernel of 2-3 us
+ * on the critical path of every quantized product. */
+template <int TYPE, int R, bool SW, bool FQ>
 static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
                                                                   const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
@@ -1162,8 +1180,27 @@ static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_param
             if (SW) b[r] = qunits<TYPE>::load(p.w_up, row, u);
         }
     };
+    early_begin(p);
     if (lane < n_units) load_all(lane);
-    TELA_PDL_WAIT_THEN_LAUNCH();
+    early_end(p);
+    float scale = 1.0f;
+    if (FQ) {
+        extern __shared__ __align__(16) unsigned char smem[];
+        __shared__ float part[4];
+        int8_t *sq = (int8_t *)smem;
+        float *sd = (float *)(smem + K), *ssum = sd + K / 32;
+        float ss[1];
+        quantize_x<1>(p.x, p.x_stride, K, 1, p.norm_w, sq, sd, ssum, ss);
+        if (p.norm_w) {
+            const float w = warp_sum(ss[0]);
+            if (lane == 0) part[threadIdx.x / 32] = w;
+        }
+        __syncthreads();
+        if (p.norm_w) scale = rsqrtf((part[0] + part[1] + part[2] + part[3]) / (float)K + p.eps);
+        xq = sq, xd = sd, xs = ssum;
+    } else if (nscale) {
+        scale = nscale[0];
+    }
     if (!live) return;
     float acc[R], up[R];
 #pragma unroll
@@ -1176,7 +1213,6 @@ static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_param
             if (SW) qunits<TYPE>::template dot_raw<1>(b[SW ? r : 0], u, xq, xd, xs, K, 1, &up[r]);
         }
     }
-    const float scale = nscale ? nscale[0] : 1.0f;
 #pragma unroll
     for (int r = 0; r < R; r++)
         if (r < rv) gemv_write<1>(p, tg, row0 + r, &acc[r], &up[r], SW, &scale);
@@ -1195,21 +1231,26 @@ static int gemv3_rows_max(tela_type type, bool sw) {
     }
 }
 
-template <int TYPE, int RMAX, int RMAX_SW>
-static gemv3_kernel_fn gemv3_pick_type(int R, bool sw) {
-    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true> : gemv3_q_kernel<TYPE, 1, true>;
-    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false>;
-    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false>;
-    return gemv3_q_kernel<TYPE, 1, false>;
+template <int TYPE, int RMAX, int RMAX_SW, bool FQ>
+static gemv3_kernel_fn gemv3_pick_fq(int R, bool sw) {
+    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, FQ> : gemv3_q_kernel<TYPE, 1, true, FQ>;
+    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, FQ>;
+    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, FQ>;
+    return gemv3_q_kernel<TYPE, 1, false, FQ>;
 }
 
-static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw) {
+template <int TYPE, int RMAX, int RMAX_SW>
+static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, bool fq) {
+    return fq ? gemv3_pick_fq<TYPE, RMAX, RMAX_SW, true>(R, sw) : gemv3_pick_fq<TYPE, RMAX, RMAX_SW, false>(R, sw);
+}
+
+static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, bool fq) {
     switch (type) {
-    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1>(R, sw);
-    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1>(R, sw);
-    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1>(R, sw);
-    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2>(R, sw);
-    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2>(R, sw);
+    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1>(R, sw, fq);
+    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1>(R, sw, fq);
+    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1>(R, sw, fq);
+    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2>(R, sw, fq);
+    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2>(R, sw, fq);
     default: return NULL;
     }
 }
@@ -1265,6 +1306,18 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
     const int R3 = n_tok == 1 && ex->gemv_early ? gemv3_rows(ex, w[0]->type, rows, w_up != NULL) : 0;
     const int64_t K = w[0]->n_cols;
+    gemv_params p;
+    const size_t fq_smem = gemv_smem(w[0]->type, 1, K);
+    if (R3 > 0 && ex->gemv_fuse_q && fq_smem <= 48 * 1024) {
+        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3);
+        p.norm_w = norm_w;
+        p.eps = eps;
+        p.order = ex->gemv_order;
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, true), blocks, 128, fq_smem, p,
+                         (const int8_t *)NULL, (const float *)NULL, (const float *)NULL, (const float *)NULL);
+        tela_cuda_launched(ex, "gemv (quantized, early loads, own quantization)");
+        return true;
+    }
     const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)K), sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
     unsigned char *buf = (unsigned char *)tela_cuda_act(ex, qb + 2 * sb + tela_cuda_align((size_t)n_tok * 4));
     if (!buf) return true; /* the failure is recorded */
@@ -1272,10 +1325,10 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     float *xd = (float *)(buf + qb), *xs = (float *)(buf + qb + sb), *ns = (float *)(buf + qb + 2 * sb);
     tela_cuda_launch(ex, quantize_act_kernel, (unsigned)n_tok, 512, 0, x, x_stride, (int)K, norm_w, eps, xq, xd, xs, ns);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
-    gemv_params p;
     if (R3 > 0) {
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3);
-        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
+        p.order = ex->gemv_order;
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, false), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
         tela_cuda_launched(ex, "gemv (quantized, early loads)");
         return true;
     }
