@@ -272,8 +272,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_early = !(ge && !strcmp(ge, "0"));
     const char *go = getenv("TELA_CUDA_GEMV_ORDER");
     ex->gemv_order = go && (!strcmp(go, "0") || !strcmp(go, "2")) ? atoi(go) : 1;
-    const char *gfq = getenv("TELA_CUDA_GEMV_FUSEQ");
-    ex->gemv_fuse_q = !(gfq && !strcmp(gfq, "0"));
     const char *gw = getenv("TELA_CUDA_GEMV_WPR");
     ex->gemv_wpr = gw && (!strcmp(gw, "1") || !strcmp(gw, "2") || !strcmp(gw, "4")) ? atoi(gw) : 0;
     const char *gl = getenv("TELA_CUDA_GDN_LANES");

@@ -92,7 +92,6 @@ typedef struct cuda_exec {
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     int gemv_early;              /* decode products with early loads (default; TELA_CUDA_GEMV_EARLY=0: not) */
     int gemv_order;              /* TELA_CUDA_GEMV_ORDER: early loads' order against the PDL wait (cuda_matvec.cu) */
-    bool gemv_fuse_q;            /* quantized early-load products quantize their input themselves (TELA_CUDA_GEMV_FUSEQ=0: not) */
     int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of the float ones with early loads, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */

@@ -944,13 +944,14 @@ static gemv_kernel_fn gemv_fs_pick(tela_type type, bool sw, int wpr) {
     return NULL;
 }
 
-/* Warps a row for the kernel above: the fewest that make a row one round
- * of loads, doubled only while the grid has fewer warps than the GPU
- * holds (32 an SM at this kernel's registers). */
+/* Warps a row for the kernel above: two (measured on the H200 against one
+ * for the 1B's and the 2B's 2048-wide rows: +4% and +9% tg128), doubled
+ * while a row is more than one round of loads and the grid has fewer warps
+ * than the GPU holds (32 an SM at this kernel's registers). */
 static int gemv_fs_wpr(const cuda_exec *ex, int64_t rows, int64_t K, bool sw) {
     if (ex->gemv_wpr > 0) return ex->gemv_wpr;
     const int64_t U = sw ? 4 : 8, n8 = K / 8, cap = (int64_t)ex->be->sm_count * 32;
-    int w = 1;
+    int w = 2;
     while (w < 4 && n8 > 32 * w * U && rows * w < cap) w *= 2;
     return w;
 }
@@ -1155,12 +1156,11 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
 
 /* One token with early loads (cuda_common.cuh): R rows a warp, each
  * lane's units of all R rows (and of W_up's) loaded into registers before
- * the arithmetic, the first round before the PDL wait. FQ: the block then
- * quantizes the activations into shared memory itself (as the first
- * variant does, but behind the weights' fetch instead of before it), where
- * otherwise quantize_act_kernel did before the launch, a kernel of 2-3 us
- * on the critical path of every quantized product. */
-template <int TYPE, int R, bool SW, bool FQ>
+ * the arithmetic, the first round before the PDL wait, which is here the
+ * wait for the activations' quantization (quantize_act_kernel): the fetch
+ * overlaps it. (Quantizing the activations in each block instead, behind
+ * the fetch, measured 18-26% slower on the H200: docs/PERF-NOTES.md.) */
+template <int TYPE, int R, bool SW>
 static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
                                                                   const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
@@ -1183,24 +1183,7 @@ static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_param
     early_begin(p);
     if (lane < n_units) load_all(lane);
     early_end(p);
-    float scale = 1.0f;
-    if (FQ) {
-        extern __shared__ __align__(16) unsigned char smem[];
-        __shared__ float part[4];
-        int8_t *sq = (int8_t *)smem;
-        float *sd = (float *)(smem + K), *ssum = sd + K / 32;
-        float ss[1];
-        quantize_x<1>(p.x, p.x_stride, K, 1, p.norm_w, sq, sd, ssum, ss);
-        if (p.norm_w) {
-            const float w = warp_sum(ss[0]);
-            if (lane == 0) part[threadIdx.x / 32] = w;
-        }
-        __syncthreads();
-        if (p.norm_w) scale = rsqrtf((part[0] + part[1] + part[2] + part[3]) / (float)K + p.eps);
-        xq = sq, xd = sd, xs = ssum;
-    } else if (nscale) {
-        scale = nscale[0];
-    }
+    const float scale = nscale ? nscale[0] : 1.0f;
     if (!live) return;
     float acc[R], up[R];
 #pragma unroll
@@ -1231,26 +1214,21 @@ static int gemv3_rows_max(tela_type type, bool sw) {
     }
 }
 
-template <int TYPE, int RMAX, int RMAX_SW, bool FQ>
-static gemv3_kernel_fn gemv3_pick_fq(int R, bool sw) {
-    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, FQ> : gemv3_q_kernel<TYPE, 1, true, FQ>;
-    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, FQ>;
-    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, FQ>;
-    return gemv3_q_kernel<TYPE, 1, false, FQ>;
-}
-
 template <int TYPE, int RMAX, int RMAX_SW>
-static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, bool fq) {
-    return fq ? gemv3_pick_fq<TYPE, RMAX, RMAX_SW, true>(R, sw) : gemv3_pick_fq<TYPE, RMAX, RMAX_SW, false>(R, sw);
+static gemv3_kernel_fn gemv3_pick_type(int R, bool sw) {
+    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true> : gemv3_q_kernel<TYPE, 1, true>;
+    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false>;
+    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false>;
+    return gemv3_q_kernel<TYPE, 1, false>;
 }
 
-static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, bool fq) {
+static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw) {
     switch (type) {
-    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1>(R, sw, fq);
-    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1>(R, sw, fq);
-    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1>(R, sw, fq);
-    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2>(R, sw, fq);
-    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2>(R, sw, fq);
+    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1>(R, sw);
+    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1>(R, sw);
+    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1>(R, sw);
+    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2>(R, sw);
+    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2>(R, sw);
     default: return NULL;
     }
 }
@@ -1307,17 +1285,6 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     const int R3 = n_tok == 1 && ex->gemv_early ? gemv3_rows(ex, w[0]->type, rows, w_up != NULL) : 0;
     const int64_t K = w[0]->n_cols;
     gemv_params p;
-    const size_t fq_smem = gemv_smem(w[0]->type, 1, K);
-    if (R3 > 0 && ex->gemv_fuse_q && fq_smem <= 48 * 1024) {
-        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3);
-        p.norm_w = norm_w;
-        p.eps = eps;
-        p.order = ex->gemv_order;
-        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, true), blocks, 128, fq_smem, p,
-                         (const int8_t *)NULL, (const float *)NULL, (const float *)NULL, (const float *)NULL);
-        tela_cuda_launched(ex, "gemv (quantized, early loads, own quantization)");
-        return true;
-    }
     const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)K), sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
     unsigned char *buf = (unsigned char *)tela_cuda_act(ex, qb + 2 * sb + tela_cuda_align((size_t)n_tok * 4));
     if (!buf) return true; /* the failure is recorded */
@@ -1328,7 +1295,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     if (R3 > 0) {
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3);
         p.order = ex->gemv_order;
-        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, false), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
         tela_cuda_launched(ex, "gemv (quantized, early loads)");
         return true;
     }
