@@ -325,6 +325,7 @@ static tela_status cuda_sync(tela_exec *e) {
 
 static tela_status cuda_upload(tela_exec *e, void *dst, const void *src, size_t bytes) {
     cuda_exec *ex = as_ex(e);
+    ex->after_copy = true;
     if (!ex->ring && cudaMallocHost(&ex->ring, UPLOAD_RING_BYTES) != cudaSuccess) {
         cudaGetLastError();
         ex->ring = NULL;
@@ -349,6 +350,7 @@ static tela_status cuda_upload(tela_exec *e, void *dst, const void *src, size_t 
 
 static tela_status cuda_download(tela_exec *e, void *dst, const void *src, size_t bytes) {
     cuda_exec *ex = as_ex(e);
+    ex->after_copy = true;
     if (bytes > ex->pinned_bytes) {
         cudaStreamSynchronize(ex->stream);
         cudaFreeHost(ex->pinned);
@@ -600,6 +602,7 @@ static void cuda_argmax(tela_exec *e, const float *x, int64_t n, int n_rows, int
 static void cuda_copy_rows(tela_exec *e, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
                            const int32_t *rows, int n, int64_t width) {
     cuda_exec *ex = as_ex(e);
+    ex->after_copy = true;
     for (int i = 0; i < n; i++)
         tela_cuda_check(ex, cudaMemcpyAsync(dst + (size_t)i * dst_stride, src + (size_t)rows[i] * src_stride,
                                             (size_t)width * sizeof(float), cudaMemcpyDeviceToDevice, ex->stream),
@@ -727,6 +730,7 @@ static void cuda_kv_clear(tela_exec *e, tela_kv_cache *kv) {
  * paged cache's block copies). */
 static tela_status cuda_kv_copy_rows(tela_exec *e, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n) {
     cuda_exec *ex = as_ex(e);
+    ex->after_copy = true;
     const cuda_kv *c = (const cuda_kv *)kv;
     const tela_kv_shape *s = &kv->shape;
     for (int l = 0; l < s->n_layer; l++)
@@ -750,6 +754,7 @@ static size_t cuda_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past) {
 /* The image: per layer, the keys [n_kv_head][n_past][k_dim], then the
  * values, in the cache's precision. */
 static tela_status kv_copy(cuda_exec *ex, const cuda_kv *c, int32_t n_past, unsigned char *host, bool save) {
+    ex->after_copy = true;
     const tela_kv_shape *s = &c->head.shape;
     if (n_past == 0) return TELA_OK;
     for (int l = 0; l < s->n_layer; l++)
@@ -817,6 +822,7 @@ static void cuda_attention(tela_exec *e, const tela_kv_cache *kv, int layer, con
 
 static void cuda_zero(tela_exec *e, void *p, size_t bytes) {
     cuda_exec *ex = as_ex(e);
+    ex->after_copy = true;
     tela_cuda_check(ex, cudaMemsetAsync(p, 0, bytes, ex->stream), "clearing state");
 }
 

@@ -95,6 +95,7 @@ typedef struct cuda_exec {
     int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of the float ones with early loads, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
+    bool after_copy;             /* the last operation queued was a copy or a memset, not a kernel */
     bool gdn_step;               /* fused decode steps of the delta rule (default; TELA_CUDA_GDN_STEP=0: off) */
     int float_gemm_min;          /* float weights: cuBLAS from this many tokens on (3; TELA_CUDA_FLOAT_GEMM=N, 9: never below the prefill's) */
     int64_t float_gemm_bytes;    /* ... for matrices of at least this many bytes (4 MiB; TELA_CUDA_FLOAT_GEMM_BYTES) */
@@ -182,13 +183,18 @@ static inline void tela_cuda_launch(cuda_exec *ex, void (*kernel)(P...), dim3 gr
     cfg.dynamicSmemBytes = smem;
     cfg.stream = ex->stream;
     cudaLaunchAttribute attr[1];
-    if (ex->pdl) {
+    /* a kernel right after a copy is launched in plain stream order: the
+     * early start is meant against the kernel before (test_cuda_gdn read a
+     * state that a pageable upload had not yet written, 2 times in 11 runs
+     * on fresh H200 machines, when its kernel took the attribute) */
+    if (ex->pdl && !ex->after_copy) {
         attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+    ex->after_copy = false;
 }
 
 /* ---- launchers (cuda_matvec.cu) ---- */
