@@ -7,7 +7,11 @@
  *    units of the row (a quarter of a 256-block for the K-quants, a
  *    32-block for Q8_0/Q4_0) and forms the integer sums with dp4a. Float
  *    weights: 16-byte loads converted to f32 and fused multiply-adds with
- *    f32 activations. A warp reduction gives each row's result.
+ *    f32 activations. A warp reduction gives each row's result. For one
+ *    token (every decode step) the defaults are the early-load kernels
+ *    (gemv_fs_kernel, gemv3_q_kernel): their first weight loads are issued
+ *    before the PDL wait; the quantized ones read activations quantized
+ *    by quantize_act_kernel.
  *  - gemm: prefill. Quantized weights are dequantized to f16 in panels of
  *    rows into scratch, the activations converted to f16 (bf16 for BF16
  *    weights), and cuBLAS multiplies them with f32 accumulation.
