@@ -118,6 +118,9 @@ static int ref_on_token(void *user, int32_t tok, const char *piece, size_t len) 
     return 0;
 }
 
+/* The draft model the engines of check_spec are started with (NULL: none). */
+static tela_model *g_draft;
+
 static void reference_run(tela_model *m, const int32_t *prompt, int n, const tela_request_params *p, reference *out,
                           int n_ctx) {
     memset(out, 0, sizeof *out);
@@ -134,10 +137,19 @@ static void reference_run(tela_model *m, const int32_t *prompt, int n, const tel
     g.on_token = ref_on_token;
     g.user = out;
     g.spec = p->spec;
+    tela_spec_params with_draft;
+    tela_session *ds = NULL; /* a draft model's fresh session, as the engine's draft starts from nothing */
+    if (p->spec && p->spec->method == TELA_SPEC_DRAFT && g_draft) {
+        CHECK_OK(tela_session_create(g_draft, &sp, &ds));
+        with_draft = *p->spec;
+        with_draft.draft = ds;
+        g.spec = &with_draft;
+    }
     tela_generate_result res;
     CHECK_OK(tela_generate(s, prompt, n, &g, out->tokens, MAX_OUT, &res));
     out->n = res.n_generated < MAX_OUT ? res.n_generated : MAX_OUT;
     out->reason = res.stop_reason;
+    tela_session_free(ds);
     tela_session_free(s);
 }
 
@@ -169,6 +181,7 @@ static tela_engine *new_engine(tela_model *m, int n_parallel, int32_t kv_tokens,
     ep.prefix_cache = prefix_cache;
     ep.n_threads = 2;
     ep.checkpoint_interval = 128;
+    ep.draft_model = g_draft;
     tela_engine *e = NULL;
     CHECK_OK(tela_engine_create(m, &ep, &e));
     return e;
@@ -289,7 +302,7 @@ static void check_spec(tela_model *m, tela_spec_method method, const int32_t *pr
     tela_spec_params bad = tela_spec_default_params();
     bad.method = TELA_SPEC_DRAFT;
     q.spec = &bad;
-    CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_UNSUPPORTED);
+    if (!g_draft) CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_UNSUPPORTED);
     bad.method = TELA_SPEC_MTP;
     if (tela_model_get_info(m)->n_mtp_layers == 0)
         CHECK(tela_engine_submit(e, prompt, np, &q, NULL) == TELA_ERR_UNSUPPORTED);
@@ -660,12 +673,64 @@ static void check_long_prefix(tela_model *m, int hybrid, const char *label) {
     }
 }
 
+/* What an engine with a draft model refuses: the model as its own draft, a
+ * model of another vocabulary and a recurrent state (the hybrid fixture); without one, draft
+ * requests. */
+static void check_draft_refusals(tela_model *m, tela_model *draft) {
+    tela_engine_params ep = tela_engine_default_params();
+    tela_engine *e = NULL;
+    ep.draft_model = m;
+    CHECK(tela_engine_create(m, &ep, &e) == TELA_ERR_ARG && !e);
+    const char *src = getenv("TELA_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/qwen35/qwen35-asym-f32.gguf", src ? src : ".");
+    tela_model_params mp = tela_model_default_params();
+    tela_model *other = NULL;
+    if (access(path, R_OK) == 0 && tela_model_load(path, &mp, &other) == TELA_OK) {
+        ep.draft_model = other;
+        CHECK(tela_engine_create(m, &ep, &e) != TELA_OK && !e);
+        tela_model_free(other);
+    }
+    ep.draft_model = NULL;
+    ep.n_threads = 2;
+    CHECK_OK(tela_engine_create(m, &ep, &e));
+    if (e) {
+        int32_t p[4] = {1, 2, 3, 4};
+        tela_spec_params sp = tela_spec_default_params();
+        sp.method = TELA_SPEC_DRAFT;
+        tela_request_params rq = tela_request_default_params();
+        rq.spec = &sp;
+        CHECK(tela_engine_submit(e, p, 4, &rq, NULL) == TELA_ERR_UNSUPPORTED);
+        tela_engine_free(e);
+    }
+    (void)draft;
+}
+
 int main(void) {
     const char *src = getenv("TELA_SOURCE_DIR");
     char path[1024];
     snprintf(path, sizeof path, "%s/models/tela-kjv-q8_0.gguf", src ? src : ".");
     if (access(path, R_OK) != 0) test_skip("the demo model is not there (TELA_SOURCE_DIR?)");
     test_llama(path);
+    /* a draft model in the engine: the 8-bit demo drafting for the f16 one
+     * (the same weights rounded, so most drafts are accepted, not all) */
+    char fpath[1024];
+    snprintf(fpath, sizeof fpath, "%s/models/tela-kjv-f16.gguf", src ? src : ".");
+    tela_model_params dp = tela_model_default_params();
+    dp.n_threads = 2;
+    tela_model *draft = NULL, *kjv16 = NULL;
+    CHECK_OK(tela_model_load(path, &dp, &draft));
+    if (access(fpath, R_OK) == 0) CHECK_OK(tela_model_load(fpath, &dp, &kjv16));
+    if (draft && kjv16) {
+        int32_t rp[128];
+        const int np = repeated_prompt(kjv16, rp, 128);
+        g_draft = draft;
+        check_spec(kjv16, TELA_SPEC_DRAFT, rp, np, 512, 0, "llama demo f16, draft model q8_0");
+        check_spec(kjv16, TELA_SPEC_DRAFT, rp, np, 192, 192, "llama demo f16, draft model q8_0, a small KV pool");
+        g_draft = NULL;
+        check_draft_refusals(kjv16, draft);
+    }
+    tela_model_free(kjv16);
     snprintf(path, sizeof path, "%s/tests/fixtures/qwen35/qwen35-asym-f32.gguf", src ? src : ".");
     if (access(path, R_OK) == 0) test_qwen35(path);
     snprintf(path, sizeof path, "%s/models/tela-kjv-qwen35-f16.gguf", src ? src : ".");
@@ -682,8 +747,18 @@ int main(void) {
             check_spec(m, TELA_SPEC_MTP, rp, np, 512, 0, "qwen35 demo, MTP");
             check_spec(m, TELA_SPEC_MTP, rp, np, 192, 192, "qwen35 demo, MTP, a small KV pool");
             check_lookup(m, rp, 12, "qwen35 demo");
+            if (draft) { /* a hybrid verified, an attention-only model drafting */
+                g_draft = draft;
+                check_spec(m, TELA_SPEC_DRAFT, rp, np, 512, 0, "qwen35 demo, draft model kjv q8_0");
+                g_draft = NULL;
+                tela_engine_params ep = tela_engine_default_params(); /* and not the other way round */
+                ep.draft_model = m;
+                tela_engine *e = NULL;
+                CHECK(tela_engine_create(draft, &ep, &e) == TELA_ERR_UNSUPPORTED && !e);
+            }
             tela_model_free(m);
         }
     }
+    tela_model_free(draft);
     return test_finish();
 }

@@ -464,6 +464,8 @@ typedef struct tela_engine_params {
     int n_threads;               /* 0 = the model's */
     tela_kv_type kv_type;
     uint64_t mem_budget;         /* as tela_session_params.mem_budget */
+    tela_model *draft_model;     /* NULL, or a model requests may draft with (TELA_SPEC_DRAFT): the same
+                                    vocabulary and device, attention only; it must outlive the engine */
 } tela_engine_params;
 
 TELA_API tela_engine_params tela_engine_default_params(void);

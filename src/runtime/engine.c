@@ -84,9 +84,11 @@ typedef struct eng_req {
     int32_t *lookup;             /* predicted tokens prompt lookup drafts from first (or NULL) */
     int32_t n_lookup, lookup_from;
     int32_t n_draft;             /* drafts in this step's run (after the pending token) */
-    tela_token_prob *qdist[TELA_SPEC_MAX_DRAFT]; /* MTP drafts drawn when sampling: their distributions */
+    tela_token_prob *qdist[TELA_SPEC_MAX_DRAFT]; /* MTP or draft-model drafts drawn when sampling: their
+                                                    distributions */
     size_t n_qdist[TELA_SPEC_MAX_DRAFT];
     int32_t n_drafted, n_accepted;
+    int32_t d_computed;          /* a draft model's positions computed in its own cache (same blocks) */
     double t_submit, t_start, t_first;
     struct eng_req *next;
 } eng_req;
@@ -116,6 +118,18 @@ struct tela_engine {
     eng_req **mtp_req;
     float *mtp_logits;           /* [n_parallel][n_vocab] */
     int32_t *mtp_picks;          /* [n_parallel] */
+    /* a draft model (tela_engine_params.draft_model): its own paged cache in
+     * the same block ids as the model's, one slot a sequence, on its own
+     * device */
+    tela_model *draft;
+    tela_exec *d_ex;             /* its own exec (its own graphs, scratch and stream) */
+    bool d_device_picks;         /* its logits live on a device */
+    void *d_state;
+    tela_seq_run *d_runs;        /* [n_parallel] */
+    eng_req **d_req;             /* [n_parallel] the drafting sequences of a step */
+    int *d_map;                  /* [n_parallel] d_runs[i] is d_req[d_map[i]]'s */
+    float *d_logits;             /* [n_parallel][n_vocab] */
+    int32_t *d_picks;            /* [n_parallel] */
     tela_spec_verifier ver;      /* speculative decoding's acceptance rule */
     int *free_slots;
     int n_free_slots;
@@ -322,6 +336,7 @@ static void req_reset(eng_req *r) {
     r->n_blocks = 0;
     r->n_registered = 0;
     r->last_ckpt = 0;
+    r->d_computed = 0;
     free(r->ready);
     r->ready = NULL;
 }
@@ -375,6 +390,7 @@ static bool req_start(tela_engine *e, eng_req *r) {
     if (image) e->arch->slot_load(e->model, e->state, r->slot, image);
     else e->arch->slot_reset(e->model, e->state, r->slot);
     r->n_computed = reuse;
+    r->d_computed = 0; /* the draft's rows of shared or copied blocks may be another's or none: all again */
     r->n_registered = shared;
     r->last_ckpt = image ? reuse : 0;
     if (!r->admitted_once) {
@@ -664,7 +680,8 @@ static int32_t req_propose(tela_engine *e, eng_req *r, int32_t room) {
     const int64_t fit = ((int64_t)r->n_blocks + tela_kv_pool_available(e->pool)) * ENGINE_BLOCK - r->n_tokens;
     if (k > fit) k = (int32_t)(fit > 0 ? fit : 0);
     if (k <= 0) return 0;
-    if (r->spec.method == TELA_SPEC_MTP) return k; /* drafted below, with the others' (mtp_drafts) */
+    if (r->spec.method == TELA_SPEC_MTP || r->spec.method == TELA_SPEC_DRAFT)
+        return k; /* drafted below, with the others' (mtp_drafts, model_drafts) */
     if (r->n_lookup > 0) { /* the predicted text first, from one token on, where the last drafts ended */
         int32_t end = 0;
         const int32_t m = tela_spec_ngram_in(r->tokens, r->n_tokens, r->lookup, r->n_lookup, r->lookup_from, k, 1,
@@ -733,6 +750,108 @@ static void mtp_drafts(tela_engine *e, int n_runs) {
         }
 }
 
+/* Draft i of r from the draft model's logits row (or its device pick), as
+ * tela_generate's draft-model drafter takes it: the penalties see the
+ * tokens and the drafts before, a sampled draft is drawn from its final
+ * distribution on the draft stream. Written after r's tokens. */
+static tela_status model_draft_take(tela_engine *e, eng_req *r, int32_t i, float *row, int32_t pick) {
+    const int V = e->n_vocab;
+    const tela_sampler_params *sp = &r->params.sampler;
+    const int32_t n = r->n_tokens + i;
+    const uint64_t step = (uint64_t)n;
+    int32_t tok = 0;
+    if (e->d_device_picks && plain_greedy(r)) {
+        tok = pick;
+    } else if (sp->temperature > 0.0f) {
+        if (!r->qdist[i] && !(r->qdist[i] = malloc((size_t)V * sizeof *r->qdist[i])))
+            return tela_errorf(TELA_ERR_NOMEM, "out of memory for the draft distributions");
+        TELA_TRY(tela_sampler_dist(sp, row, V, r->tokens, (size_t)n, r->qdist[i], &r->n_qdist[i]));
+        tok = tela_sampler_draw(r->qdist[i], r->n_qdist[i], tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_DRAFT));
+        if (tok < 0) return tela_errorf(TELA_ERR_INTERNAL, "an empty draft distribution");
+    } else {
+        TELA_TRY(tela_sample(sp, row, V, r->tokens, (size_t)n, step, &tok));
+    }
+    r->tokens[n] = tok;
+    return TELA_OK;
+}
+
+/* One batch of the draft model over d_runs[0..nr), then the draft taken
+ * for each run that asked for logits (draft `i` of its sequence, or the
+ * first, i = 0, when the run ends a catch-up). */
+static tela_status model_draft_batch(tela_engine *e, int nr, int32_t i) {
+    TELA_TRY(e->draft->arch->forward_batch(e->draft, e->d_state, e->d_runs, nr, e->d_logits,
+                                           e->d_device_picks ? e->d_picks : NULL));
+    int row = 0;
+    for (int j = 0; j < nr; j++) {
+        eng_req *r = e->d_req[e->d_map[j]];
+        r->d_computed += e->d_runs[j].n;
+        if (!e->d_runs[j].logits) continue;
+        TELA_TRY(model_draft_take(e, r, i, e->d_logits + (size_t)row * e->n_vocab, e->d_device_picks ? e->d_picks[row] : 0));
+        row++;
+    }
+    return TELA_OK;
+}
+
+/* The draft model's drafts for this step's draft-model runs: each
+ * sequence's tokens the draft has not seen (its pending token at least; at
+ * its first drafting step all of them) go through the draft's cache in
+ * batches of at most a step's tokens, the last one's logits giving the
+ * first draft; then one batch a draft for the rest. On failure the runs go
+ * without drafts. */
+static void model_drafts(tela_engine *e, int n_runs) {
+    int n = 0, kmax = 0;
+    for (int j = 0; j < n_runs; j++) {
+        eng_req *r = e->run_req[j];
+        if (r->spec.method != TELA_SPEC_DRAFT || r->n_draft <= 0) continue;
+        e->d_req[n++] = r;
+        kmax = r->n_draft > kmax ? r->n_draft : kmax;
+    }
+    tela_status st = TELA_OK;
+    for (bool more = n > 0; more && st == TELA_OK;) { /* the catch-ups */
+        int nr = 0;
+        int32_t budget = e->step_tokens;
+        more = false;
+        for (int q = 0; q < n; q++) {
+            eng_req *r = e->d_req[q];
+            const int32_t left = r->n_tokens - r->d_computed;
+            if (left <= 0) continue;
+            int32_t take = left < budget ? left : budget;
+            if (take < left) take -= take % TELA_MODEL_STEP_ALIGN;
+            if (take <= 0) {
+                more = true;
+                continue;
+            }
+            e->d_runs[nr] = (tela_seq_run){r->slot, r->tokens + r->d_computed, take, r->d_computed, r->blocks,
+                                           take == left, false, false, e->d_device_picks && plain_greedy(r)};
+            e->d_map[nr++] = q;
+            budget -= take;
+            more |= take < left;
+        }
+        if (nr > 0) st = model_draft_batch(e, nr, 0);
+    }
+    for (int32_t i = 1; i < kmax && st == TELA_OK; i++) { /* draft i from draft i - 1 */
+        int nr = 0;
+        for (int q = 0; q < n; q++) {
+            eng_req *r = e->d_req[q];
+            if (r->n_draft <= i) continue;
+            const int32_t at = r->n_tokens + i - 1;
+            e->d_runs[nr] = (tela_seq_run){r->slot, r->tokens + at, 1, at, r->blocks, true, false, false,
+                                           e->d_device_picks && plain_greedy(r)};
+            e->d_map[nr++] = q;
+        }
+        if (nr > 0) st = model_draft_batch(e, nr, i);
+    }
+    if (st == TELA_OK) return;
+    for (int j = 0; j < n_runs; j++) /* no drafts this step; the draft's cache from the tokens it saw before */
+        if (e->run_req[j]->spec.method == TELA_SPEC_DRAFT && e->run_req[j]->n_draft > 0) {
+            eng_req *r = e->run_req[j];
+            r->n_draft = 0;
+            r->d_computed = 0;
+            e->runs[j].n = 1;
+            e->runs[j].all_logits = e->runs[j].keep_states = false;
+        }
+}
+
 /* A verification run's outcome: r's pending token and n_draft drafts went
  * through the model with every position's logits (rows); accepts drafts
  * and emits tokens as tela_generate does, keeps the pending token and the
@@ -745,7 +864,7 @@ static void req_verify(tela_engine *e, eng_req *r, float *rows, const int32_t *p
     memcpy(drafts, r->tokens + P + 1, (size_t)nd * sizeof *drafts);
     r->n_draft = 0;
     r->n_drafted += nd;
-    int32_t m = 0; /* tokens emitted */
+    int32_t m = 0, n_acc = 0; /* tokens emitted, drafts accepted */
     bool final = false;
     tela_stop_reason reason = TELA_STOP_MAX_TOKENS;
     tela_status st = TELA_OK;
@@ -755,7 +874,8 @@ static void req_verify(tela_engine *e, eng_req *r, float *rows, const int32_t *p
         const uint64_t step = (uint64_t)P + 1 + (uint64_t)i;
         int32_t tok = 0;
         bool accepted = false;
-        const bool drawn = r->spec.method == TELA_SPEC_MTP && r->params.sampler.temperature > 0.0f;
+        const bool drawn = (r->spec.method == TELA_SPEC_MTP || r->spec.method == TELA_SPEC_DRAFT) &&
+                           r->params.sampler.temperature > 0.0f;
         if (!picks) logprobs_take(e, r, row, &lp);
         if (picks) { /* plain greedy, picked on the device */
             tok = picks[i];
@@ -771,12 +891,15 @@ static void req_verify(tela_engine *e, eng_req *r, float *rows, const int32_t *p
             break;
         }
         r->n_accepted += accepted;
+        n_acc += accepted && i < nd;
         m++;
         final = req_emit(e, r, tok, &lp, &reason, &st);
         if (!accepted) break;
     }
     const int32_t keep = m > 0 ? m : 1; /* (an error at the first row: the pending token's state, r ends) */
     r->n_computed = P + keep;
+    /* the draft model's cache holds the tokens up to the first rejected draft */
+    if (r->d_computed > P + 1 + n_acc) r->d_computed = P + 1 + n_acc;
     if (e->rewinds && keep < nd + 1) {
         const tela_status rs = e->arch->slot_rewind(e->model, e->state, r->slot, keep);
         if (rs != TELA_OK) { /* the state is not that of the kept tokens: this sequence cannot go on */
@@ -831,6 +954,7 @@ static void step(tela_engine *e) {
         rows += 1 + nd;
     }
     if (e->mtp && n_runs > 0) mtp_drafts(e, n_runs);
+    if (e->draft && n_runs > 0) model_drafts(e, n_runs);
     /* 2. prompt chunks: the prompt, or for a sequence set back after it had
      * generated, its tokens but the last (which goes again as a decoding
      * token, drafts and all, as if it had never stopped) */
@@ -1001,6 +1125,13 @@ void tela_engine_free(tela_engine *e) {
         r = next;
     }
     if (e->state) e->arch->state_free(e->state);
+    if (e->d_state) e->draft->arch->state_free(e->d_state);
+    if (e->d_ex) tela_exec_free(e->d_ex);
+    free(e->d_runs);
+    free(e->d_req);
+    free(e->d_map);
+    free(e->d_logits);
+    free(e->d_picks);
     if (e->ex) tela_exec_free(e->ex);
     tela_kv_pool_free(e->pool);
     free(e->image);
@@ -1022,6 +1153,26 @@ void tela_engine_free(tela_engine *e) {
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
+}
+
+/* Whether `draft` can draft for `model` in the engine: the same vocabulary
+ * (tela_spec_check_draft), a batched forward pass, and no per-sequence
+ * recurrent state (a draft's rejected tokens are undone by its position
+ * alone). Its cache's precision in dsp. */
+static tela_status engine_draft_check(const tela_model *model, const tela_model *draft, tela_kv_type kv_type,
+                                      tela_state_params *dsp) {
+    TELA_TRY(tela_spec_check_draft(model, draft));
+    const char *path = draft->path ? draft->path : "the draft model";
+    if (draft == model) return tela_errorf(TELA_ERR_ARG, "engine: the draft model is the model itself");
+    if (!draft->arch->forward_batch)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "engine: the draft model %s (%s) has no batched forward pass", path,
+                           draft->arch->name);
+    if (draft->arch->slot_bytes(draft) > 0)
+        return tela_errorf(TELA_ERR_UNSUPPORTED,
+                           "engine: the draft model %s (%s) keeps a recurrent state; the engine drafts with "
+                           "attention-only models (a Llama), or use --spec mtp or ngram",
+                           path, draft->arch->name);
+    return tela_runtime_kv_dtype(draft, kv_type, &dsp->kv_dtype);
 }
 
 tela_status tela_engine_create(tela_model *model, const tela_engine_params *params, tela_engine **out) {
@@ -1078,9 +1229,12 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     tela_state_params sp = {n_ctx, TELA_KV_DTYPE_F32, n_parallel, ENGINE_BLOCK, (int32_t)(n_blocks * ENGINE_BLOCK),
                             step_tokens};
     st = tela_runtime_kv_dtype(model, p.kv_type, &sp.kv_dtype);
+    tela_state_params dsp = sp;
+    if (st == TELA_OK && p.draft_model) st = engine_draft_check(model, p.draft_model, p.kv_type, &dsp);
     if (st == TELA_OK) {
         const uint64_t need = arch->state_bytes(model, &sp, step_tokens) +
-                              (uint64_t)n_parallel * (uint64_t)e->n_vocab * sizeof(float);
+                              (p.draft_model ? p.draft_model->arch->state_bytes(p.draft_model, &dsp, step_tokens) : 0) +
+                              (uint64_t)n_parallel * (uint64_t)e->n_vocab * sizeof(float) * (p.draft_model ? 2 : 1);
         st = tela_runtime_check_memory(model, p.mem_budget, need, "engine", n_ctx, sp.kv_dtype);
     }
     const int n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads;
@@ -1093,6 +1247,19 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     const char *sth = getenv("TELA_ENGINE_SAMPLE_THREADS"); /* to measure: 1 = the scheduler alone */
     if (sth && atoi(sth) > 0) e->sample_threads = atoi(sth);
     if (st == TELA_OK) st = arch->state_create(model, e->ex, &sp, &e->state);
+    if (st == TELA_OK && p.draft_model) {
+        e->draft = p.draft_model;
+        st = tela_exec_create(e->draft->be, n_threads, &e->d_ex);
+        if (st == TELA_OK) e->d_device_picks = !tela_exec_host_visible(e->d_ex);
+        if (st == TELA_OK) st = e->draft->arch->state_create(e->draft, e->d_ex, &dsp, &e->d_state);
+        e->d_runs = malloc((size_t)n_parallel * sizeof *e->d_runs);
+        e->d_req = malloc((size_t)n_parallel * sizeof *e->d_req);
+        e->d_map = malloc((size_t)n_parallel * sizeof *e->d_map);
+        e->d_logits = malloc((size_t)n_parallel * (size_t)e->n_vocab * sizeof(float));
+        e->d_picks = malloc((size_t)n_parallel * sizeof *e->d_picks);
+        if (st == TELA_OK && (!e->d_runs || !e->d_req || !e->d_map || !e->d_logits || !e->d_picks))
+            st = tela_errorf(TELA_ERR_NOMEM, "engine: out of memory for the draft model");
+    }
     const uint64_t ckpt_budget = p.checkpoint_bytes ? p.checkpoint_bytes : (uint64_t)1 << 30;
     if (st == TELA_OK) {
         e->pool = tela_kv_pool_create((int32_t)n_blocks, ENGINE_BLOCK, e->image_bytes, e->n_vocab, ckpt_budget);
@@ -1183,17 +1350,17 @@ tela_status tela_engine_submit(tela_engine *e, const int32_t *prompt, int32_t n_
     }
     if (params->spec && params->spec->method != TELA_SPEC_NONE) {
         spec = *params->spec;
-        if (spec.method == TELA_SPEC_DRAFT)
+        if (spec.method == TELA_SPEC_DRAFT && !e->draft)
             return tela_errorf(TELA_ERR_UNSUPPORTED,
-                               "speculative decoding in the engine drafts by prompt lookup (ngram) or the model's MTP "
-                               "block; draft models run in sessions (tela run, tela chat)");
+                               "speculative decoding with a draft model needs the engine started with one "
+                               "(tela_engine_params.draft_model; tela serve --draft FILE)");
         if (spec.method == TELA_SPEC_MTP && !e->mtp)
             return tela_errorf(TELA_ERR_UNSUPPORTED,
                                "MTP drafting needs a model with a multi-token-prediction block, loaded (load_mtp): %s "
                                "has %s",
                                m->path ? m->path : "the model",
                                m->arch->mtp_layers ? "none loaded" : "no MTP support in its architecture");
-        if (spec.method != TELA_SPEC_NGRAM && spec.method != TELA_SPEC_MTP)
+        if (spec.method != TELA_SPEC_NGRAM && spec.method != TELA_SPEC_MTP && spec.method != TELA_SPEC_DRAFT)
             return tela_errorf(TELA_ERR_ARG, "speculative decoding: unknown method %d", (int)spec.method);
         TELA_TRY(tela_spec_params_check(&spec));
         spec.draft = NULL;
