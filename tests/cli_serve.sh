@@ -6,8 +6,8 @@
 # strings, seeds, n, logprobs, usage, errors, 8 concurrent streams and
 # determinism), tests/server/lifecycle.test.cjs (API key, queue full,
 # SIGTERM with a stream under way) and tests/server/spec.test.cjs (--spec
-# ngram: plain greedy text, seeded sampling as tela run --spec ngram's,
-# usage and metrics of the drafts). Skips (77) without node or the package.
+# ngram, --spec mtp, --draft: plain greedy text, seeded sampling as tela
+# run --spec's, usage and metrics of the drafts). Skips (77) without node or the package.
 set -u
 SRC=${TELA_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 . "$SRC/tests/server/env.sh"

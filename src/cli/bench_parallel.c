@@ -90,9 +90,10 @@ static double run_once(tela_engine *e, const int32_t *ids, int np, int stride, i
 
 /* The rows of P sequences decoding N tokens each: plain (spec NULL), or
  * with spec at each of its draft_max. */
-static int parallel_rows(tela_model *m, const cli_bench_opts *o, const cli_bench_table *t, int P, int N,
-                         const int32_t *ids, int np, int stride, const tela_spec_params *spec) {
+static int parallel_rows(tela_model *m, tela_model *draft, const cli_bench_opts *o, const cli_bench_table *t, int P,
+                         int N, const int32_t *ids, int np, int stride, const tela_spec_params *spec) {
     tela_engine_params ep = tela_engine_default_params();
+    ep.draft_model = spec ? draft : NULL;
     ep.n_parallel = P;
     ep.n_ctx = np + N + 16;
     ep.prefix_cache = 0;
@@ -140,11 +141,24 @@ static int parallel_rows(tela_model *m, const cli_bench_opts *o, const cli_bench
 
 int cli_bench_parallel(tela_model *m, const cli_bench_opts *o, const cli_bench_table *t) {
     const tela_model_info *info = tela_model_get_info(m);
-    const bool spec = o->spec.method == TELA_SPEC_NGRAM || o->spec.method == TELA_SPEC_MTP;
+    const bool spec = o->spec.method != TELA_SPEC_NONE;
     int rc = 0;
     size_t np = BENCH_PROMPT;
     int32_t *ids = NULL;
-    if (spec && !(ids = cli_bench_spec_prompt(m, o, &np))) return 1;
+    tela_model *draft = NULL; /* --draft: the engine's draft model */
+    if (spec && o->spec.method == TELA_SPEC_DRAFT) {
+        tela_model_params mp = tela_model_default_params();
+        mp.n_threads = o->n_threads;
+        mp.device = o->device;
+        if (tela_model_load(o->draft_path, &mp, &draft) != TELA_OK) {
+            fprintf(stderr, "tela bench: the draft model: %s\n", tela_last_error());
+            return 1;
+        }
+    }
+    if (spec && !(ids = cli_bench_spec_prompt(m, o, &np))) {
+        tela_model_free(draft);
+        return 1;
+    }
     for (int pi = 0; pi < o->n_parallel && rc == 0; pi++)
         for (int gi = 0; gi < o->n_gen_n && rc == 0; gi++) {
             const int P = (int)o->parallel[pi], N = (int)o->n_gen[gi];
@@ -153,14 +167,15 @@ int cli_bench_parallel(tela_model *m, const cli_bench_opts *o, const cli_bench_t
                 ids = malloc(sizeof(int32_t) * (size_t)P * BENCH_PROMPT);
                 if (!ids) return 1;
                 cli_bench_fill_tokens(ids, P * BENCH_PROMPT, info->n_vocab);
-                rc = parallel_rows(m, o, t, P, N, ids, BENCH_PROMPT, BENCH_PROMPT, NULL);
+                rc = parallel_rows(m, NULL, o, t, P, N, ids, BENCH_PROMPT, BENCH_PROMPT, NULL);
                 free(ids);
                 ids = NULL;
                 continue;
             }
-            rc = parallel_rows(m, o, t, P, N, ids, (int)np, 0, NULL);
-            if (rc == 0) rc = parallel_rows(m, o, t, P, N, ids, (int)np, 0, &o->spec);
+            rc = parallel_rows(m, NULL, o, t, P, N, ids, (int)np, 0, NULL);
+            if (rc == 0) rc = parallel_rows(m, draft, o, t, P, N, ids, (int)np, 0, &o->spec);
         }
     free(ids);
+    tela_model_free(draft);
     return rc;
 }

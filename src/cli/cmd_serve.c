@@ -51,11 +51,14 @@ static void usage(FILE *f) {
             "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one)\n"
             "      --kv-type T          KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
             "                           (default: f16 on a GPU, f32 on the CPU)\n"
-            "      --spec ngram|mtp     speculative decoding for every request, its drafts verified in the\n"
+            "      --spec ngram|mtp|draft  speculative decoding for every request, its drafts verified in the\n"
             "                           same batched step (greedy output unchanged; sampling keeps the\n"
             "                           distribution); usage reports completion_tokens_details\n"
             "                           ngram = prompt lookup (what followed the last n-gram earlier on)\n"
             "                           mtp   = the model's own multi-token-prediction block (Qwen3.5)\n"
+            "                           draft = a smaller model of the same vocabulary (--draft FILE;\n"
+            "                           attention-only: a Llama)\n"
+            "      --draft FILE         the draft model (implies --spec draft)\n"
             "      --draft-max K        tokens drafted per verification, 1..%d (default %d)\n"
             "      --spec-ngram-min N, --spec-ngram-max N\n"
             "                           n-gram sizes prompt lookup matches, longest first (default %d..%d)\n"
@@ -150,11 +153,7 @@ int tela_cmd_serve(int argc, char **argv) {
 #undef IS
     }
     if (cli_check_spec("serve", &p.spec, draft_path)) return 2;
-    if (p.spec.method == TELA_SPEC_DRAFT) {
-        fprintf(stderr, "tela serve: --spec draft: the server drafts by prompt lookup (--spec ngram) or the model's MTP "
-                        "block (--spec mtp); draft models run in tela run, tela chat and tela bench\n");
-        return 2;
-    }
+    p.draft_path = draft_path;
     if (!p.model_path) {
         p.model_path = cli_default_model();
         if (!p.model_path) {

@@ -18,6 +18,7 @@
 
 typedef struct app {
     tela_model *model;
+    tela_model *draft;           /* the draft model of --spec draft (NULL: none) */
     const tela_model_info *info;
     tela_engine *engine;
     char model_id[256];          /* the name clients use: the model file's name */

@@ -124,8 +124,19 @@ int tela_serve(const tela_serve_params *p) {
                         "with any model\n", p->model_path);
         goto done;
     }
+    if (p->spec.method == TELA_SPEC_DRAFT) {
+        tela_model_params dp = tela_model_default_params();
+        dp.n_threads = p->n_threads;
+        dp.device = p->device;
+        dp.verbose = 1;
+        if (!p->draft_path || tela_model_load(p->draft_path, &dp, &a.draft) != TELA_OK) {
+            fprintf(stderr, "tela serve: --draft: %s\n", p->draft_path ? tela_last_error() : "a draft model is needed");
+            goto done;
+        }
+    }
     tela_engine_params ep = p->engine;
     if (!ep.n_threads) ep.n_threads = p->n_threads;
+    ep.draft_model = a.draft;
     if (tela_engine_create(a.model, &ep, &a.engine) != TELA_OK) {
         fprintf(stderr, "tela serve: cannot start the engine: %s\n", tela_last_error());
         goto done;
@@ -181,10 +192,11 @@ int tela_serve(const tela_serve_params *p) {
     }
     const char *host = p->host ? p->host : "127.0.0.1";
     int v6 = strchr(host, ':') != NULL;
-    char spec[64] = "";
+    char spec[1100] = "";
     if (p->spec.method != TELA_SPEC_NONE)
-        snprintf(spec, sizeof spec, " | speculative: %s, up to %d drafts",
-                 p->spec.method == TELA_SPEC_MTP ? "MTP" : "prompt lookup", p->spec.draft_max);
+        snprintf(spec, sizeof spec, " | speculative: %s%s, up to %d drafts",
+                 p->spec.method == TELA_SPEC_MTP ? "MTP" : p->spec.method == TELA_SPEC_DRAFT ? "draft model " : "prompt lookup",
+                 p->spec.method == TELA_SPEC_DRAFT && p->draft_path ? p->draft_path : "", p->spec.draft_max);
     printf("tela serve: listening on http://%s%s%s:%d/ | model %s (%s) | %s | parallel %d | ctx %d%s%s\n",
            v6 ? "[" : "", host, v6 ? "]" : "", http_port(h), a.model_id, a.info->arch,
            a.info->device ? a.info->device : "?", ep.n_parallel > 0 ? ep.n_parallel : 8, a.n_ctx, spec,
@@ -216,6 +228,7 @@ done:
     metrics_free(a.metrics);
     reply_memory_free(a.replies);
     if (a.model) tela_model_free(a.model);
+    if (a.draft) tela_model_free(a.draft);
     if (rc == 0) fprintf(stderr, "tela serve: stopped\n");
     return rc;
 }

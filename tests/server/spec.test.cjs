@@ -1,9 +1,9 @@
 'use strict';
 // spec.test.cjs: tela serve --spec ngram (speculative decoding by prompt
-// lookup inside the batching engine) and --spec mtp (the hybrid demo's own
-// MTP block) through the official openai client: greedy replies are tela
-// run's plain greedy text; seeded sampled replies are tela run --spec's
-// with the same seed and sampler (the engine verifies drafts by
+// lookup inside the batching engine), --spec mtp (the hybrid demo's own
+// MTP block) and --draft (a draft model) through the official openai
+// client: greedy replies are tela run's plain greedy text; seeded sampled
+// replies are tela run --spec's (or --draft's) with the same seed and sampler (the engine verifies drafts by
 // tela_generate's rule); usage reports the drafts as OpenAI's
 // completion_tokens_details; four concurrent streams each give what they
 // give alone; /metrics counts drafts and acceptances.
@@ -110,6 +110,39 @@ describe('speculative decoding (MTP, the Qwen3.5 demo)', () => {
     for (const [i, seed] of [8, 9, 10].entries()) {
       const ref = c.telaRun(['-m', HYB, '-p', 'And God said', '-n', '40', '--temp', '0.9', '--top-k', '0', '--top-p', '1',
                              '--min-p', '0', '--seed', String(seed), '--spec', 'mtp', '--draft-max', '2']);
+      assert.equal(together[i].choices[0].text, ref, `seed ${seed}`);
+    }
+  });
+});
+
+describe('speculative decoding (a draft model: the 8-bit demo drafting for the f16 one)', () => {
+  const F16 = path.join(c.SRC, 'models', 'tela-kjv-f16.gguf');
+  let dsrv;
+  let dclient;
+  before(async () => {
+    dsrv = await c.startServer(['-m', F16, '--parallel', '4', '--draft', c.MODEL, '--draft-max', '3']);
+    dclient = new OpenAI({ baseURL: dsrv.url + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  });
+  after(async () => {
+    const { code } = await dsrv.stop();
+    assert.equal(code, 0, 'tela serve exits 0 after SIGTERM\n' + dsrv.log());
+  });
+
+  it('greedy: plain greedy text, most drafts accepted', async () => {
+    assert.match(dsrv.startLine, /speculative: draft model .*tela-kjv-q8_0\.gguf, up to 3 drafts/);
+    const ref = c.telaRun(['-m', F16, '-p', 'In the beginning', '-n', '48', '--temp', '0']);
+    const r = await dclient.completions.create({ prompt: 'In the beginning', max_tokens: 48, temperature: 0 });
+    assert.equal(r.choices[0].text, ref);
+    const d = r.usage.completion_tokens_details;
+    assert.ok(d.accepted_prediction_tokens > d.rejected_prediction_tokens, JSON.stringify(d));
+  });
+
+  it('sampled: what tela run --draft gives with the same seed and sampler, batched or alone', async () => {
+    const ask = (seed) => dclient.completions.create({ prompt: 'And God said', max_tokens: 40, temperature: 0.9, seed });
+    const together = await Promise.all([12, 13, 14].map(ask));
+    for (const [i, seed] of [12, 13, 14].entries()) {
+      const ref = c.telaRun(['-m', F16, '-p', 'And God said', '-n', '40', '--temp', '0.9', '--top-k', '0', '--top-p', '1',
+                             '--min-p', '0', '--seed', String(seed), '--draft', c.MODEL, '--draft-max', '3']);
       assert.equal(together[i].choices[0].text, ref, `seed ${seed}`);
     }
   });
