@@ -122,7 +122,9 @@ struct tela_engine {
      * the same block ids as the model's, one slot a sequence, on its own
      * device */
     tela_model *draft;
-    tela_exec *d_ex;             /* its own exec (its own graphs, scratch and stream) */
+    tela_exec *d_ex;             /* its own exec on a GPU (its own stream, scratch and graphs); NULL on the CPU,
+                                    where it runs on the model's exec (one thread pool: a second one's workers
+                                    would spin while the first works) */
     bool d_device_picks;         /* its logits live on a device */
     void *d_state;
     tela_seq_run *d_runs;        /* [n_parallel] */
@@ -1249,9 +1251,12 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     if (st == TELA_OK) st = arch->state_create(model, e->ex, &sp, &e->state);
     if (st == TELA_OK && p.draft_model) {
         e->draft = p.draft_model;
-        st = tela_exec_create(e->draft->be, n_threads, &e->d_ex);
-        if (st == TELA_OK) e->d_device_picks = !tela_exec_host_visible(e->d_ex);
-        if (st == TELA_OK) st = e->draft->arch->state_create(e->draft, e->d_ex, &dsp, &e->d_state);
+        const bool cpus = tela_backend_get_kind(model->be) == TELA_BACKEND_CPU &&
+                          tela_backend_get_kind(e->draft->be) == TELA_BACKEND_CPU;
+        if (!cpus) st = tela_exec_create(e->draft->be, n_threads, &e->d_ex);
+        tela_exec *dx = cpus ? e->ex : e->d_ex;
+        if (st == TELA_OK) e->d_device_picks = !tela_exec_host_visible(dx);
+        if (st == TELA_OK) st = e->draft->arch->state_create(e->draft, dx, &dsp, &e->d_state);
         e->d_runs = malloc((size_t)n_parallel * sizeof *e->d_runs);
         e->d_req = malloc((size_t)n_parallel * sizeof *e->d_req);
         e->d_map = malloc((size_t)n_parallel * sizeof *e->d_map);
