@@ -74,6 +74,19 @@ static inline float test_gauss(void) {
     else { test_failed_++; fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, tela_last_error()); } \
 } while (0)
 
+/* The largest |a - b| over a row relative to the range of b (+inf where a
+ * is not finite): how logits rows are compared across devices and paths. */
+static inline double test_row_err(const float *a, const float *b, int n) {
+    double mx = -INFINITY, mn = INFINITY, d = 0;
+    for (int i = 0; i < n; i++) {
+        if (b[i] > mx) mx = b[i];
+        if (b[i] < mn) mn = b[i];
+        const double e = fabs((double)a[i] - b[i]);
+        if (!(e <= d)) d = isfinite(e) ? e : INFINITY;
+    }
+    return d / (mx - mn > 0 ? mx - mn : 1);
+}
+
 static inline int test_finish(void) {
     printf("%d passed, %d failed\n", test_passed_, test_failed_);
     return test_failed_ ? 1 : 0;

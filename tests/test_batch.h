@@ -53,14 +53,7 @@ static double batch_worst;       /* the largest difference seen */
 /* Whether two logits rows agree: bit for bit, or within batch_tol of b's range. */
 static bool same_row(const float *a, const float *b, int n) {
     if (batch_tol <= 0) return memcmp(a, b, sizeof(float) * (size_t)n) == 0;
-    double mx = -INFINITY, mn = INFINITY, d = 0;
-    for (int i = 0; i < n; i++) {
-        mx = b[i] > mx ? b[i] : mx;
-        mn = b[i] < mn ? b[i] : mn;
-        const double e = fabs((double)a[i] - b[i]);
-        if (!(e <= d)) d = isfinite(e) ? e : INFINITY;
-    }
-    d /= mx - mn > 0 ? mx - mn : 1;
+    const double d = test_row_err(a, b, n);
     if (d > batch_worst) batch_worst = d;
     return d <= batch_tol;
 }

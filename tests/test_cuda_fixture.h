@@ -36,17 +36,6 @@ static tela_model *load_on(const char *path, const char *device) {
     return m;
 }
 
-/* The largest |a - b| over a row relative to the range of b. */
-static double row_err(const float *a, const float *b, int n) {
-    double mx = -INFINITY, mn = INFINITY, d = 0;
-    for (int i = 0; i < n; i++) {
-        if (b[i] > mx) mx = b[i];
-        if (b[i] < mn) mn = b[i];
-        double e = fabs((double)a[i] - b[i]);
-        if (!(e <= d)) d = isfinite(e) ? e : INFINITY;
-    }
-    return d / (mx - mn > 0 ? mx - mn : 1);
-}
 
 static void check_fixture(const char *dir, const char *gguf, const char *ref_name, double tol, int fast) {
     char path[1200];
@@ -82,7 +71,7 @@ static void check_fixture(const char *dir, const char *gguf, const char *ref_nam
         double worst = 0, max_range = 0;
         int worst_row = -1;
         for (int t = 0; t < n_ids; t++) {
-            double e = row_err(got + (size_t)t * V, r + (size_t)t * V, V);
+            double e = test_row_err(got + (size_t)t * V, r + (size_t)t * V, V);
             double mx = -INFINITY, mn = INFINITY;
             for (int i = 0; i < V; i++) {
                 if (r[(size_t)t * V + i] > mx) mx = r[(size_t)t * V + i];
@@ -156,7 +145,7 @@ static void check_shared(const char *name, double tol) {
         float *got = malloc(sizeof(float) * (size_t)V);
         CHECK_OK(tela_session_eval(s, ids, n_ids, got, 0));
         if (off + (size_t)V * 4 <= len) {
-            double e = row_err(got, all + off / 4, V);
+            double e = test_row_err(got, all + off / 4, V);
             CHECK_MSG(e <= tol, "cuda %s prompt %d (%d tokens): last logits off by %g of the range (bound %g)", name,
                       pi, n_ids, e, tol);
         }
@@ -233,7 +222,7 @@ static void check_decode_steps(tela_model *m, const int32_t *ids, int n, const f
     for (int t = 0; a && b && t < n; t++) {
         CHECK_OK(tela_session_eval(a, ids + t, 1, one, 0));
         CHECK_OK(tela_session_eval(b, ids + t, 1, eager, 0));
-        const double e = row_err(one, full + (size_t)t * V, V);
+        const double e = test_row_err(one, full + (size_t)t * V, V);
         if (!(e <= worst)) worst = e;
         graph_diff += memcmp(one, eager, sizeof(float) * (size_t)V) != 0;
         if (t == snap_at) CHECK_OK(tela_session_snapshot(a, &snap));

@@ -60,7 +60,7 @@ static void check_types(const char *tmp) {
             if (g && c) {
                 float *lg = last_logits(g, ids, 50), *lc = last_logits(c, ids, 50);
                 const int V = tela_model_get_info(g)->n_vocab;
-                double e = row_err(lg, lc, V);
+                double e = test_row_err(lg, lc, V);
                 double tol = exact ? 1e-4 : 3e-2;
                 printf("type %-7s %s: GPU vs CPU %.2e of the range\n", t, exact ? "exact" : "fast ", e);
                 CHECK_MSG(e <= tol, "type %s (%s): GPU logits off the CPU's by %g of the range (bound %g)", t,
@@ -69,7 +69,7 @@ static void check_types(const char *tmp) {
                     setenv("TELA_CUDA_GEMV", "2", 1);
                     float *l2 = last_logits(g, ids, 50);
                     unsetenv("TELA_CUDA_GEMV");
-                    double e2 = row_err(l2, lc, V);
+                    double e2 = test_row_err(l2, lc, V);
                     printf("type %-7s fast, gemv variant 2: GPU vs CPU %.2e of the range\n", t, e2);
                     CHECK_MSG(e2 <= tol, "type %s (fast, gemv variant 2): off the CPU's by %g of the range", t, e2);
                     free(l2);

@@ -58,7 +58,7 @@ static void check_types(const char *tmp) {
                 float *lg = eval_all(g, ids, 90), *lc = eval_all(c, ids, 90);
                 double e = 0;
                 for (int r = 80; r < 90; r++) {
-                    const double er = row_err(lg + (size_t)r * V, lc + (size_t)r * V, V);
+                    const double er = test_row_err(lg + (size_t)r * V, lc + (size_t)r * V, V);
                     if (!(er <= e)) e = er;
                 }
                 const double tol = exact ? 1e-4 : 3e-2;
@@ -103,7 +103,7 @@ static void check_session(const char *tmp) {
         }
         double worst_parts = 0;
         for (int t = 0; t < N; t++) {
-            const double e = row_err(parts + (size_t)t * V, full + (size_t)t * V, V);
+            const double e = test_row_err(parts + (size_t)t * V, full + (size_t)t * V, V);
             if (!(e <= worst_parts)) worst_parts = e;
         }
         printf("qwen35 cuda %s: prefill in steps %.2e of the range\n", mode, worst_parts);
