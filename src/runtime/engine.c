@@ -696,6 +696,32 @@ static int32_t req_propose(tela_engine *e, eng_req *r, int32_t room) {
     return tela_spec_ngram(r->tokens, r->n_tokens, k, r->spec.ngram_min, r->spec.ngram_max, r->tokens + r->n_tokens);
 }
 
+/* Draft i of r from a drafter's logits row (or its device pick, `picked`),
+ * as tela_generate's drafters take it: the penalties see the first n_hist
+ * of r's tokens (MTP: the sequence's; a draft model: those and the drafts
+ * before), a sampled draft is drawn from its final distribution on the
+ * draft stream. Written after r's tokens. */
+static tela_status draft_take(tela_engine *e, eng_req *r, int32_t i, float *row, bool picked, int32_t pick,
+                              int32_t n_hist) {
+    const int V = e->n_vocab;
+    const tela_sampler_params *sp = &r->params.sampler;
+    const uint64_t step = (uint64_t)r->n_tokens + (uint64_t)i;
+    int32_t tok = 0;
+    if (picked) {
+        tok = pick;
+    } else if (sp->temperature > 0.0f) {
+        if (!r->qdist[i] && !(r->qdist[i] = malloc((size_t)V * sizeof *r->qdist[i])))
+            return tela_errorf(TELA_ERR_NOMEM, "out of memory for the draft distributions");
+        TELA_TRY(tela_sampler_dist(sp, row, V, r->tokens, (size_t)n_hist, r->qdist[i], &r->n_qdist[i]));
+        tok = tela_sampler_draw(r->qdist[i], r->n_qdist[i], tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_DRAFT));
+        if (tok < 0) return tela_errorf(TELA_ERR_INTERNAL, "an empty draft distribution");
+    } else {
+        TELA_TRY(tela_sample(sp, row, V, r->tokens, (size_t)n_hist, step, &tok));
+    }
+    r->tokens[r->n_tokens + i] = tok;
+    return TELA_OK;
+}
+
 /* The MTP block's drafts for this step's MTP runs (runs[0..n_runs)), all
  * of them together: draft i of every run that wants more than i, as one
  * batch of the block, picked or drawn as tela_generate's MTP drafter does
@@ -722,25 +748,8 @@ static void mtp_drafts(tela_engine *e, int n_runs) {
                                       e->device_picks ? e->mtp_picks : NULL);
         for (int q = 0; q < n && st == TELA_OK; q++) {
             eng_req *r = e->mtp_req[q];
-            const tela_sampler_params *sp = &r->params.sampler;
-            float *row = e->mtp_logits + (size_t)q * V;
-            const uint64_t step = (uint64_t)r->n_tokens + (uint64_t)i;
-            int32_t tok = 0;
-            if (e->device_picks && plain_greedy(r)) {
-                tok = e->mtp_picks[q];
-            } else if (sp->temperature > 0.0f) {
-                if (!r->qdist[i] && !(r->qdist[i] = malloc((size_t)V * sizeof *r->qdist[i]))) {
-                    st = tela_errorf(TELA_ERR_NOMEM, "out of memory for the draft distributions");
-                    break;
-                }
-                st = tela_sampler_dist(sp, row, V, r->tokens, (size_t)r->n_tokens, r->qdist[i], &r->n_qdist[i]);
-                tok = tela_sampler_draw(r->qdist[i], r->n_qdist[i],
-                                        tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_DRAFT));
-                if (st == TELA_OK && tok < 0) st = tela_errorf(TELA_ERR_INTERNAL, "an empty draft distribution");
-            } else {
-                st = tela_sample(sp, row, V, r->tokens, (size_t)r->n_tokens, step, &tok);
-            }
-            r->tokens[r->n_tokens + i] = tok;
+            st = draft_take(e, r, i, e->mtp_logits + (size_t)q * V, e->device_picks && plain_greedy(r),
+                            e->device_picks ? e->mtp_picks[q] : 0, r->n_tokens);
         }
     }
     if (st == TELA_OK) return;
@@ -750,31 +759,6 @@ static void mtp_drafts(tela_engine *e, int n_runs) {
             e->runs[j].n = 1;
             e->runs[j].all_logits = e->runs[j].keep_states = false;
         }
-}
-
-/* Draft i of r from the draft model's logits row (or its device pick), as
- * tela_generate's draft-model drafter takes it: the penalties see the
- * tokens and the drafts before, a sampled draft is drawn from its final
- * distribution on the draft stream. Written after r's tokens. */
-static tela_status model_draft_take(tela_engine *e, eng_req *r, int32_t i, float *row, int32_t pick) {
-    const int V = e->n_vocab;
-    const tela_sampler_params *sp = &r->params.sampler;
-    const int32_t n = r->n_tokens + i;
-    const uint64_t step = (uint64_t)n;
-    int32_t tok = 0;
-    if (e->d_device_picks && plain_greedy(r)) {
-        tok = pick;
-    } else if (sp->temperature > 0.0f) {
-        if (!r->qdist[i] && !(r->qdist[i] = malloc((size_t)V * sizeof *r->qdist[i])))
-            return tela_errorf(TELA_ERR_NOMEM, "out of memory for the draft distributions");
-        TELA_TRY(tela_sampler_dist(sp, row, V, r->tokens, (size_t)n, r->qdist[i], &r->n_qdist[i]));
-        tok = tela_sampler_draw(r->qdist[i], r->n_qdist[i], tela_sampler_uniform(sp->seed, step, TELA_SPEC_STREAM_DRAFT));
-        if (tok < 0) return tela_errorf(TELA_ERR_INTERNAL, "an empty draft distribution");
-    } else {
-        TELA_TRY(tela_sample(sp, row, V, r->tokens, (size_t)n, step, &tok));
-    }
-    r->tokens[n] = tok;
-    return TELA_OK;
 }
 
 /* One batch of the draft model over d_runs[0..nr), then the draft taken
@@ -788,7 +772,8 @@ static tela_status model_draft_batch(tela_engine *e, int nr, int32_t i) {
         eng_req *r = e->d_req[e->d_map[j]];
         r->d_computed += e->d_runs[j].n;
         if (!e->d_runs[j].logits) continue;
-        TELA_TRY(model_draft_take(e, r, i, e->d_logits + (size_t)row * e->n_vocab, e->d_device_picks ? e->d_picks[row] : 0));
+        TELA_TRY(draft_take(e, r, i, e->d_logits + (size_t)row * e->n_vocab, e->d_device_picks && plain_greedy(r),
+                            e->d_device_picks ? e->d_picks[row] : 0, r->n_tokens + i));
         row++;
     }
     return TELA_OK;
