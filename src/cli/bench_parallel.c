@@ -146,15 +146,7 @@ int cli_bench_parallel(tela_model *m, const cli_bench_opts *o, const cli_bench_t
     size_t np = BENCH_PROMPT;
     int32_t *ids = NULL;
     tela_model *draft = NULL; /* --draft: the engine's draft model */
-    if (spec && o->spec.method == TELA_SPEC_DRAFT) {
-        tela_model_params mp = tela_model_default_params();
-        mp.n_threads = o->n_threads;
-        mp.device = o->device;
-        if (tela_model_load(o->draft_path, &mp, &draft) != TELA_OK) {
-            fprintf(stderr, "tela bench: the draft model: %s\n", tela_last_error());
-            return 1;
-        }
-    }
+    if (spec && o->spec.method == TELA_SPEC_DRAFT && !(draft = cli_bench_load_draft(m, o))) return 1;
     if (spec && !(ids = cli_bench_spec_prompt(m, o, &np))) {
         tela_model_free(draft);
         return 1;

@@ -25,6 +25,23 @@
     "from the darkness. And God called the light Day, and the darkness he called Night. And the evening and the "     \
     "morning were the first day. And God said"
 
+tela_model *cli_bench_load_draft(const tela_model *m, const cli_bench_opts *o) {
+    tela_model_params mp = tela_model_default_params();
+    mp.n_threads = o->n_threads;
+    mp.device = o->device;
+    tela_model *dm = NULL;
+    if (tela_model_load(o->draft_path, &mp, &dm) != TELA_OK) {
+        fprintf(stderr, "tela bench: the draft model: %s\n", tela_last_error());
+        return NULL;
+    }
+    if (tela_spec_check_draft(m, dm) != TELA_OK) {
+        fprintf(stderr, "tela bench: %s\n", tela_last_error());
+        tela_model_free(dm);
+        return NULL;
+    }
+    return dm;
+}
+
 int32_t *cli_bench_spec_prompt(tela_model *m, const cli_bench_opts *o, size_t *np) {
     const tela_model_info *info = tela_model_get_info(m);
     const char *text = o->prompt ? o->prompt : SPEC_DEFAULT_PROMPT;
@@ -177,19 +194,7 @@ int cli_bench_spec(tela_model *m, const cli_bench_opts *o, const cli_bench_table
     tela_model *dm = NULL;
     tela_session *s = NULL, *d = NULL;
     if (!(prompt = cli_bench_spec_prompt(m, o, &np))) goto done;
-    if (o->draft_path) {
-        tela_model_params mp = tela_model_default_params();
-        mp.n_threads = o->n_threads;
-        mp.device = o->device;
-        if (tela_model_load(o->draft_path, &mp, &dm) != TELA_OK) {
-            fprintf(stderr, "tela bench: the draft model: %s\n", tela_last_error());
-            goto done;
-        }
-        if (tela_spec_check_draft(m, dm) != TELA_OK) {
-            fprintf(stderr, "tela bench: %s\n", tela_last_error());
-            goto done;
-        }
-    }
+    if (o->draft_path && !(dm = cli_bench_load_draft(m, o))) goto done;
     tela_session_params sp = tela_session_default_params();
     sp.n_ctx = (int32_t)np + n_gen + kmax + 16;
     sp.n_threads = o->n_threads;

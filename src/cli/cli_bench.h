@@ -42,6 +42,9 @@ int cli_bench_parallel(tela_model *m, const cli_bench_opts *o, const cli_bench_t
  * pseudo-random ids for a model without a tokenizer): malloc'd, *np ids;
  * NULL after printing an error. */
 int32_t *cli_bench_spec_prompt(tela_model *m, const cli_bench_opts *o, size_t *np);
+/* o->draft_path loaded as o asks and checked against m (the same
+ * vocabulary); NULL after printing why. (bench_spec.c) */
+tela_model *cli_bench_load_draft(const tela_model *m, const cli_bench_opts *o);
 /* The --spec tests (bench_spec.c): 0, or 1 after printing an error. */
 int cli_bench_spec(tela_model *m, const cli_bench_opts *o, const cli_bench_table *t);
 

@@ -722,6 +722,20 @@ static tela_status draft_take(tela_engine *e, eng_req *r, int32_t i, float *row,
     return TELA_OK;
 }
 
+/* A drafter failed: this step's runs drafting by `method` go without drafts
+ * (plain decoding steps); a draft model's cache starts again from nothing,
+ * since the failed batch may have left it part-written. */
+static void drop_drafts(tela_engine *e, int n_runs, tela_spec_method method) {
+    for (int j = 0; j < n_runs; j++) {
+        eng_req *r = e->run_req[j];
+        if (r->spec.method != method || r->n_draft <= 0) continue;
+        r->n_draft = 0;
+        r->d_computed = 0;
+        e->runs[j].n = 1;
+        e->runs[j].all_logits = e->runs[j].keep_states = false;
+    }
+}
+
 /* The MTP block's drafts for this step's MTP runs (runs[0..n_runs)), all
  * of them together: draft i of every run that wants more than i, as one
  * batch of the block, picked or drawn as tela_generate's MTP drafter does
@@ -752,13 +766,7 @@ static void mtp_drafts(tela_engine *e, int n_runs) {
                             e->device_picks ? e->mtp_picks[q] : 0, r->n_tokens);
         }
     }
-    if (st == TELA_OK) return;
-    for (int j = 0; j < n_runs; j++) /* no drafts this step */
-        if (e->run_req[j]->spec.method == TELA_SPEC_MTP && e->run_req[j]->n_draft > 0) {
-            e->run_req[j]->n_draft = 0;
-            e->runs[j].n = 1;
-            e->runs[j].all_logits = e->runs[j].keep_states = false;
-        }
+    if (st != TELA_OK) drop_drafts(e, n_runs, TELA_SPEC_MTP);
 }
 
 /* One batch of the draft model over d_runs[0..nr), then the draft taken
@@ -828,15 +836,7 @@ static void model_drafts(tela_engine *e, int n_runs) {
         }
         if (nr > 0) st = model_draft_batch(e, nr, i);
     }
-    if (st == TELA_OK) return;
-    for (int j = 0; j < n_runs; j++) /* no drafts this step; the draft's cache from the tokens it saw before */
-        if (e->run_req[j]->spec.method == TELA_SPEC_DRAFT && e->run_req[j]->n_draft > 0) {
-            eng_req *r = e->run_req[j];
-            r->n_draft = 0;
-            r->d_computed = 0;
-            e->runs[j].n = 1;
-            e->runs[j].all_logits = e->runs[j].keep_states = false;
-        }
+    if (st != TELA_OK) drop_drafts(e, n_runs, TELA_SPEC_DRAFT);
 }
 
 /* A verification run's outcome: r's pending token and n_draft drafts went
