@@ -270,6 +270,13 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_f_rows = gr && (!strcmp(gr, "0") || !strcmp(gr, "1") || !strcmp(gr, "2") || !strcmp(gr, "4")) ? atoi(gr) : -1;
     const char *ge = getenv("TELA_CUDA_GEMV_EARLY");
     ex->gemv_early = !(ge && !strcmp(ge, "0"));
+    const char *gt = getenv("TELA_CUDA_GEMV_STREAM");
+    /* opt-in: measured slower than the early-load kernels (docs/PERF-NOTES.md, GPU round 5) */
+    ex->gemv_stream = b->cc_major >= 9 && gt && (!strcmp(gt, "1") || !strcmp(gt, "2")) ? atoi(gt) : 0;
+    const char *sc = getenv("TELA_CUDA_STREAM");
+    if (sc) sscanf(sc, "%d,%d,%d", &ex->stream_stage_kb, &ex->stream_ring_kb, &ex->stream_cps);
+    const char *co = getenv("TELA_CUDA_CARVEOUT");
+    ex->carveout = ex->gemv_stream && !(co && !strcmp(co, "0"));
     const char *go = getenv("TELA_CUDA_GEMV_ORDER");
     ex->gemv_order = go && (!strcmp(go, "0") || !strcmp(go, "2")) ? atoi(go) : 1;
     const char *gw = getenv("TELA_CUDA_GEMV_WPR");

@@ -92,6 +92,11 @@ typedef struct cuda_exec {
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     int gemv_early;              /* decode products with early loads (default; TELA_CUDA_GEMV_EARLY=0: not) */
     int gemv_order;              /* TELA_CUDA_GEMV_ORDER: early loads' order against the PDL wait (cuda_matvec.cu) */
+    int gemv_stream;             /* one-token products streamed through shared memory (sm_90, opt-in: TELA_CUDA_GEMV_STREAM=1;
+                                    2: the smallest stages and ring, for tests) */
+    int stream_stage_kb, stream_ring_kb, stream_cps; /* TELA_CUDA_STREAM=stage KB,ring KB,CTAs an SM (0: 16, 96, 1) */
+    bool carveout;               /* with the streamed products: kernels launched with the largest shared-memory carveout
+                                    (TELA_CUDA_CARVEOUT=0: not) */
     int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of the float ones with early loads, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
@@ -171,12 +176,21 @@ void *tela_cuda_act(cuda_exec *ex, size_t bytes);
 /* Destroys the captured graphs (they are captured again on next use). */
 void tela_cuda_drop_graphs(cuda_exec *ex);
 
+/* Asks that the kernel run with the largest shared-memory carveout (once
+ * per kernel). An SM holds CTAs of different kernels at once only in one
+ * carveout, so the decode products that stream their weights through
+ * ~100 KB of shared memory (cuda_matvec.cu) and the kernels around them
+ * must agree for the next kernel's CTAs to start beside the running ones
+ * (TELA_CUDA_CARVEOUT=0: the driver's choice). */
+void tela_cuda_prefer_shared(const void *kernel);
+
 /* Launches kernel<<<grid, block, smem, ex->stream>>>(args...), with the
  * programmatic-dependent-launch attribute when the exec uses it (ex->pdl).
  * Errors are read by tela_cuda_launched, as for <<<>>>. */
 template <typename... P, typename... A>
 static inline void tela_cuda_launch(cuda_exec *ex, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                                     A &&...args) {
+    if (ex->carveout) tela_cuda_prefer_shared((const void *)kernel);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;

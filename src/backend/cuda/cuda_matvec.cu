@@ -11,7 +11,8 @@
  *    token (every decode step) the defaults are the early-load kernels
  *    (gemv_fs_kernel, gemv3_q_kernel): their first weight loads are issued
  *    before the PDL wait; the quantized ones read activations quantized
- *    by quantize_act_kernel.
+ *    by quantize_act_kernel. An opt-in experiment (gemv_stream_kernel)
+ *    streams the weights through shared memory with bulk copies.
  *  - gemm: prefill. Quantized weights are dequantized to f16 in panels of
  *    rows into scratch, the activations converted to f16 (bf16 for BF16
  *    weights), and cuBLAS multiplies them with f32 accumulation.
@@ -210,7 +211,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
  * adds the squares of the x it reads to ss[t] (its own partial sum). */
 template <int NT>
 static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n_tok, const float *nw, int8_t *xq,
-                                  float *xd, float *xs, float *ss) {
+                                  float *xd, float *xs, float *ss, int tid, int n_threads) {
     const int n8 = K / 8;
     const bool vec = x_stride % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)nw & 15) == 0;
     for (int t = 0; t < NT; t++) {
@@ -218,8 +219,8 @@ static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n
         const float *xt = x + (size_t)t * x_stride;
         float sq = 0.0f;
 #pragma unroll 2
-        for (int base = 0; base < n8; base += blockDim.x) {
-            const int g = base + threadIdx.x;
+        for (int base = 0; base < n8; base += n_threads) {
+            const int g = base + tid;
             const bool ok = g < n8;
             float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
             if (ok) {
@@ -259,7 +260,7 @@ static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n
                 packed.y = (uint32_t)(q[4] & 0xff) | (uint32_t)(q[5] & 0xff) << 8 | (uint32_t)(q[6] & 0xff) << 16 |
                            (uint32_t)(q[7] & 0xff) << 24;
                 ((uint2 *)(xq + (size_t)t * K))[g] = packed;
-                if ((threadIdx.x & 3) == 0) {
+                if ((tid & 3) == 0) {
                     xd[t * (K / 32) + g / 4] = d;
                     xs[t * (K / 32) + g / 4] = d * (float)sum;
                 }
@@ -625,7 +626,7 @@ static __global__ void __launch_bounds__(GEMV_Q_WARPS * 32) gemv_q_kernel(const 
     float *xd = (float *)(smem + (size_t)NT * K);
     float *xs = xd + NT * (K / 32);
     float ss[NT];
-    quantize_x<NT>(p.x, p.x_stride, K, p.n_tok, p.norm_w, xq, xd, xs, ss);
+    quantize_x<NT>(p.x, p.x_stride, K, p.n_tok, p.norm_w, xq, xd, xs, ss, threadIdx.x, blockDim.x);
     if (p.norm_w) {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -1036,9 +1037,13 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
                   const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                   const float *norm_w, float eps);
 
+static bool gemv_stream(cuda_exec *ex, const tela_mat *const *w, float *const *y, int n_w, const tela_mat *w_up,
+                        const float *x, bool accumulate, const float *norm_w, float eps);
+
 void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
                     const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                     const float *norm_w, float eps) {
+    if (n_tok == 1 && ex->gemv_stream && gemv_stream(ex, w, y, n_w, w_up, x, accumulate, norm_w, eps)) return;
     if (ex->gemv_v2 && gemv2(ex, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, norm_w, eps)) return;
     const int nt_tile = n_tok <= 1 ? 1 : n_tok <= 2 ? 2 : n_tok <= 4 ? 4 : 8;
     const int64_t K = w[0]->n_cols;
@@ -1108,7 +1113,7 @@ static __global__ void __launch_bounds__(512) quantize_act_kernel(const float *x
     const int t = blockIdx.x;
     float ss[1];
     quantize_x<1>(x + (size_t)t * x_stride, x_stride, K, 1, nw, xq + (size_t)t * K, xd + (size_t)t * (K / 32),
-                  xs + (size_t)t * (K / 32), ss);
+                  xs + (size_t)t * (K / 32), ss, threadIdx.x, blockDim.x);
     if (!nw) return;
     __shared__ float part[16];
     const float w = warp_sum(ss[0]);
@@ -1306,6 +1311,368 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R);
     tela_cuda_launch(ex, fn, blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
     tela_cuda_launched(ex, "gemv (variant 2)");
+    return true;
+}
+
+/* ------------------------------- decode: weights streamed through shared memory */
+
+/* One token on sm_90, opt-in (TELA_CUDA_GEMV_STREAM=1): an experiment
+ * against the cost of a decode product beyond its weight bytes, which is
+ * at the kernel boundaries (the 1B F16 step: 1,008 us for 99 kernels
+ * against 574 us of weights at 4.3 TB/s), where a product cannot start
+ * its fetch before the one before lets it launch, and then only one
+ * round of loads into registers. Here each CTA takes a run of rows of one
+ * matrix (of the SwiGLU pair: of both), which is contiguous in every
+ * array of the GPU layout, and one lane of a ninth warp streams it with
+ * bulk copies (cp.async.bulk, the TMA's one-dimensional form) through a
+ * ring of stages in shared memory, a few rows a stage, each stage's
+ * arrival and release signalled by mbarriers; the whole first ring (~96
+ * KB a CTA) is asked for before the PDL wait, and at most one CTA an SM
+ * leaves room for the next product's CTAs beside it. Quantized types
+ * quantize the activations in each CTA (quantize_x: the same numbers as
+ * quantize_act_kernel, one launch fewer). Measured on the H200 it is
+ * slower than the early-load kernels in every configuration tried
+ * (docs/PERF-NOTES.md, GPU round 5: 1B F16 457-744 tok/s against 975),
+ * with a throughput of ~9 GB/s a CTA that grows with CTAs, not with
+ * stage or ring size; it stays, tested (test-gpu.sh runs the op tests
+ * with it), for the measurements that PERF-NOTES lists next.
+ * TELA_CUDA_STREAM=stage KB,ring KB,CTAs an SM sets its shape. */
+#define STREAM_WARPS 8
+#define STREAM_MAX_RING 32
+#define STREAM_STAGE_BYTES (16 * 1024)
+#define STREAM_RING_BYTES (96 * 1024)
+#define STREAM_MAX_RPS 64
+
+struct stream_target {
+    const uint8_t *w, *up;       /* the matrix in the GPU layout; W_up of the SwiGLU pair, else NULL */
+    int64_t n_rows;
+    float *y;
+    unsigned cta0;               /* the target's first CTA */
+};
+
+struct stream_params {
+    stream_target t[GEMV_MAX_TARGETS];
+    int n_targets;
+    int K;
+    int na;                      /* arrays of the layout (1 to 3), rb[i] bytes a row in each */
+    int rb[3];
+    int rps;                     /* rows a stage; every stage but a CTA's last has this many */
+    int rpc;                     /* rows a CTA, a multiple of rps */
+    int ring;                    /* stages in the ring */
+    int mat_bytes;               /* a stage: one matrix's rows (each array 256-aligned), then W_up's */
+    int stage_bytes;
+    int red_off, red_w;          /* the partial sums in shared memory: offset, and floats a slot's matrix */
+    const float *x, *norm_w;
+    float eps;
+    int accumulate;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+static __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+static __device__ __forceinline__ void bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
+}
+
+/* The streaming warp: stage s of the CTA's rows into ring slot s % ring
+ * (lane 0 issues the copies), the first ring before the PDL wait; then,
+ * as the consumers release each stage, its rows' results from their
+ * partial sums (times the norm's factor, which this warp computes while
+ * the first stages land), and the slot's next stage. */
+template <bool SW>
+static __device__ void stream_produce(const stream_params &p, const stream_target &tg, int64_t row_begin, int n_rows,
+                                      unsigned char *sm, uint64_t *full, uint64_t *empty, const float *red) {
+    const int lane = threadIdx.x & 31;
+    size_t off[3], st_off[3], o = 0, so = 0;
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        off[i] = o, st_off[i] = so;
+        if (i < p.na) {
+            o += tela_cuda_align((size_t)tg.n_rows * (size_t)p.rb[i]);
+            so += tela_cuda_align((size_t)p.rps * (size_t)p.rb[i]);
+        }
+    }
+    const int n_st = (n_rows + p.rps - 1) / p.rps;
+    auto issue = [&](int s) {
+        const int b = s % p.ring;
+        const int rows = n_rows - s * p.rps < p.rps ? n_rows - s * p.rps : p.rps;
+        const int64_t r0 = row_begin + (int64_t)s * p.rps;
+        unsigned bytes = 0;
+#pragma unroll
+        for (int i = 0; i < 3; i++)
+            if (i < p.na) bytes += (unsigned)(rows * p.rb[i]);
+        mbar_expect_tx(&full[b], SW ? 2 * bytes : bytes);
+        unsigned char *st = sm + (size_t)b * p.stage_bytes;
+#pragma unroll
+        for (int m = 0; m < (SW ? 2 : 1); m++) {
+            const uint8_t *base = m ? tg.up : tg.w;
+#pragma unroll
+            for (int i = 0; i < 3; i++)
+                if (i < p.na)
+                    bulk_load(st + (size_t)m * p.mat_bytes + st_off[i], base + off[i] + (size_t)r0 * (size_t)p.rb[i],
+                              (unsigned)(rows * p.rb[i]), &full[b]);
+        }
+    };
+    if (lane == 0)
+        for (int s = 0; s < n_st && s < p.ring; s++) issue(s);
+    __syncwarp();
+    TELA_PDL_WAIT_THEN_LAUNCH();
+    float scale = 1.0f;
+    if (p.norm_w) {
+        float ss = 0.0f;
+        for (int c = lane; c < p.K / 4; c += 32) {
+            const float4 a = __ldg((const float4 *)p.x + c);
+            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+        }
+        scale = rsqrtf(warp_sum(ss) / (float)p.K + p.eps);
+    }
+    const int slices = p.rps >= STREAM_WARPS ? 1 : STREAM_WARPS / p.rps;
+    for (int s = 0; s < n_st; s++) {
+        const int b = s % p.ring;
+        mbar_wait(&empty[b], (unsigned)(s / p.ring) & 1);
+        const int rows = n_rows - s * p.rps < p.rps ? n_rows - s * p.rps : p.rps;
+        for (int i = lane; i < rows; i += 32) {
+            float acc = 0.0f, up = 0.0f;
+            for (int j = 0; j < slices; j++) {
+                acc += red[(2 * b) * p.red_w + i * slices + j];
+                if (SW) up += red[(2 * b + 1) * p.red_w + i * slices + j];
+            }
+            float val = acc * scale;
+            if (SW) val = silu(val) * (up * scale);
+            float *yp = tg.y + row_begin + (int64_t)s * p.rps + i;
+            *yp = p.accumulate ? *yp + val : val;
+        }
+        __syncwarp(); /* the partials are read: the slot may be refilled */
+        if (lane == 0 && s + p.ring < n_st) issue(s + p.ring);
+    }
+}
+
+/* A slice of a float row's dot with x (times the norm weights), from a
+ * stage: its 16-byte chunks c = lane + 32 j, j = slice mod slices. */
+template <int TYPE>
+static __device__ __forceinline__ float stream_row_f(const uint4 *wr, const stream_params &p, int slice, int slices) {
+    const int n8 = p.K / 8;
+    float acc = 0.0f;
+    for (int c = (threadIdx.x & 31) + 32 * slice; c < n8; c += 32 * slices) {
+        const uint4 v = wr[c];
+        float4 a = __ldg((const float4 *)(p.x + 8 * c)), b = __ldg((const float4 *)(p.x + 8 * c + 4));
+        if (p.norm_w) {
+            const float4 wa = __ldg((const float4 *)(p.norm_w + 8 * c)), wb = __ldg((const float4 *)(p.norm_w + 8 * c + 4));
+            a.x *= wa.x, a.y *= wa.y, a.z *= wa.z, a.w *= wa.w, b.x *= wb.x, b.y *= wb.y, b.z *= wb.z, b.w *= wb.w;
+        }
+        const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        acc = dot8<TYPE>(v, xs, acc);
+    }
+    return acc;
+}
+#endif
+
+/* The consumers: every warp takes part in every stage (so each waits on
+ * each slot's phases in turn, as mbarrier parities require): with rps >=
+ * 8 rows a stage, whole rows (w, w + 8, ...); with fewer, 8 / rps warps a
+ * row, each a slice of its chunks. Each writes its sums to red and
+ * releases the stage; the streaming warp forms the results. */
+template <int TYPE, bool SW>
+static __global__ void __launch_bounds__((STREAM_WARPS + 1) * 32, 2) gemv_stream_kernel(const stream_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr bool FLOAT = TYPE == TELA_TYPE_F16 || TYPE == TELA_TYPE_BF16;
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ uint64_t full[STREAM_MAX_RING], empty[STREAM_MAX_RING];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, K = p.K;
+    int ti = 0;
+#pragma unroll
+    for (int i = 1; i < GEMV_MAX_TARGETS; i++)
+        if (i < p.n_targets && blockIdx.x >= p.t[i].cta0) ti = i;
+    const stream_target &tg = p.t[ti];
+    const int64_t row_begin = (int64_t)(blockIdx.x - tg.cta0) * p.rpc;
+    const int n_rows = (int)(tg.n_rows - row_begin < p.rpc ? tg.n_rows - row_begin : p.rpc);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < p.ring; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], STREAM_WARPS);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    float *red = (float *)(sm + p.red_off); /* [ring][2][red_w]: the partial sums */
+    if (warp == STREAM_WARPS) {
+        stream_produce<SW>(p, tg, row_begin, n_rows, sm, full, empty, red);
+        return;
+    }
+    TELA_PDL_WAIT_THEN_LAUNCH();
+    int8_t *xq = (int8_t *)(sm + (size_t)p.ring * p.stage_bytes);
+    float *xd = (float *)(xq + K), *xs = xd + K / 32;
+    if constexpr (!FLOAT) {
+        float ss[1];
+        quantize_x<1>(p.x, K, K, 1, p.norm_w, xq, xd, xs, ss, threadIdx.x, STREAM_WARPS * 32);
+        asm volatile("bar.sync 1, %0;" ::"r"(STREAM_WARPS * 32) : "memory");
+    }
+    const int n_st = (n_rows + p.rps - 1) / p.rps;
+    const int slices = p.rps >= STREAM_WARPS ? 1 : STREAM_WARPS / p.rps;
+    for (int s = 0; s < n_st; s++) {
+        const int b = s % p.ring;
+        mbar_wait(&full[b], (unsigned)(s / p.ring) & 1);
+        const unsigned char *st = sm + (size_t)b * p.stage_bytes;
+        const int rows = n_rows - s * p.rps < p.rps ? n_rows - s * p.rps : p.rps;
+        const int i0 = slices > 1 ? warp / slices : warp, slice = slices > 1 ? warp % slices : 0;
+        for (int i = i0; i < rows; i += slices > 1 ? rows : STREAM_WARPS) {
+            float acc = 0.0f, up = 0.0f;
+            if constexpr (FLOAT) {
+                const size_t n8 = (size_t)K / 8;
+                acc = stream_row_f<TYPE>((const uint4 *)st + (size_t)i * n8, p, slice, slices);
+                if (SW) up = stream_row_f<TYPE>((const uint4 *)(st + p.mat_bytes) + (size_t)i * n8, p, slice, slices);
+            } else {
+                typedef typename qunits<TYPE>::raw raw;
+                const wview v = {st, p.rps, K}, vu = {st + p.mat_bytes, p.rps, K};
+                const int n_units = qunits<TYPE>::count(K);
+#pragma unroll 2
+                for (int u = lane + 32 * slice; u < n_units; u += 32 * slices) {
+                    const raw a = qunits<TYPE>::load(v, i, u);
+                    qunits<TYPE>::template dot_raw<1>(a, u, xq, xd, xs, K, 1, &acc);
+                    if (SW) {
+                        const raw c = qunits<TYPE>::load(vu, i, u);
+                        qunits<TYPE>::template dot_raw<1>(c, u, xq, xd, xs, K, 1, &up);
+                    }
+                }
+            }
+            acc = warp_sum(acc);
+            if (SW) up = warp_sum(up);
+            if (lane == 0) {
+                red[(2 * b) * p.red_w + i * slices + slice] = acc;
+                if (SW) red[(2 * b + 1) * p.red_w + i * slices + slice] = up;
+            }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[b]);
+    }
+#endif
+}
+
+typedef void (*stream_kernel_fn)(const stream_params);
+
+static stream_kernel_fn stream_pick(tela_type type, bool sw) {
+#define STREAM_PICK(T) \
+    case T: return sw ? gemv_stream_kernel<T, true> : gemv_stream_kernel<T, false>;
+    switch (type) {
+    STREAM_PICK(TELA_TYPE_F16)
+    STREAM_PICK(TELA_TYPE_BF16)
+    STREAM_PICK(TELA_TYPE_Q8_0)
+    STREAM_PICK(TELA_TYPE_Q4_0)
+    STREAM_PICK(TELA_TYPE_Q4_K)
+    STREAM_PICK(TELA_TYPE_Q5_K)
+    STREAM_PICK(TELA_TYPE_Q6_K)
+    default: return NULL;
+    }
+#undef STREAM_PICK
+}
+
+/* The arrays of a type's GPU layout and their bytes a row (0: none). */
+static int stream_arrays(tela_type type, int64_t K, int rb[3]) {
+    const int nb32 = (int)(K / 32), nb = (int)(K / 256);
+    switch (type) {
+    case TELA_TYPE_F16: case TELA_TYPE_BF16: rb[0] = (int)K * 2; return 1;
+    case TELA_TYPE_Q8_0: rb[0] = (int)K, rb[1] = nb32 * 2; return 2;
+    case TELA_TYPE_Q4_0: rb[0] = (int)K / 2, rb[1] = nb32 * 2; return 2;
+    case TELA_TYPE_Q4_K: rb[0] = nb * 144; return 1;
+    case TELA_TYPE_Q5_K: rb[0] = nb * 176; return 1;
+    case TELA_TYPE_Q6_K: rb[0] = nb * 192, rb[1] = nb * 16, rb[2] = nb * 2; return 3;
+    default: return 0;
+    }
+}
+
+/* tela_cuda_gemv of one token through gemv_stream_kernel; false when it
+ * does not take this product (the caller then uses the other kernels). */
+static bool gemv_stream(cuda_exec *ex, const tela_mat *const *w, float *const *y, int n_w, const tela_mat *w_up,
+                        const float *x, bool accumulate, const float *norm_w, float eps) {
+    const tela_type type = w[0]->type;
+    const int64_t K = w[0]->n_cols;
+    const bool sw = w_up != NULL, flt = type == TELA_TYPE_F16 || type == TELA_TYPE_BF16;
+    stream_kernel_fn fn = stream_pick(type, sw);
+    if (!fn || n_w > GEMV_MAX_TARGETS || K % 256 != 0 || K > 65536) return false;
+    if (flt && (((uintptr_t)x & 15) || ((uintptr_t)norm_w & 15))) return false;
+    stream_params p;
+    memset(&p, 0, sizeof p);
+    p.na = stream_arrays(type, K, p.rb);
+    /* every copy 16-byte aligned and a multiple of 16 bytes: stages start
+     * at multiples of g rows, and every array's full length is too */
+    int g = 1;
+    for (int i = 0; i < p.na; i++)
+        while ((int64_t)g * p.rb[i] % 16) g *= 2;
+    int64_t rows = 0, row_bytes = 0;
+    for (int i = 0; i < n_w; i++) {
+        if (w[i]->type != type || w[i]->n_cols != K) return false;
+        for (int a = 0; a < p.na; a++)
+            if (w[i]->n_rows * p.rb[a] % 16) return false;
+        rows += w[i]->n_rows;
+    }
+    for (int a = 0; a < p.na; a++) row_bytes += p.rb[a];
+    if (sw) row_bytes *= 2;
+    /* rows a stage: a power of two (whole rows a warp from 8 on, else 8 /
+     * rps warps a row), at least g */
+    int rps = 1;
+    const int64_t stage_target = ex->stream_stage_kb > 0 ? ex->stream_stage_kb * 1024 : STREAM_STAGE_BYTES;
+    const int64_t ring_target = ex->stream_ring_kb > 0 ? ex->stream_ring_kb * 1024 : STREAM_RING_BYTES;
+    const int cps = ex->stream_cps > 0 ? ex->stream_cps : 1;
+    while (ex->gemv_stream != 2 && rps < STREAM_MAX_RPS && (int64_t)(2 * rps) * row_bytes <= stage_target) rps *= 2;
+    if (rps < g) rps = g;
+    if (rps > STREAM_MAX_RPS) return false;
+    size_t mat = 0;
+    for (int a = 0; a < p.na; a++) mat += tela_cuda_align((size_t)rps * (size_t)p.rb[a]);
+    const size_t stage = sw ? 2 * mat : mat;
+    if (stage > 48 * 1024) return false;
+    int ring = (int)(ring_target / (int64_t)stage);
+    ring = ring < 2 || ex->gemv_stream == 2 ? 2 : ring > STREAM_MAX_RING ? STREAM_MAX_RING : ring;
+    const int red_w = rps > STREAM_WARPS ? rps : STREAM_WARPS;
+    const size_t red_off = (size_t)ring * stage + (flt ? 0 : (size_t)K + 2 * (size_t)(K / 32) * sizeof(float));
+    const size_t smem = red_off + (size_t)ring * 2 * (size_t)red_w * sizeof(float);
+    if (smem > ex->be->smem_optin) return false;
+    /* rows a CTA: all the rows over at most one CTA an SM (less one for
+     * each further target, whose count is rounded up) */
+    const int64_t ctas = (int64_t)ex->be->sm_count * cps - (n_w - 1);
+    int64_t rpc = (rows + ctas - 1) / ctas;
+    rpc = (rpc + rps - 1) / rps * rps;
+    unsigned grid = 0;
+    for (int i = 0; i < n_w; i++) {
+        p.t[i] = {(const uint8_t *)w[i]->dev, sw ? (const uint8_t *)w_up->dev : NULL, w[i]->n_rows, y[i], grid};
+        grid += (unsigned)((w[i]->n_rows + rpc - 1) / rpc);
+    }
+    p.n_targets = n_w;
+    p.K = (int)K;
+    p.rps = rps;
+    p.rpc = (int)rpc;
+    p.ring = ring;
+    p.mat_bytes = (int)mat;
+    p.stage_bytes = (int)stage;
+    p.red_off = (int)red_off;
+    p.red_w = red_w;
+    p.x = x;
+    p.norm_w = norm_w;
+    p.eps = eps;
+    p.accumulate = accumulate;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (!tela_cuda_check(ex, e, "gemv (streamed): shared memory")) return true;
+    }
+    tela_cuda_launch(ex, fn, grid, (STREAM_WARPS + 1) * 32, smem, p);
+    tela_cuda_launched(ex, "gemv (streamed)");
     return true;
 }
 
