@@ -2,13 +2,19 @@
  * tie rule, logit bias, the llama.cpp repeat penalty, OpenAI frequency and
  * presence penalties, the penalty window, and the distributions left by
  * temperature, top-k, top-p and min-p on a 4-token vocabulary with
- * probabilities 0.5 / 0.3 / 0.15 / 0.05 (frequencies over many steps). */
+ * probabilities 0.5 / 0.3 / 0.15 / 0.05 (frequencies over many steps);
+ * and on a 5,000-token vocabulary, the candidates and probabilities that
+ * top-k / top-p leave (tela_sampler_dist) against a full sort and a
+ * softmax in double computed here. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "runtime/sampler.h"
 #include "tela/tela.h"
 #include "test.h"
+
+#include <stdlib.h>
 
 static tela_sampler_params plain(void) {
     tela_sampler_params p = tela_sampler_default_params();
@@ -200,10 +206,95 @@ static void test_reproducible(void) {
     CHECK(same < 50);
 }
 
+/* A reference order for the large-vocabulary test: logit descending, id ascending. */
+static const float *ref_logits;
+static int ref_cmp(const void *pa, const void *pb) {
+    const int a = *(const int *)pa, b = *(const int *)pb;
+    if (ref_logits[a] != ref_logits[b]) return ref_logits[a] > ref_logits[b] ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+static void test_large_vocab(void) {
+    enum { V = 5000 };
+    static float logits[V], buf[V];
+    static int order[V];
+    static tela_token_prob out[V];
+    uint64_t z = 88172645463325252ull;
+    for (int i = 0; i < V; i++) { /* a long flat tail, a few hundred likelier tokens, some exact ties */
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        const double u = (double)(z >> 11) / 9007199254740992.0;
+        logits[i] = (float)(u * 6.0 - 3.0) + (i % 17 == 0 ? 4.0f : 0.0f) + (i % 251 == 0 ? 6.0f : 0.0f);
+        if (i % 1000 == 999) logits[i] = logits[i - 1];
+    }
+    for (int i = 0; i < V; i++) order[i] = i;
+    ref_logits = logits;
+    qsort(order, V, sizeof order[0], ref_cmp);
+    const struct { int top_k; float top_p, temp; } cases[] = {
+        {0, 0.3f, 0.7f}, {0, 0.9f, 1.0f}, {0, 0.999f, 1.3f}, {100, 0.9f, 0.7f}, {0, 1.0f, 0.5f}, {300, 1.0f, 1.0f}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        tela_sampler_params p = plain();
+        p.top_k = cases[ci].top_k;
+        p.top_p = cases[ci].top_p;
+        p.temperature = cases[ci].temp;
+        memcpy(buf, logits, sizeof logits);
+        size_t n = 0;
+        CHECK_OK(tela_sampler_dist(&p, buf, V, NULL, 0, out, &n));
+        /* the reference: the top k, then the shortest prefix whose softmax
+         * (temperature 1, over those k) reaches top_p */
+        int m = p.top_k > 0 ? p.top_k : V;
+        if (p.top_p < 1.0f) {
+            double sum = 0.0, cum = 0.0;
+            const double mx = logits[order[0]];
+            for (int i = 0; i < m; i++) sum += exp((double)logits[order[i]] - mx);
+            for (int i = 0; i < m; i++) {
+                cum += exp((double)logits[order[i]] - mx) / sum;
+                if (cum >= p.top_p) {
+                    m = i + 1;
+                    break;
+                }
+            }
+        }
+        CHECK_MSG((int)n == m, "case %zu: %zu candidates, expected %d", ci, n, m);
+        if ((int)n != m) continue;
+        double sum = 0.0, worst = 0.0;
+        const double mx = logits[order[0]] / (double)p.temperature;
+        for (int i = 0; i < m; i++) sum += exp((double)logits[order[i]] / (double)p.temperature - mx);
+        int same_set = 1;
+        static char in_set[V];
+        memset(in_set, 0, sizeof in_set);
+        for (int i = 0; i < m; i++) in_set[order[i]] = 1;
+        for (size_t i = 0; i < n; i++) {
+            const int id = out[i].id;
+            if (id < 0 || id >= V || !in_set[id]) {
+                same_set = 0;
+                break;
+            }
+            const double ref = exp((double)logits[id] / (double)p.temperature - mx) / sum;
+            const double e = fabs(out[i].p - ref) / ref;
+            if (!(e <= worst)) worst = e;
+        }
+        CHECK_MSG(same_set, "case %zu: a candidate outside the reference's set", ci);
+        /* the draw's weights are float: the scaled logit's rounding (|x| 2^-24
+         * for arguments down to -40 here) and ~2 ulp of exp: at most 1.0e-6
+         * measured on these inputs */
+        CHECK_MSG(worst < 2e-6, "case %zu: probabilities off by %.3g (relative)", ci, worst);
+    }
+    /* a temperature so small that 1 / T overflows a float: the best token */
+    tela_sampler_params p = plain();
+    p.temperature = 1e-40f;
+    for (uint64_t step = 0; step < 4; step++) {
+        memcpy(buf, logits, sizeof logits);
+        int32_t tok = -1;
+        CHECK_OK(tela_sample(&p, buf, V, NULL, 0, step, &tok));
+        CHECK_EQ_INT(tok, order[0]);
+    }
+}
+
 int main(void) {
     test_defaults();
     test_greedy_bias_penalties();
     test_distributions();
     test_reproducible();
+    test_large_vocab();
     return test_finish();
 }
