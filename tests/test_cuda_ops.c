@@ -445,6 +445,10 @@ static void test_attention(void) {
         check_attention(32, 8, 64, 700, 1, d);   /* decode, several splits */
         check_attention(32, 8, 128, 5000, 1, d); /* a long context */
         check_attention(2, 1, 256, 300, 1, d);   /* Qwen3.5's head size */
+        check_attention(8, 2, 64, 0, 1, d);      /* one key (a 16-key tile with 15 masked) */
+        check_attention(32, 8, 128, 5000, 4, d); /* a verification step at a long context */
+        check_attention(16, 2, 64, 333, 2, d);   /* eight heads a group */
+        check_attention(24, 2, 128, 900, 1, d);  /* twelve heads a group: two sets of eight and four */
         check_attention(12, 4, 64, 0, 100, d);   /* prefill: the flash kernel with f16 */
         check_attention(8, 8, 128, 64, 200, d);  /* prefill after cached positions */
         check_attention(4, 1, 16, 10, 37, d);    /* prefill at a head size the flash kernel leaves alone */

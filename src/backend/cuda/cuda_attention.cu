@@ -11,6 +11,10 @@
  *    count depends only on the length bucket, so one captured decode graph
  *    serves every position in its bucket; the actual length is read from
  *    the positions in device memory. Keys and values are f16 or f32.
+ *    For f16 caches of head_dim 64 and 128 (Llama 3.x) the default is a
+ *    third kernel on the tensor cores (attn_decode3_kernel: 16 keys a warp
+ *    step, the group's heads as the products' N side); variant 2 (lanes
+ *    share a key, 16-byte loads) serves head_dim 256 (Qwen3.5).
  *  - prefill (f16 cache, head_dim 64, 128 or 256): a flash-attention kernel
  *    on the tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulation):
  *    64 query rows per block, 16 per warp, key tiles of 64 in shared memory
@@ -32,6 +36,20 @@ uint32_t tela_cuda_length_bucket(int32_t n_kv) {
 int32_t tela_cuda_bucket_len(uint32_t bucket) { return (int32_t)((int64_t)256 << bucket); }
 
 /* ---------------------------------------------------------------- decode */
+
+/* Tensor-core helpers (the flash kernel and decode variant 3). */
+static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
 
 struct dec_params {
     const float *q;
@@ -382,6 +400,185 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode2_kernel(con
     }
 }
 
+
+/* Decode, variant 3 (the default for f16 caches of head dimension 64 or
+ * 128): the group's query heads (up to 8) as the N side of m16n8k16
+ * tensor-core products, so a warp takes 16 keys a step with no per-key
+ * shuffles: S^T (16 keys x 8 heads) = K (16 x DT) Q^T, then O^T (DT x 8)
+ * += V^T (DT x 16) P^T. A dot product does not care about the order of
+ * its terms, so each lane's share of the contraction is chosen to be
+ * contiguous in memory: in S^T, lane (gid, tq) supplies keys gid and
+ * gid + 8 over the dimensions [tq DT/4, (tq+1) DT/4) (16-byte loads, the
+ * query heads' fragments in the same order); in O^T the output dimensions
+ * are permuted (row r of m-tile mt is dimension r DT/16 + mt), so each
+ * lane's value fragments are two runs of DT/16 contiguous halves of four
+ * keys, paired across keys with a byte permute. P^T goes through 768
+ * bytes of shared memory a warp (the S^T layout holds heads by lane
+ * quarter, P^T's by lane group). The online softmax runs per head
+ * column; splits, partials and the combine are those of variant 2. */
+static __device__ __forceinline__ uint32_t pair_lo(uint32_t a, uint32_t b, int hi) {
+    return __byte_perm(a, b, hi ? 0x7632 : 0x5410);
+}
+
+template <int DT>
+static __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode3_kernel(const dec_params p) {
+    TELA_PDL_ENTRY();
+    constexpr int QW = DT / 4;  /* halves of a key row a lane supplies */
+    constexpr int NS = DT / 16; /* 16-wide slabs of the contraction (S^T), m-tiles (O^T) */
+    constexpr int VR = DT / 16; /* halves in each of a lane's two runs of a value row */
+    constexpr int PS = 24;      /* P^T row stride in halves */
+    __shared__ float wm[DEC_WARPS][8], wl[DEC_WARPS][8];
+    __shared__ float wo[DEC_WARPS][8][DT];
+    __shared__ __align__(16) __half pt[DEC_WARPS][8 * PS];
+    const int g = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub;
+    const int split = blockIdx.y, t = blockIdx.z;
+    const int h0 = g * p.group + sub * p.hpb;
+    const int nh = min(p.hpb, p.group - sub * p.hpb);
+    const int n_kv = p.pos[t] + 1;
+    const int k0 = split * p.chunk, k1 = min(k0 + p.chunk, n_kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+    const int32_t *tt = p.tbl ? p.tbl + p.tok_tbl[t] : NULL;
+
+    /* Q^T fragments: head gid, dimensions tq QW + 4 ks + {0,1} and {2,3} */
+    uint32_t qf[NS][2];
+    {
+        const bool ok = gid < nh;
+        const float *qp = p.q + (size_t)t * p.q_stride + (size_t)(h0 + (ok ? gid : 0)) * DT + tq * QW;
+#pragma unroll
+        for (int ks = 0; ks < NS; ks++) {
+            const float4 v = *(const float4 *)(qp + 4 * ks);
+            qf[ks][0] = ok ? pack_half2(v.x * p.qscale, v.y * p.qscale) : 0u;
+            qf[ks][1] = ok ? pack_half2(v.z * p.qscale, v.w * p.qscale) : 0u;
+        }
+    }
+    const __half *kc = (const __half *)p.k + (size_t)g * p.n_ctx * DT;
+    const __half *vc = (const __half *)p.v + (size_t)g * p.n_ctx * DT;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* heads 2 tq and 2 tq + 1 */
+    float o[NS][4];
+#pragma unroll
+    for (int i = 0; i < NS; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    __half *pw = pt[warp];
+
+    for (int base = k0 + 16 * warp; base < k1; base += 16 * DEC_WARPS) {
+        /* keys base + gid and base + 8 + gid: this lane's quarter of each */
+        uint32_t ka[QW / 2], kb[QW / 2];
+        {
+            const int ja = kv_row(tt, min(base + gid, k1 - 1), p.shift);
+            const int jb = kv_row(tt, min(base + 8 + gid, k1 - 1), p.shift);
+            const uint4 *pa = (const uint4 *)(kc + (size_t)ja * DT + tq * QW);
+            const uint4 *pb = (const uint4 *)(kc + (size_t)jb * DT + tq * QW);
+#pragma unroll
+            for (int i = 0; i < QW / 8; i++) {
+                const uint4 x = pa[i], y = pb[i];
+                ka[4 * i] = x.x, ka[4 * i + 1] = x.y, ka[4 * i + 2] = x.z, ka[4 * i + 3] = x.w;
+                kb[4 * i] = y.x, kb[4 * i + 1] = y.y, kb[4 * i + 2] = y.z, kb[4 * i + 3] = y.w;
+            }
+        }
+        /* keys base + {2tq, 2tq+1, 8+2tq, 9+2tq}: dimensions gid VR.. and (gid + 8) VR.. */
+        uint32_t vr[4][2][VR / 2];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int key = base + (j >> 1) * 8 + 2 * tq + (j & 1);
+            const __half *vp = vc + (size_t)kv_row(tt, min(key, k1 - 1), p.shift) * DT;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const __half *rp = vp + (gid + 8 * r) * VR;
+                if (VR == 8) {
+                    const uint4 x = *(const uint4 *)rp;
+                    vr[j][r][0] = x.x, vr[j][r][1] = x.y, vr[j][r][VR / 2 > 2 ? 2 : 0] = x.z, vr[j][r][VR / 2 > 3 ? 3 : 0] = x.w;
+                } else {
+                    const uint2 x = *(const uint2 *)rp;
+                    vr[j][r][0] = x.x, vr[j][r][VR / 2 > 1 ? 1 : 0] = x.y;
+                }
+            }
+        }
+        /* S^T = K Q^T: c0, c1 key gid (heads 2tq, 2tq+1); c2, c3 key gid + 8 */
+        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int ks = 0; ks < NS; ks++) {
+            const uint32_t a[4] = {ka[2 * ks], kb[2 * ks], ka[2 * ks + 1], kb[2 * ks + 1]};
+            mma16816(sc, a, qf[ks][0], qf[ks][1]);
+        }
+        if (base + gid >= k1) sc[0] = sc[1] = -INFINITY;
+        if (base + 8 + gid >= k1) sc[2] = sc[3] = -INFINITY;
+        float x0 = fmaxf(sc[0], sc[2]), x1 = fmaxf(sc[1], sc[3]);
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) {
+            x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, off));
+            x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, off));
+        }
+        const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1); /* finite: key base is valid */
+        const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
+        m0 = n0, m1 = n1;
+        const float p0 = exp2f(sc[0] - n0), p1 = exp2f(sc[1] - n1), p2 = exp2f(sc[2] - n0), p3 = exp2f(sc[3] - n1);
+        l0 = l0 * c0 + p0 + p2;
+        l1 = l1 * c1 + p1 + p3;
+#pragma unroll
+        for (int i = 0; i < NS; i++) o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
+        /* P^T to the lanes that hold it as the B operand: head gid, keys 2tq.. and 8 + 2tq.. */
+        __syncwarp();
+        pw[(2 * tq) * PS + gid] = __float2half(p0);
+        pw[(2 * tq + 1) * PS + gid] = __float2half(p1);
+        pw[(2 * tq) * PS + gid + 8] = __float2half(p2);
+        pw[(2 * tq + 1) * PS + gid + 8] = __float2half(p3);
+        __syncwarp();
+        const uint32_t pb0 = *(const uint32_t *)(pw + gid * PS + 2 * tq), pb1 = *(const uint32_t *)(pw + gid * PS + 8 + 2 * tq);
+        /* O^T += V^T P^T: m-tile mt, rows gid and gid + 8 (dimensions gid VR + mt, (gid + 8) VR + mt) */
+#pragma unroll
+        for (int mt = 0; mt < NS; mt++) {
+            const int w = mt / 2, hi = mt & 1;
+            const uint32_t a[4] = {pair_lo(vr[0][0][w], vr[1][0][w], hi), pair_lo(vr[0][1][w], vr[1][1][w], hi),
+                                   pair_lo(vr[2][0][w], vr[3][0][w], hi), pair_lo(vr[2][1][w], vr[3][1][w], hi)};
+            mma16816(o[mt], a, pb0, pb1);
+        }
+    }
+    /* the lanes' sums over their keys, then the warps combined as in variant 2 */
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    if (gid == 0) {
+        wm[warp][2 * tq] = m0, wm[warp][2 * tq + 1] = m1;
+        wl[warp][2 * tq] = l0, wl[warp][2 * tq + 1] = l1;
+    }
+#pragma unroll
+    for (int mt = 0; mt < NS; mt++) {
+        wo[warp][2 * tq][gid * VR + mt] = o[mt][0];
+        wo[warp][2 * tq + 1][gid * VR + mt] = o[mt][1];
+        wo[warp][2 * tq][(gid + 8) * VR + mt] = o[mt][2];
+        wo[warp][2 * tq + 1][(gid + 8) * VR + mt] = o[mt][3];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * DT; i += blockDim.x) {
+        const int hh = i / DT, d = i % DT;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][hh]);
+        float O = 0.0f, L = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) {
+                if (wm[w][hh] == -INFINITY) continue;
+                const float f = exp2f(wm[w][hh] - M);
+                O += wo[w][hh][d] * f;
+                L += wl[w][hh] * f;
+            }
+        }
+        const int h = h0 + hh;
+        if (p.n_split == 1) {
+            p.out[(size_t)t * p.out_stride + (size_t)h * DT + d] = O / L;
+        } else {
+            float *pp = p.part + (((size_t)t * p.n_head + h) * p.n_split + split) * (size_t)(DT + 2);
+            pp[d] = O;
+            if (d == 0) {
+                pp[DT] = M;
+                pp[DT + 1] = L;
+            }
+        }
+    }
+}
+
 typedef void (*dec_kernel_fn)(const dec_params);
 
 template <typename KT>
@@ -419,24 +616,29 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     const bool vec = s->k_dim % 8 == 0;
     /* variant 1 for f32 caches, other head dimensions and groups over 8 */
     dec_kernel_fn fn = kv->elt == 2 ? dec_pick<__half>(dmax, vec) : dec_pick<float>(dmax, vec);
-    if (ex->attn_v2 && kv->elt == 2 && s->k_dim == s->v_dim && p.hpb <= 8 && q_stride % 4 == 0 &&
+    int per_sm = 8; /* blocks an SM that the splits aim at */
+    if (ex->attn_variant >= 2 && kv->elt == 2 && s->k_dim == s->v_dim && p.hpb <= 8 && q_stride % 4 == 0 &&
         ((uintptr_t)q & 15) == 0) {
         const int nh4 = p.hpb <= 4;
         if (s->k_dim == 64) fn = nh4 ? attn_decode2_kernel<64, 4> : attn_decode2_kernel<64, 8>;
         else if (s->k_dim == 128) fn = nh4 ? attn_decode2_kernel<128, 4> : attn_decode2_kernel<128, 8>;
         else if (s->k_dim == 256) fn = nh4 ? attn_decode2_kernel<256, 4> : attn_decode2_kernel<256, 8>;
+        if (ex->attn_variant == 3 && (s->k_dim == 64 || s->k_dim == 128)) {
+            fn = s->k_dim == 64 ? attn_decode3_kernel<64> : attn_decode3_kernel<128>;
+            per_sm = s->k_dim == 64 ? 5 : 3; /* 88 and 144 registers a thread */
+        }
     }
     if (!fn) {
         tela_cuda_check(ex, cudaErrorNotSupported, "attention: head dimensions above 256");
         return;
     }
-    /* splits: eight blocks of four warps per multiprocessor (each warp with
-     * a few 32-key tiles), at least 64 keys a split; none for lengths up to
+    /* splits: eight blocks of four warps per multiprocessor (variant 3:
+     * three, what its registers let reside), at least 64 keys a split; none for lengths up to
      * ex->attn_short keys (no partials, no combine kernel: at short contexts
      * the launches and their chain of dependent loads cost more than the
      * keys) */
     const int64_t blocks = (int64_t)s->n_kv_head * p.n_sub * n_tok;
-    int64_t n_split = max_len <= ex->attn_short ? 1 : (8 * ex->be->sm_count + blocks - 1) / blocks;
+    int64_t n_split = max_len <= ex->attn_short ? 1 : (per_sm * ex->be->sm_count + blocks - 1) / blocks;
     const int64_t most = (max_len + 63) / 64;
     if (n_split > most) n_split = most;
     if (n_split < 1) n_split = 1;
@@ -473,18 +675,6 @@ struct fa_params {
     float *out;
     int64_t out_stride;
 };
-
-static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-static __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *(const uint32_t *)&h;
-}
 
 #define FA_ROWS 64
 #define FA_KEYS 64

@@ -261,7 +261,7 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *gv = getenv("TELA_CUDA_GEMV");
     ex->gemv_v2 = !(gv && !strcmp(gv, "1")); /* TELA_CUDA_GEMV=1: the first variant */
     const char *av = getenv("TELA_CUDA_ATTN");
-    ex->attn_v2 = !(av && !strcmp(av, "1")); /* TELA_CUDA_ATTN=1: the first variant */
+    ex->attn_variant = av && (!strcmp(av, "1") || !strcmp(av, "2")) ? atoi(av) : 3; /* TELA_CUDA_ATTN=1|2: earlier variants */
     const char *as = getenv("TELA_CUDA_ATTN_SHORT");
     ex->attn_short = as && as[0] >= '0' && as[0] <= '9' ? atoi(as) : 256; /* measured: docs/PERF-NOTES.md */
     const char *gq = getenv("TELA_CUDA_GEMV_QROWS");
@@ -281,6 +281,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_order = go && (!strcmp(go, "0") || !strcmp(go, "2")) ? atoi(go) : 1;
     const char *gw = getenv("TELA_CUDA_GEMV_WPR");
     ex->gemv_wpr = gw && (!strcmp(gw, "1") || !strcmp(gw, "2") || !strcmp(gw, "4")) ? atoi(gw) : 0;
+    const char *gd = getenv("TELA_CUDA_GEMV_DEPTH");
+    ex->gemv_depth = gd && (!strcmp(gd, "1") || !strcmp(gd, "2")) ? atoi(gd) : 0;
     const char *gl = getenv("TELA_CUDA_GDN_LANES");
     ex->gdn_lanes = gl && (!strcmp(gl, "4") || !strcmp(gl, "8")) ? atoi(gl) : 0;
     const char *gs = getenv("TELA_CUDA_GDN_STEP");

@@ -87,7 +87,7 @@ typedef struct cuda_exec {
     size_t act_bytes;
     bool gemv_v2;                /* the quantized decode products' second variant (default; TELA_CUDA_GEMV=1: the first) */
     int gemv_q_rows;             /* TELA_CUDA_GEMV_QROWS: rows a warp of the quantized ones (variant 2), -1 auto */
-    bool attn_v2;                /* decode attention's second variant (default; TELA_CUDA_ATTN=1: the first) */
+    int attn_variant;            /* decode attention: 3 tensor cores (default), TELA_CUDA_ATTN=2|1 the earlier kernels */
     int attn_short;              /* decode attention unsplit up to this length bucket (256; TELA_CUDA_ATTN_SHORT) */
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     int gemv_early;              /* decode products with early loads (default; TELA_CUDA_GEMV_EARLY=0: not) */
@@ -97,6 +97,7 @@ typedef struct cuda_exec {
     int stream_stage_kb, stream_ring_kb, stream_cps; /* TELA_CUDA_STREAM=stage KB,ring KB,CTAs an SM (0: 16, 96, 1) */
     bool carveout;               /* with the streamed products: kernels launched with the largest shared-memory carveout
                                     (TELA_CUDA_CARVEOUT=0: not) */
+    int gemv_depth;              /* TELA_CUDA_GEMV_DEPTH=1|2: rounds of loads in flight of the quantized ones, 0 auto */
     int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of the float ones with early loads, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */

@@ -888,9 +888,11 @@ static __device__ __forceinline__ void fs_load(const uint4 *wg, const uint4 *wu,
     }
 }
 
-template <int TYPE, bool SW, int WPR>
+template <int TYPE, bool SW, int WPR, int D>
 static __global__ void __launch_bounds__(128, 8) gemv_fs_kernel(const gemv_params p) {
-    constexpr int U = SW ? 4 : 8, RPB = 4 / WPR;
+    /* D = 2 (rows of several rounds, not the pair): two rounds of four
+     * loads a lane, the next issued as each is used */
+    constexpr int U = SW || D == 2 ? 4 : 8, RPB = 4 / WPR;
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, slice = warp % WPR;
@@ -899,22 +901,28 @@ static __global__ void __launch_bounds__(128, 8) gemv_fs_kernel(const gemv_param
     const int K = (int)tg.w.n_cols, n8 = K / 8, step = 32 * WPR;
     const uint4 *wg = (const uint4 *)tg.w.p + (size_t)(live ? row : 0) * n8;
     const uint4 *wu = SW ? (const uint4 *)p.w_up.p + (size_t)(live ? row : 0) * n8 : wg;
-    uint4 v[U], vu[U];
+    uint4 v[D][U], vu[D][U];
     const int c0 = lane + 32 * slice;
     early_begin(p);
-    fs_load<U, SW>(wg, wu, c0, step, n8, live, v, vu);
+#pragma unroll
+    for (int s = 0; s < D; s++) fs_load<U, SW>(wg, wu, c0 + step * U * s, step, n8, live, v[s], vu[s]);
     early_end(p);
     float acc = 0.0f, accu = 0.0f, ss = 0.0f;
-    for (int c = c0; c < n8; c += step * U) {
-        if (c != c0) fs_load<U, SW>(wg, wu, c, step, n8, live, v, vu);
+    for (int c = c0; c < n8; c += step * U * D) {
 #pragma unroll
-        for (int j = 0; j < U; j++) {
-            const int c8 = c + step * j;
-            if (c8 >= n8) break;
-            const float4 a = x4(p, 0, 8 * c8, &ss), b = x4(p, 0, 8 * c8 + 4, &ss);
-            const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            acc = dot8<TYPE>(v[j], xs, acc);
-            if (SW) accu = dot8<TYPE>(vu[j], xs, accu);
+        for (int s = 0; s < D; s++) {
+            const int cs = c + step * U * s;
+            if (cs >= n8) break;
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                const int c8 = cs + step * j;
+                if (c8 >= n8) break;
+                const float4 a = x4(p, 0, 8 * c8, &ss), b = x4(p, 0, 8 * c8 + 4, &ss);
+                const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+                acc = dot8<TYPE>(v[s][j], xs, acc);
+                if (SW) accu = dot8<TYPE>(vu[s][j], xs, accu);
+            }
+            if (cs + step * U * D < n8) fs_load<U, SW>(wg, wu, cs + step * U * D, step, n8, live, v[s], vu[s]);
         }
     }
     acc = warp_sum(acc);
@@ -937,16 +945,26 @@ static __global__ void __launch_bounds__(128, 8) gemv_fs_kernel(const gemv_param
     *yp = p.accumulate ? *yp + val : val;
 }
 
-static gemv_kernel_fn gemv_fs_pick(tela_type type, bool sw, int wpr) {
+static gemv_kernel_fn gemv_fs_pick(tela_type type, bool sw, int wpr, int D) {
 #define FS_PICK(T)                                                                                        \
     if (type == T) {                                                                                      \
-        if (sw) return wpr == 4 ? gemv_fs_kernel<T, true, 4> : wpr == 2 ? gemv_fs_kernel<T, true, 2> : gemv_fs_kernel<T, true, 1>; \
-        return wpr == 4 ? gemv_fs_kernel<T, false, 4> : wpr == 2 ? gemv_fs_kernel<T, false, 2> : gemv_fs_kernel<T, false, 1>;   \
+        if (sw) return wpr == 4 ? gemv_fs_kernel<T, true, 4, 1> : wpr == 2 ? gemv_fs_kernel<T, true, 2, 1> : gemv_fs_kernel<T, true, 1, 1>; \
+        if (D == 2) return wpr == 4 ? gemv_fs_kernel<T, false, 4, 2> : wpr == 2 ? gemv_fs_kernel<T, false, 2, 2> : gemv_fs_kernel<T, false, 1, 2>; \
+        return wpr == 4 ? gemv_fs_kernel<T, false, 4, 1> : wpr == 2 ? gemv_fs_kernel<T, false, 2, 1> : gemv_fs_kernel<T, false, 1, 1>;   \
     }
     FS_PICK(TELA_TYPE_F16)
     FS_PICK(TELA_TYPE_BF16)
 #undef FS_PICK
     return NULL;
+}
+
+/* Rounds in flight for the kernel above: two when a row (not the pair's)
+ * takes more than one round of eight loads a lane (the 8B's down
+ * product: 14,336 inputs over two warps; TELA_CUDA_GEMV_DEPTH=1|2). */
+static int gemv_fs_depth(const cuda_exec *ex, int64_t K, int wpr, bool sw) {
+    if (sw) return 1;
+    if (ex->gemv_depth > 0) return ex->gemv_depth;
+    return K / 8 > 32 * wpr * 8 ? 2 : 1;
 }
 
 /* Warps a row for the kernel above: two (measured on the H200 against one
@@ -1070,7 +1088,8 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
             p.norm_w = norm_w;
             p.eps = eps;
             p.order = ex->gemv_order;
-            tela_cuda_launch(ex, gemv_fs_pick(w[0]->type, w_up != NULL, wpr), nb, 128, 0, p);
+            const int D = gemv_fs_depth(ex, K, wpr, w_up != NULL);
+            tela_cuda_launch(ex, gemv_fs_pick(w[0]->type, w_up != NULL, wpr, D), nb, 128, 0, p);
             tela_cuda_launched(ex, "gemv (float, early loads)");
             return;
         }
@@ -1168,8 +1187,13 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
  * the arithmetic, the first round before the PDL wait, which is here the
  * wait for the activations' quantization (quantize_act_kernel): the fetch
  * overlaps it. (Quantizing the activations in each block instead, behind
- * the fetch, measured 18-26% slower on the H200: docs/PERF-NOTES.md.) */
-template <int TYPE, int R, bool SW>
+ * the fetch, measured 18-26% slower on the H200: docs/PERF-NOTES.md.)
+ * D rounds of units a lane in flight: with D = 2 the next round's loads
+ * are issued as soon as a round's registers are used, so a row of several
+ * rounds (K > 32 units: the 8B's products, every down product) keeps its
+ * lane's loads in flight through the arithmetic, where with D = 1 each
+ * round waits the whole DRAM latency after the last. */
+template <int TYPE, int R, bool SW, int D>
 static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
                                                                   const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
@@ -1180,29 +1204,36 @@ static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_param
     const bool live = row0 < tg.w.n_rows;
     const int rv = !live ? 1 : tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R;
     const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
-    raw a[R], b[SW ? R : 1];
-    auto load_all = [&](int u) {
+    raw a[D][R], b[D][SW ? R : 1];
+    auto load_all = [&](int s, int u) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int64_t row = live ? row0 + (r < rv ? r : 0) : 0;
-            a[r] = qunits<TYPE>::load(tg.w, row, u);
-            if (SW) b[r] = qunits<TYPE>::load(p.w_up, row, u);
+            a[s][r] = qunits<TYPE>::load(tg.w, row, u);
+            if (SW) b[s][SW ? r : 0] = qunits<TYPE>::load(p.w_up, row, u);
         }
     };
     early_begin(p);
-    if (lane < n_units) load_all(lane);
+#pragma unroll
+    for (int s = 0; s < D; s++)
+        if (lane + 32 * s < n_units) load_all(s, lane + 32 * s);
     early_end(p);
     const float scale = nscale ? nscale[0] : 1.0f;
     if (!live) return;
     float acc[R], up[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = up[r] = 0.0f;
-    for (int u = lane; u < n_units; u += 32) {
-        if (u != lane) load_all(u);
+    for (int u0 = lane; u0 < n_units; u0 += 32 * D) {
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            qunits<TYPE>::template dot_raw<1>(a[r], u, xq, xd, xs, K, 1, &acc[r]);
-            if (SW) qunits<TYPE>::template dot_raw<1>(b[SW ? r : 0], u, xq, xd, xs, K, 1, &up[r]);
+        for (int s = 0; s < D; s++) {
+            const int u = u0 + 32 * s;
+            if (u >= n_units) break;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                qunits<TYPE>::template dot_raw<1>(a[s][r], u, xq, xd, xs, K, 1, &acc[r]);
+                if (SW) qunits<TYPE>::template dot_raw<1>(b[s][SW ? r : 0], u, xq, xd, xs, K, 1, &up[r]);
+            }
+            if (u + 32 * D < n_units) load_all(s, u + 32 * D);
         }
     }
 #pragma unroll
@@ -1214,40 +1245,63 @@ typedef void (*gemv3_kernel_fn)(const gemv_params, const int8_t *, const float *
 
 /* Rows a warp that fit the registers without spilling (ptxas at 85 a
  * thread): the 4- and 8-bit units are 20-48 bytes, the 5- and 6-bit ones
- * 80 (one row). */
-static int gemv3_rows_max(tela_type type, bool sw) {
+ * 80 (one row); with two rounds in flight (D = 2) half as many. */
+static int gemv3_rows_max(tela_type type, bool sw, int D) {
+    int r;
     switch (type) {
-    case TELA_TYPE_Q4_0: case TELA_TYPE_Q8_0: return sw ? 2 : 4;
-    case TELA_TYPE_Q4_K: return sw ? 1 : 2;
-    default: return 1;
+    case TELA_TYPE_Q4_0: case TELA_TYPE_Q8_0: r = sw ? 2 : 4; break;
+    case TELA_TYPE_Q4_K: r = sw ? 1 : 2; break;
+    default: r = 1;
     }
+    return D == 2 && r > 1 ? r / 2 : r;
 }
 
-template <int TYPE, int RMAX, int RMAX_SW>
+template <int TYPE, int RMAX, int RMAX_SW, int D>
 static gemv3_kernel_fn gemv3_pick_type(int R, bool sw) {
-    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true> : gemv3_q_kernel<TYPE, 1, true>;
-    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false>;
-    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false>;
-    return gemv3_q_kernel<TYPE, 1, false>;
+    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1> : gemv3_q_kernel<TYPE, 1, true, 1>;
+    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D>;
+    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D>;
+    return gemv3_q_kernel<TYPE, 1, false, D>;
 }
 
-static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw) {
+static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D) {
+    if (D == 2) {
+        switch (type) {
+        case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw);
+        case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 2>(R, sw);
+        case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 2>(R, sw);
+        case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 2, 1, 2>(R, sw);
+        case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 2, 1, 2>(R, sw);
+        default: return NULL;
+        }
+    }
     switch (type) {
-    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1>(R, sw);
-    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1>(R, sw);
-    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1>(R, sw);
-    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2>(R, sw);
-    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2>(R, sw);
+    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1, 1>(R, sw);
+    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 1>(R, sw);
+    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw);
+    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw);
+    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw);
     default: return NULL;
     }
+}
+
+/* Rounds of units a lane in flight: two for rows of more than one round
+ * (TELA_CUDA_GEMV_DEPTH=1|2 sets it), one for the SwiGLU pair (its two
+ * matrices' units are already two in flight; with two rounds of them the
+ * K-quant kernels spill 200-600 bytes a thread). */
+static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw) {
+    const int64_t units = type == TELA_TYPE_Q8_0 || type == TELA_TYPE_Q4_0 ? K / 32 : K / 64;
+    if (sw) return 1;
+    if (ex->gemv_depth > 0) return ex->gemv_depth;
+    return units > 32 ? 2 : 1;
 }
 
 /* Rows a warp for the kernel above: one while the grid would have fewer
  * warps than the GPU holds (24 an SM at its registers), more (up to what
  * the registers hold) for the largest matrices; the SwiGLU pair counts
  * double. */
-static int gemv3_rows(const cuda_exec *ex, tela_type type, int64_t rows, bool sw) {
-    const int rmax = gemv3_rows_max(type, sw);
+static int gemv3_rows(const cuda_exec *ex, tela_type type, int64_t rows, bool sw, int D) {
+    const int rmax = gemv3_rows_max(type, sw, D);
     if (ex->gemv_q_rows > 0) return ex->gemv_q_rows < rmax ? ex->gemv_q_rows : rmax;
     const int64_t cap = (int64_t)ex->be->sm_count * 24 / (sw ? 2 : 1);
     int R = 1;
@@ -1291,8 +1345,9 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     if (!fn || n_w > GEMV_MAX_TARGETS) return false;
     int64_t rows = 0;
     for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
-    const int R3 = n_tok == 1 && ex->gemv_early ? gemv3_rows(ex, w[0]->type, rows, w_up != NULL) : 0;
     const int64_t K = w[0]->n_cols;
+    const int D3 = gemv3_depth(ex, w[0]->type, K, w_up != NULL);
+    const int R3 = n_tok == 1 && ex->gemv_early ? gemv3_rows(ex, w[0]->type, rows, w_up != NULL, D3) : 0;
     gemv_params p;
     const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)K), sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
     unsigned char *buf = (unsigned char *)tela_cuda_act(ex, qb + 2 * sb + tela_cuda_align((size_t)n_tok * 4));
@@ -1304,7 +1359,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     if (R3 > 0) {
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3);
         p.order = ex->gemv_order;
-        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
         tela_cuda_launched(ex, "gemv (quantized, early loads)");
         return true;
     }
