@@ -17,7 +17,7 @@ echo "== tg128 with graphs, then eager"
 TELA_CUDA_GRAPHS=0 "$B/tela" bench -m "$M" -p 0 -n 128 -r 2 | grep tg128
 csv=${OUT:-/tmp}/ncu.csv
 if command -v ncu >/dev/null; then
-    timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --csv \
+    timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size --csv \
         --launch-skip "${NCU_SKIP:-3000}" --launch-count "${NCU_COUNT:-230}" \
         "$B/tela" bench -m "$M" -p 0 -n "$N" -r 1 > "$csv" 2>/dev/null
     python3 - "$csv" <<'PY'
@@ -32,6 +32,8 @@ name = {}
 for r in rows[1:]:
     v = float(r[vi].replace(",", "")) * scale.get(r[ui], 1.0)
     per[r[ii]][r[mi]] = v; name[r[ii]] = r[ki].split("(")[0][:58]
+for i, m in per.items():  # one line a kernel and grid size: the products of one template differ by shape
+    name[i] += " [%d]" % int(m.get("launch__grid_size", 0))
 tot = collections.defaultdict(lambda: [0.0, 0.0, 0])
 for i, m in per.items():
     t = tot[name[i]]; t[0] += m.get("gpu__time_duration.sum", 0.0)
