@@ -283,9 +283,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_wpr = gw && (!strcmp(gw, "1") || !strcmp(gw, "2") || !strcmp(gw, "4")) ? atoi(gw) : 0;
     const char *gd = getenv("TELA_CUDA_GEMV_DEPTH");
     ex->gemv_depth = gd && (!strcmp(gd, "1") || !strcmp(gd, "2")) ? atoi(gd) : 0;
-    const char *gocc = getenv("TELA_CUDA_GEMV_OCC"), *gl1 = getenv("TELA_CUDA_GEMV_L1NA");
-    ex->gemv_occ = gocc && !strcmp(gocc, "8") ? 8 : 6;
-    ex->gemv_l1na = gl1 && !strcmp(gl1, "1");
     const char *gl = getenv("TELA_CUDA_GDN_LANES");
     ex->gdn_lanes = gl && (!strcmp(gl, "4") || !strcmp(gl, "8")) ? atoi(gl) : 0;
     const char *gs = getenv("TELA_CUDA_GDN_STEP");

@@ -97,8 +97,6 @@ typedef struct cuda_exec {
     int stream_stage_kb, stream_ring_kb, stream_cps; /* TELA_CUDA_STREAM=stage KB,ring KB,CTAs an SM (0: 16, 96, 1) */
     bool carveout;               /* with the streamed products: kernels launched with the largest shared-memory carveout
                                     (TELA_CUDA_CARVEOUT=0: not) */
-    int gemv_occ;                /* TELA_CUDA_GEMV_OCC=8: those kernels compiled for 8 blocks an SM (64 registers) */
-    int gemv_l1na;               /* TELA_CUDA_GEMV_L1NA=1: their weights loaded around L1 */
     int gemv_depth;              /* TELA_CUDA_GEMV_DEPTH=1|2: rounds of loads in flight of the quantized ones, 0 auto */
     int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of the float ones with early loads, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */

@@ -285,18 +285,6 @@ static __device__ __forceinline__ void k4_scale_min_w(uint32_t s0, uint32_t s1, 
     }
 }
 
-/* A 16-byte weight load: through L1 (na false) or around it
- * (ld.global.nc.L1::no_allocate), so that L1 keeps the activations that
- * every warp of the SM reads. */
-static __device__ __forceinline__ uint4 ldw(const uint8_t *p, bool na) {
-    if (!na) return *(const uint4 *)p;
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 /* The units of a row and each unit's contribution to the dot products of
  * NT tokens (acc[t] += unit . x[t]). */
 template <int TYPE>
@@ -311,11 +299,11 @@ struct qunits<TELA_TYPE_Q4_K> {
         dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 hdr, qa, qb; };
-    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u, bool na = false) {
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
         const int64_t nb = w.n_cols / 256;
         const int b = u >> 2, q = u & 3;
         const uint8_t *blk = w.p + (row * nb + b) * 144;
-        return {ldw(blk, na), ldw(blk + 16 + 32 * q, na), ldw(blk + 32 + 32 * q, na)};
+        return {*(const uint4 *)blk, *(const uint4 *)(blk + 16 + 32 * q), *(const uint4 *)(blk + 32 + 32 * q)};
     }
     template <int NT>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
@@ -357,11 +345,12 @@ struct qunits<TELA_TYPE_Q5_K> {
         dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 hdr, h0, h1, qa, qb; };
-    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u, bool na = false) {
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
         const int64_t nb = w.n_cols / 256;
         const int b = u >> 2, q = u & 3;
         const uint8_t *blk = w.p + (row * nb + b) * 176;
-        return {ldw(blk, na), ldw(blk + 16, na), ldw(blk + 32, na), ldw(blk + 48 + 32 * q, na), ldw(blk + 64 + 32 * q, na)};
+        return {*(const uint4 *)blk, *(const uint4 *)(blk + 16), *(const uint4 *)(blk + 32),
+                *(const uint4 *)(blk + 48 + 32 * q), *(const uint4 *)(blk + 64 + 32 * q)};
     }
     template <int NT>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
@@ -415,14 +404,15 @@ struct qunits<TELA_TYPE_Q6_K> {
         dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 l0, l1, h0, h1, sc; uint16_t d; };
-    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u, bool na = false) {
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
         const int64_t nb = w.n_cols / 256, R = w.n_rows;
         const int b = u >> 2, q = u & 3, h = q >> 1, part = q & 1;
         const int64_t i = row * nb + b;
         const uint8_t *blk = w.p + i * 192;
         const uint8_t *scp = w.p + tela_cuda_align((size_t)(R * nb * 192));
-        return {ldw(blk + 64 * h + 32 * part, na), ldw(blk + 64 * h + 32 * part + 16, na), ldw(blk + 128 + 32 * h, na),
-                ldw(blk + 144 + 32 * h, na), ldw(scp + i * 16, na), ld16(scp + tela_cuda_align((size_t)(R * nb * 16)) + i * 2)};
+        return {*(const uint4 *)(blk + 64 * h + 32 * part), *(const uint4 *)(blk + 64 * h + 32 * part + 16),
+                *(const uint4 *)(blk + 128 + 32 * h), *(const uint4 *)(blk + 144 + 32 * h),
+                *(const uint4 *)(scp + i * 16), ld16(scp + tela_cuda_align((size_t)(R * nb * 16)) + i * 2)};
     }
     template <int NT>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
@@ -476,10 +466,10 @@ struct qunits<TELA_TYPE_Q8_0> {
         dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 qa, qb; uint16_t d; };
-    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u, bool na = false) {
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
         const int64_t K = w.n_cols, nb = K / 32, R = w.n_rows;
         const uint8_t *qs = w.p + row * K + 32 * u;
-        return {ldw(qs, na), ldw(qs + 16, na), ld16(w.p + tela_cuda_align((size_t)(R * K)) + 2 * (row * nb + u))};
+        return {*(const uint4 *)qs, *(const uint4 *)(qs + 16), ld16(w.p + tela_cuda_align((size_t)(R * K)) + 2 * (row * nb + u))};
     }
     template <int NT>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
@@ -512,9 +502,9 @@ struct qunits<TELA_TYPE_Q4_0> {
         dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 qa; uint16_t d; };
-    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u, bool na = false) {
+    static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
         const int64_t K = w.n_cols, nb = K / 32, R = w.n_rows;
-        return {ldw(w.p + row * (K / 2) + 16 * u, na), ld16(w.p + tela_cuda_align((size_t)(R * K / 2)) + 2 * (row * nb + u))};
+        return {*(const uint4 *)(w.p + row * (K / 2) + 16 * u), ld16(w.p + tela_cuda_align((size_t)(R * K / 2)) + 2 * (row * nb + u))};
     }
     template <int NT>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
@@ -570,7 +560,6 @@ struct gemv_params {
     int accumulate;
     const float *norm_w;        /* != NULL: the products take rmsnorm(x) * norm_w */
     float eps;
-    int l1na;                   /* gemv3_q_kernel: weights loaded around L1 (TELA_CUDA_GEMV_L1NA=1) */
     int order;                  /* early loads against the PDL wait: 0 after it, 1 before it (the next launch
                                    after it), 2 before it (the next launch before them) */
 };
@@ -1204,8 +1193,8 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
  * rounds (K > 32 units: the 8B's products, every down product) keeps its
  * lane's loads in flight through the arithmetic, where with D = 1 each
  * round waits the whole DRAM latency after the last. */
-template <int TYPE, int R, bool SW, int D, int MB>
-static __global__ void __launch_bounds__(128, MB) gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
+template <int TYPE, int R, bool SW, int D>
+static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
                                                                   const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
     const int ti = gemv_target_of(p);
@@ -1220,8 +1209,8 @@ static __global__ void __launch_bounds__(128, MB) gemv3_q_kernel(const gemv_para
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int64_t row = live ? row0 + (r < rv ? r : 0) : 0;
-            a[s][r] = qunits<TYPE>::load(tg.w, row, u, p.l1na);
-            if (SW) b[s][SW ? r : 0] = qunits<TYPE>::load(p.w_up, row, u, p.l1na);
+            a[s][r] = qunits<TYPE>::load(tg.w, row, u);
+            if (SW) b[s][SW ? r : 0] = qunits<TYPE>::load(p.w_up, row, u);
         }
     };
     early_begin(p);
@@ -1268,33 +1257,30 @@ static int gemv3_rows_max(tela_type type, bool sw, int D) {
 }
 
 template <int TYPE, int RMAX, int RMAX_SW, int D>
-static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int mb) {
-    if (mb == 8 && R == 1) return sw ? gemv3_q_kernel<TYPE, 1, true, 1, 8> : gemv3_q_kernel<TYPE, 1, false, D, 8>;
-    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1, 6> : gemv3_q_kernel<TYPE, 1, true, 1, 6>;
-    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D, 6>;
-    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D, 6>;
-    return gemv3_q_kernel<TYPE, 1, false, D, 6>;
+static gemv3_kernel_fn gemv3_pick_type(int R, bool sw) {
+    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1> : gemv3_q_kernel<TYPE, 1, true, 1>;
+    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D>;
+    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D>;
+    return gemv3_q_kernel<TYPE, 1, false, D>;
 }
 
-/* mb: blocks an SM the kernel is compiled for (6: 85 registers a thread,
- * 8: 64; TELA_CUDA_GEMV_OCC=8 picks the latter for one row a warp). */
-static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int mb) {
+static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D) {
     if (D == 2) {
         switch (type) {
-        case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw, mb);
-        case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 2>(R, sw, mb);
-        case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 2>(R, sw, mb);
-        case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 2, 1, 2>(R, sw, mb);
-        case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 2, 1, 2>(R, sw, mb);
+        case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw);
+        case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 2>(R, sw);
+        case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 2>(R, sw);
+        case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 2, 1, 2>(R, sw);
+        case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 2, 1, 2>(R, sw);
         default: return NULL;
         }
     }
     switch (type) {
-    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1, 1>(R, sw, mb);
-    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 1>(R, sw, mb);
-    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw, mb);
-    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw, mb);
-    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw, mb);
+    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1, 1>(R, sw);
+    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 1>(R, sw);
+    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw);
+    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw);
+    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw);
     default: return NULL;
     }
 }
@@ -1373,8 +1359,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     if (R3 > 0) {
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3);
         p.order = ex->gemv_order;
-        p.l1na = ex->gemv_l1na;
-        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, ex->gemv_occ), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
         tela_cuda_launched(ex, "gemv (quantized, early loads)");
         return true;
     }
