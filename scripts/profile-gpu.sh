@@ -32,11 +32,9 @@ name = {}
 for r in rows[1:]:
     v = float(r[vi].replace(",", "")) * scale.get(r[ui], 1.0)
     per[r[ii]][r[mi]] = v; name[r[ii]] = r[ki].split("(")[0][:58]
-for i, m in per.items():  # one line a kernel and grid size: the products of one template differ by shape
-    name[i] += " [%d]" % int(m.get("launch__grid_size", 0))
 tot = collections.defaultdict(lambda: [0.0, 0.0, 0])
-for i, m in per.items():
-    t = tot[name[i]]; t[0] += m.get("gpu__time_duration.sum", 0.0)
+for i, m in per.items():  # one line a kernel and grid size: the products of one template differ by shape
+    t = tot["%s [%d]" % (name[i], int(m.get("launch__grid_size", 0)))]; t[0] += m.get("gpu__time_duration.sum", 0.0)
     t[1] += m.get("dram__bytes_read.sum", 0.0) + m.get("dram__bytes_write.sum", 0.0); t[2] += 1
 s = sum(t[0] for t in tot.values()); n = sum(t[2] for t in tot.values()); b = sum(t[1] for t in tot.values())
 print("== %d kernels, %.1f us of kernel time (%.2f us a kernel), %.1f MB of DRAM traffic (%.2f TB/s over the kernels)" % (n, s, s / max(n, 1), b * 1e-6, b / max(s, 1e-9) * 1e-6))
