@@ -7,6 +7,8 @@
  *     activations quantized to 8 bits), the prefill path (dequantized
  *     panels through cuBLAS), the exact mode, accumulation, and the fused
  *     SwiGLU pair, for both variants of the decode kernels (TELA_CUDA_GEMV=2);
+ *   - a chain of one-token quantized products, each reading the one
+ *     before's output with no download in between;
  *   - embedding rows, RMSNorm, RoPE (both pair conventions), add, argmax
  *     (ties go to the lower index);
  *   - attention over f16 and f32 caches: decode steps at short and long
@@ -236,6 +238,89 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
     tela_ops_set_exact_matmul(false);
 }
 
+/* A decode step's chain of one-token quantized products, each reading the
+ * one before's output, queued without a download in between (the backend
+ * may then quantize a product's input, with the RMSNorm in front of it, in
+ * the epilogue of the product that writes it): a = W1 x; b = W2
+ * rmsnorm(a); c = x + W1 b (accumulating, as wo into the residual); d =
+ * silu(W1 c) * (W2 c); e = W1 rmsnorm(d). Each stage is checked against
+ * the float64 product of the GPU's own previous output, so the bound is
+ * one product's. */
+static void test_matmul_chain(void) {
+    const int64_t K = 1024;
+    const tela_type types[] = {TELA_TYPE_Q8_0, TELA_TYPE_Q4_0, TELA_TYPE_Q4_K, TELA_TYPE_Q5_K, TELA_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        test_mat w1, w2;
+        make_mat(&w1, types[ti], K, K, 100 + (int)ti);
+        make_mat(&w2, types[ti], K, K, 108 + (int)ti);
+        tela_mat *list[2] = {&w1.m, &w2.m};
+        tela_mat_use uses[2] = {TELA_MAT_MATMUL, TELA_MAT_MATMUL};
+        CHECK_OK(tela_backend_prepare_mats(gpu, list, uses, 2, 0));
+        float *x = rand_floats((size_t)K, 1.0f), *nw = rand_floats((size_t)K, 1.0f);
+        float *dx = dmalloc((size_t)K * 4), *dn = dmalloc((size_t)K * 4), *dxn = dmalloc((size_t)K * 4);
+        float *st[5];
+        for (int i = 0; i < 5; i++) {
+            st[i] = dmalloc((size_t)K * 4);
+            poison(st[i], (size_t)K);
+        }
+        up(dx, x, (size_t)K * 4);
+        up(dn, nw, (size_t)K * 4);
+        /* c starts as a copy of x, for the accumulating stage */
+        up(st[2], x, (size_t)K * 4);
+        const tela_norm_in norm = {dn, 1e-5f, dxn};
+        tela_exec_matmul(gx, &w1.m, dx, K, st[0], K, 1, false);                   /* a = W1 x */
+        const tela_matmul_target tb = {&w2.m, st[1], K};
+        tela_exec_norm_matmul_many(gx, &norm, &tb, 1, st[0], K, 1);               /* b = W2 rmsnorm(a) */
+        tela_exec_matmul(gx, &w1.m, st[1], K, st[2], K, 1, true);                 /* c = x + W1 b */
+        tela_exec_matmul_swiglu(gx, &w1.m, &w2.m, st[2], K, st[3], K, 1);         /* d = silu(W1 c) * W2 c */
+        const tela_matmul_target te = {&w1.m, st[4], K};
+        tela_exec_norm_matmul_many(gx, &norm, &te, 1, st[3], K, 1);               /* e = W1 rmsnorm(d) */
+        float *h[6];
+        h[0] = x;
+        for (int i = 0; i < 5; i++) {
+            h[i + 1] = malloc((size_t)K * 4);
+            down(h[i + 1], st[i], (size_t)K * 4);
+        }
+        double *ref = malloc(sizeof(double) * (size_t)K), *ref2 = malloc(sizeof(double) * (size_t)K);
+        float *xn = malloc((size_t)K * 4);
+        static const char *stage[5] = {"W1 x", "W2 rmsnorm(a)", "x + W1 b", "swiglu(c)", "W1 rmsnorm(d)"};
+        for (int i = 0; i < 5; i++) {
+            const float *in = h[i];
+            if (i == 1 || i == 4) { /* the RMSNorm in front, in double */
+                double ss = 0;
+                for (int64_t c = 0; c < K; c++) ss += (double)in[c] * in[c];
+                const double sc = 1.0 / sqrt(ss / (double)K + 1e-5);
+                for (int64_t c = 0; c < K; c++) xn[c] = (float)(in[c] * sc * nw[c]);
+                in = xn;
+            }
+            ref_matmul(i == 1 ? &w2 : &w1, in, 1, ref);
+            if (i == 2)
+                for (int64_t c = 0; c < K; c++) ref[c] += x[c];
+            if (i == 3) {
+                ref_matmul(&w2, in, 1, ref2);
+                for (int64_t c = 0; c < K; c++) ref[c] = ref[c] / (1.0 + exp(-ref[c])) * ref2[c];
+            }
+            const double e = rel_err(h[i + 1], ref, (size_t)K);
+            CHECK_MSG(e <= (i == 3 ? 2 : 1) * bound(types[ti], 1, false), "chain of %s products, stage %d (%s): rel err %.3g",
+                      tela_type_name(types[ti]), i, stage[i], e);
+        }
+        for (int i = 0; i < 5; i++) {
+            free(h[i + 1]);
+            tela_backend_free_mem(gpu, st[i]);
+        }
+        tela_backend_free_mem(gpu, dx);
+        tela_backend_free_mem(gpu, dn);
+        tela_backend_free_mem(gpu, dxn);
+        free(x);
+        free(nw);
+        free(xn);
+        free(ref);
+        free(ref2);
+        free_mat(&w1);
+        free_mat(&w2);
+    }
+}
+
 static void test_matmul(void) {
     /* rows not a multiple of the kernels' 2, 4 or 16 */
     const int toks[] = {1, 2, 3, 5, 8, 17, 70};
@@ -250,6 +335,7 @@ static void test_matmul(void) {
      * bytes, as its bulk copies need */
     const int one[] = {1};
     test_matmul_shape(1000, 2048, one, 1);
+    test_matmul_chain();
 }
 
 static void test_small_ops(void) {

@@ -91,6 +91,7 @@ typedef struct cuda_exec {
     int attn_short;              /* decode attention unsplit up to this length bucket (256; TELA_CUDA_ATTN_SHORT) */
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     int gemv_early;              /* decode products with early loads (default; TELA_CUDA_GEMV_EARLY=0: not) */
+    bool gemv_early_nt;          /* ... the quantized ones of 2-8 tokens too (default; TELA_CUDA_GEMV_EARLY_NT=0: not) */
     int gemv_order;              /* TELA_CUDA_GEMV_ORDER: early loads' order against the PDL wait (cuda_matvec.cu) */
     int gemv_stream;             /* one-token products streamed through shared memory (sm_90, opt-in: TELA_CUDA_GEMV_STREAM=1;
                                     2: the smallest stages and ring, for tests) */

@@ -1193,8 +1193,8 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
  * rounds (K > 32 units: the 8B's products, every down product) keeps its
  * lane's loads in flight through the arithmetic, where with D = 1 each
  * round waits the whole DRAM latency after the last. */
-template <int TYPE, int R, bool SW, int D>
-static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
+template <int TYPE, int R, bool SW, int D, int NT>
+static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4) gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
                                                                   const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
     const int ti = gemv_target_of(p);
@@ -1218,11 +1218,16 @@ static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_param
     for (int s = 0; s < D; s++)
         if (lane + 32 * s < n_units) load_all(s, lane + 32 * s);
     early_end(p);
-    const float scale = nscale ? nscale[0] : 1.0f;
-    if (!live) return;
-    float acc[R], up[R];
+    const int n_tok = NT == 1 ? 1 : p.n_tok;
+    float scale[NT];
 #pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = up[r] = 0.0f;
+    for (int t = 0; t < NT; t++) scale[t] = nscale && t < n_tok ? nscale[t] : 1.0f;
+    if (!live) return;
+    float acc[R][NT], up[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = up[r][t] = 0.0f;
     for (int u0 = lane; u0 < n_units; u0 += 32 * D) {
 #pragma unroll
         for (int s = 0; s < D; s++) {
@@ -1230,15 +1235,15 @@ static __global__ void __launch_bounds__(128, 6) gemv3_q_kernel(const gemv_param
             if (u >= n_units) break;
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                qunits<TYPE>::template dot_raw<1>(a[s][r], u, xq, xd, xs, K, 1, &acc[r]);
-                if (SW) qunits<TYPE>::template dot_raw<1>(b[s][SW ? r : 0], u, xq, xd, xs, K, 1, &up[r]);
+                qunits<TYPE>::template dot_raw<NT>(a[s][r], u, xq, xd, xs, K, n_tok, acc[r]);
+                if (SW) qunits<TYPE>::template dot_raw<NT>(b[s][SW ? r : 0], u, xq, xd, xs, K, n_tok, up[r]);
             }
             if (u + 32 * D < n_units) load_all(s, u + 32 * D);
         }
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
-        if (r < rv) gemv_write<1>(p, tg, row0 + r, &acc[r], &up[r], SW, &scale);
+        if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], SW, scale);
 }
 
 typedef void (*gemv3_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
@@ -1258,10 +1263,10 @@ static int gemv3_rows_max(tela_type type, bool sw, int D) {
 
 template <int TYPE, int RMAX, int RMAX_SW, int D>
 static gemv3_kernel_fn gemv3_pick_type(int R, bool sw) {
-    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1> : gemv3_q_kernel<TYPE, 1, true, 1>;
-    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D>;
-    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D>;
-    return gemv3_q_kernel<TYPE, 1, false, D>;
+    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1, 1> : gemv3_q_kernel<TYPE, 1, true, 1, 1>;
+    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D, 1>;
+    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D, 1>;
+    return gemv3_q_kernel<TYPE, 1, false, D, 1>;
 }
 
 static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D) {
@@ -1281,6 +1286,34 @@ static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D) {
     case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw);
     case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw);
     case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw);
+    default: return NULL;
+    }
+}
+
+/* The kernel above for NT = 2, 4 or 8 tokens: one row a warp. */
+template <int TYPE, int NT>
+static gemv3_kernel_fn gemv3_pick_nt_type(bool sw, int D) {
+    if (sw) return gemv3_q_kernel<TYPE, 1, true, 1, NT>;
+    return D == 2 ? gemv3_q_kernel<TYPE, 1, false, 2, NT> : gemv3_q_kernel<TYPE, 1, false, 1, NT>;
+}
+
+template <int NT>
+static gemv3_kernel_fn gemv3_pick_nt_of(tela_type type, bool sw, int D) {
+    switch (type) {
+    case TELA_TYPE_Q4_K: return gemv3_pick_nt_type<TELA_TYPE_Q4_K, NT>(sw, D);
+    case TELA_TYPE_Q5_K: return gemv3_pick_nt_type<TELA_TYPE_Q5_K, NT>(sw, D);
+    case TELA_TYPE_Q6_K: return gemv3_pick_nt_type<TELA_TYPE_Q6_K, NT>(sw, D);
+    case TELA_TYPE_Q8_0: return gemv3_pick_nt_type<TELA_TYPE_Q8_0, NT>(sw, D);
+    case TELA_TYPE_Q4_0: return gemv3_pick_nt_type<TELA_TYPE_Q4_0, NT>(sw, D);
+    default: return NULL;
+    }
+}
+
+static gemv3_kernel_fn gemv3_pick_nt(tela_type type, int nt_tile, bool sw, int D) {
+    switch (nt_tile) {
+    case 2: return gemv3_pick_nt_of<2>(type, sw, D);
+    case 4: return gemv3_pick_nt_of<4>(type, sw, D);
+    case 8: return gemv3_pick_nt_of<8>(type, sw, D);
     default: return NULL;
     }
 }
@@ -1361,6 +1394,15 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
         p.order = ex->gemv_order;
         tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
         tela_cuda_launched(ex, "gemv (quantized, early loads)");
+        return true;
+    }
+    if (n_tok > 1 && ex->gemv_early_nt) {
+        /* several tokens, with early loads: one row a warp */
+        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4);
+        p.order = ex->gemv_order;
+        tela_cuda_launch(ex, gemv3_pick_nt(w[0]->type, nt_tile, w_up != NULL, D3), blocks, 128, 0, p, xq, xd, xs,
+                         norm_w ? ns : NULL);
+        tela_cuda_launched(ex, "gemv (quantized, several tokens, early loads)");
         return true;
     }
     const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R);
