@@ -97,6 +97,17 @@ static int64_t panel_cols(size_t x_row) {
     return c < MAX_COLS ? MAX_COLS : c;
 }
 
+/* Prefetch distance, in super-blocks, of the tiles of several columns:
+ * there each weight line is used by C products, ~C cycles a vector, which
+ * leaves the hardware prefetchers behind (perf: the 8-column Q4_K tile
+ * stalled on its weight loads, compute and memory in series). 0: off. */
+#define PF_SB 2
+
+/* Prefetches bytes [0, n) of p, a line at a time. */
+INL void prefetch_lines(const uint8_t *p, int n) {
+    for (int o = 0; o < n; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
+}
+
 /* ------------------------------------------------------------------ Q4_K */
 
 enum { Q4K_D = 0, Q4K_DMIN = 32, Q4K_SC = 64, Q4K_M = 192, Q4K_Q = 320, Q4K_SB = 2368 };
@@ -137,6 +148,8 @@ INL void q4_K_tile(const uint8_t *w, size_t gs, const int G, const uint8_t *x, s
     UNROLL for (int i = 0; i < G * C; i++) f[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *wb = w + (size_t)b * Q4K_SB, *xb = x + (size_t)b * X_BYTES;
+        if (PF_SB && C > 1)
+            UNROLL for (int g = 0; g < G; g++) prefetch_lines(wb + g * gs + PF_SB * Q4K_SB, Q4K_SB);
         __m512i tot[MAX_GROUPS * MAX_COLS], acc[MAX_GROUPS * MAX_COLS];
         UNROLL for (int i = 0; i < G * C; i++) tot[i] = _mm512_setzero_si512();
         for (int c4 = 0; c4 < 4; c4++) {
@@ -256,6 +269,8 @@ INL void q6_K_tile(const uint8_t *w, size_t gs, const int G, const uint8_t *x, s
     UNROLL for (int i = 0; i < G * C; i++) f[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *wb = w + (size_t)b * Q6K_SB, *xb = x + (size_t)b * X_BYTES;
+        if (PF_SB && C > 1 && !lv)
+            UNROLL for (int g = 0; g < G; g++) prefetch_lines(wb + g * gs + PF_SB * Q6K_SB, Q6K_SB);
         __m512i tot[MAX_GROUPS * MAX_COLS], acc[MAX_GROUPS * MAX_COLS];
         UNROLL for (int i = 0; i < G * C; i++) tot[i] = _mm512_setzero_si512();
         for (int hh = 0; hh < 2; hh++) {

@@ -30,7 +30,7 @@
  * multiply-adds, so the tile can reach 8/11 of the VPDPBUSD peak (it gets
  * ~85% of that with data in L1). Q4_0 nibbles are unpacked to bytes once
  * per pair of groups and column panel (not per tile); decoding (one
- * column) runs 4 groups at a time with prefetching, memory-bound.
+ * column) runs 4 groups at a time, memory-bound; every tile prefetches.
  *
  * Float steps (the contract in qdot.h): lane r of column c does, per block
  * b in order, acc = fmaf((float)isum_b, d_w(r, b) * d_x(c, b), acc) from
@@ -236,8 +236,10 @@ static PQ_TGT void pq_build_table(const uint8_t *x, size_t xs, int64_t cols, int
 
 /* ------------------------------------------------------------- kernels */
 
-/* Decoding (one column) streams the weights from memory: each group's
- * level vectors are requested this many blocks ahead of use. */
+/* Every tile streams its weights from memory: each group's level vectors
+ * are requested this many blocks ahead of use (the tiles of several
+ * columns too: without it their weight loads stalled the steps of
+ * batched decode, docs/PERF-NOTES.md "Batched decode"). */
 #ifndef PQ_PREFETCH_BLOCKS
 #define PQ_PREFETCH_BLOCKS 4
 #endif
@@ -257,7 +259,7 @@ typedef struct {
  * Q8_0's, or unpacked Q4_0's). Writes the rows whose bit is set in
  * rmask[gi] of each group. */
 PQ_INL void pq_tile(const pq_wview *wv, int64_t nb, const uint8_t *x, size_t xs, const uint32_t *tab, float *out,
-                    int64_t os, const __mmask16 *rmask, const int G, const int C, const int nib, const int prefetch) {
+                    int64_t os, const __mmask16 *rmask, const int G, const int C, const int nib) {
     const size_t lb = pq_level_bytes(nib), ss = wv->sstride, ls = wv->lstride;
     __m512 fa[PQ_TILE_GROUPS * PQ_TILE_COLS];
     PQ_UNROLL for (int p = 0; p < G * C; p++) fa[p] = _mm512_setzero_ps();
@@ -267,11 +269,9 @@ PQ_INL void pq_tile(const pq_wview *wv, int64_t nb, const uint8_t *x, size_t xs,
     for (int64_t b = 0; b < nb; b++, lv += lb, sc += 32) {
         const size_t xo = (size_t)b * PQ_Q8_SIZE;
         const uint32_t *te = tab + (b >> 3) * 16 * C + (b & 7); /* this block's table entries */
-        if (prefetch) {
-            PQ_UNROLL for (int gi = 0; gi < G; gi++)
-                PQ_UNROLL for (size_t o = 0; o < lb; o += 64)
-                    _mm_prefetch((const char *)lv + gi * ls + PQ_PREFETCH_BLOCKS * lb + o, _MM_HINT_T0);
-        }
+        PQ_UNROLL for (int gi = 0; gi < G; gi++)
+            PQ_UNROLL for (size_t o = 0; o < lb; o += 64)
+                _mm_prefetch((const char *)lv + gi * ls + PQ_PREFETCH_BLOCKS * lb + o, _MM_HINT_T0);
         __m512 dw[4];
         PQ_UNROLL for (int gi = 0; gi < G; gi++)
             dw[gi] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(sc + gi * ss)));
@@ -319,25 +319,25 @@ PQ_INL void pq_tile(const pq_wview *wv, int64_t nb, const uint8_t *x, size_t xs,
 typedef void (*pq_tile_fn)(const pq_wview *, int64_t, const uint8_t *, size_t, const uint32_t *, float *, int64_t,
                            const __mmask16 *);
 
-#define PQ_DEF_TILE(NAME, G, C, NIB, PF)                                                                         \
+#define PQ_DEF_TILE(NAME, G, C, NIB)                                                                             \
     static PQ_TGT void NAME(const pq_wview *wv, int64_t nb, const uint8_t *x, size_t xs, const uint32_t *tab,    \
                             float *out, int64_t os, const __mmask16 *rmask) {                                    \
-        pq_tile(wv, nb, x, xs, tab, out, os, rmask, G, C, NIB, PF);                                              \
+        pq_tile(wv, nb, x, xs, tab, out, os, rmask, G, C, NIB);                                              \
     }
 #define PQ_DEF_TILES(P, NIB)                                                                                     \
-    PQ_DEF_TILE(P##_4x1, 4, 1, NIB, 1)                                                                           \
-    PQ_DEF_TILE(P##_1x1, 1, 1, NIB, 1)                                                                           \
-    PQ_DEF_TILE(P##_1x2, 1, 2, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_1x3, 1, 3, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_1x4, 1, 4, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_1x5, 1, 5, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_1x6, 1, 6, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_2x1, 2, 1, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_2x2, 2, 2, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_2x3, 2, 3, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_2x4, 2, 4, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_2x5, 2, 5, NIB, 0)                                                                           \
-    PQ_DEF_TILE(P##_2x6, 2, 6, NIB, 0)                                                                           \
+    PQ_DEF_TILE(P##_4x1, 4, 1, NIB)                                                                              \
+    PQ_DEF_TILE(P##_1x1, 1, 1, NIB)                                                                              \
+    PQ_DEF_TILE(P##_1x2, 1, 2, NIB)                                                                              \
+    PQ_DEF_TILE(P##_1x3, 1, 3, NIB)                                                                              \
+    PQ_DEF_TILE(P##_1x4, 1, 4, NIB)                                                                              \
+    PQ_DEF_TILE(P##_1x5, 1, 5, NIB)                                                                              \
+    PQ_DEF_TILE(P##_1x6, 1, 6, NIB)                                                                              \
+    PQ_DEF_TILE(P##_2x1, 2, 1, NIB)                                                                              \
+    PQ_DEF_TILE(P##_2x2, 2, 2, NIB)                                                                              \
+    PQ_DEF_TILE(P##_2x3, 2, 3, NIB)                                                                              \
+    PQ_DEF_TILE(P##_2x4, 2, 4, NIB)                                                                              \
+    PQ_DEF_TILE(P##_2x5, 2, 5, NIB)                                                                              \
+    PQ_DEF_TILE(P##_2x6, 2, 6, NIB)                                                                              \
     static const pq_tile_fn P##_tiles[PQ_TILE_GROUPS + 1][PQ_TILE_COLS + 1] = {                                  \
         {NULL}, {NULL, P##_1x1, P##_1x2, P##_1x3, P##_1x4, P##_1x5, P##_1x6},                                      \
         {NULL, P##_2x1, P##_2x2, P##_2x3, P##_2x4, P##_2x5, P##_2x6}};
