@@ -239,9 +239,9 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
 }
 
 /* A decode step's chain of one-token quantized products, each reading the
- * one before's output, queued without a download in between (the backend
- * may then quantize a product's input, with the RMSNorm in front of it, in
- * the epilogue of the product that writes it): a = W1 x; b = W2
+ * one before's output, queued without a download in between (so that each
+ * may start, under programmatic dependent launch, while the one before it
+ * finishes, and a backend may fuse work across the boundary): a = W1 x; b = W2
  * rmsnorm(a); c = x + W1 b (accumulating, as wo into the residual); d =
  * silu(W1 c) * (W2 c); e = W1 rmsnorm(d). Each stage is checked against
  * the float64 product of the GPU's own previous output, so the bound is

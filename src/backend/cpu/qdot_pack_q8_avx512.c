@@ -322,7 +322,7 @@ typedef void (*pq_tile_fn)(const pq_wview *, int64_t, const uint8_t *, size_t, c
 #define PQ_DEF_TILE(NAME, G, C, NIB)                                                                             \
     static PQ_TGT void NAME(const pq_wview *wv, int64_t nb, const uint8_t *x, size_t xs, const uint32_t *tab,    \
                             float *out, int64_t os, const __mmask16 *rmask) {                                    \
-        pq_tile(wv, nb, x, xs, tab, out, os, rmask, G, C, NIB);                                              \
+        pq_tile(wv, nb, x, xs, tab, out, os, rmask, G, C, NIB);                                                  \
     }
 #define PQ_DEF_TILES(P, NIB)                                                                                     \
     PQ_DEF_TILE(P##_4x1, 4, 1, NIB)                                                                              \

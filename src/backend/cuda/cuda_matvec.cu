@@ -1182,7 +1182,9 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
         if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], swiglu, scale);
 }
 
-/* One token with early loads (cuda_common.cuh): R rows a warp, each
+/* NT tokens (1, or 2, 4, 8 with one row a warp: verification passes and
+ * batches of sequences, 128 registers a thread so that the K-quant
+ * kernels do not spill) with early loads (cuda_common.cuh): R rows a warp, each
  * lane's units of all R rows (and of W_up's) loaded into registers before
  * the arithmetic, the first round before the PDL wait, which is here the
  * wait for the activations' quantization (quantize_act_kernel): the fetch
@@ -1194,8 +1196,8 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
  * lane's loads in flight through the arithmetic, where with D = 1 each
  * round waits the whole DRAM latency after the last. */
 template <int TYPE, int R, bool SW, int D, int NT>
-static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4) gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd,
-                                                                  const float *xs, const float *nscale) {
+static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
+    gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd, const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
