@@ -1805,21 +1805,93 @@ void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, in
 
 /* ---------------------------------------------------------- gemm path */
 
+/* Eight consecutive elements W[row][c0..c0+7] (c0 a multiple of 8) of a
+ * quantized type, dequantized as weight_at does (the same products in the
+ * same order), their block's scale decoded once and their bytes read with
+ * one 8-byte load per array. */
+template <int TYPE>
+static __device__ __forceinline__ void dequant8(const wview w, int64_t row, int c0, float *v) {
+    const int64_t K = w.n_cols;
+    switch (TYPE) {
+    case TELA_TYPE_Q8_0: {
+        const int64_t R = w.n_rows;
+        const float d = h2f(ld16(w.p + tela_cuda_align((size_t)(R * K)) + 2 * (row * (K / 32) + c0 / 32)));
+        const uint2 q = *(const uint2 *)(w.p + row * K + c0);
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = d * (float)(int8_t)(((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xFF);
+        break;
+    }
+    case TELA_TYPE_Q4_0: {
+        const int64_t R = w.n_rows;
+        const float d = h2f(ld16(w.p + tela_cuda_align((size_t)(R * K / 2)) + 2 * (row * (K / 32) + c0 / 32)));
+        const int j0 = c0 % 32;
+        const uint2 q = *(const uint2 *)(w.p + row * (K / 2) + (c0 / 32) * 16 + (j0 & 15));
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int b = (int)(((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xFF);
+            v[j] = d * (float)((j0 < 16 ? (b & 0xF) : (b >> 4)) - 8);
+        }
+        break;
+    }
+    case TELA_TYPE_Q4_K: case TELA_TYPE_Q5_K: {
+        const bool five = TYPE == TELA_TYPE_Q5_K;
+        const uint8_t *blk = w.p + (row * (K / 256) + c0 / 256) * (five ? 176 : 144);
+        const int e = c0 % 256, c = e / 64, l = e % 32, hi = (e / 32) & 1;
+        int sc, m;
+        k4_scale_min(blk + 4, 2 * c + hi, &sc, &m);
+        const float d = h2f(ld16(blk)) * (float)sc, mn = h2f(ld16(blk + 2)) * (float)m;
+        const uint2 q = *(const uint2 *)(blk + (five ? 48 : 16) + 32 * c + l);
+        const uint2 qh = five ? *(const uint2 *)(blk + 16 + l) : make_uint2(0, 0);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int b = (int)(((j < 4 ? q.x : q.y) >> (8 * (j & 3))) & 0xFF);
+            int qv = hi ? b >> 4 : b & 0xF;
+            if (five) qv |= (int)((((j < 4 ? qh.x : qh.y) >> (8 * (j & 3))) >> (2 * c + hi)) & 1) << 4;
+            v[j] = d * (float)qv - mn;
+        }
+        break;
+    }
+    case TELA_TYPE_Q6_K: {
+        const int64_t nb = K / 256, R = w.n_rows, i = row * nb + c0 / 256;
+        const uint8_t *q = w.p + i * 192;
+        const int8_t *scales = (const int8_t *)(w.p + tela_cuda_align((size_t)(R * nb * 192))) + i * 16;
+        const uint8_t *dp = w.p + tela_cuda_align((size_t)(R * nb * 192)) + tela_cuda_align((size_t)(R * nb * 16)) + i * 2;
+        const int e = c0 % 256, h = e / 128, g = (e % 128) / 32, l = e % 32;
+        const uint2 lo = *(const uint2 *)(q + 64 * h + l + 32 * (g & 1));
+        const uint2 qh = *(const uint2 *)(q + 128 + 32 * h + l);
+        const float ds = h2f(ld16(dp)) * (float)scales[8 * h + 2 * g + l / 16];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int b = (int)(((j < 4 ? lo.x : lo.y) >> (8 * (j & 3))) & 0xFF);
+            const int hb = (int)(((j < 4 ? qh.x : qh.y) >> (8 * (j & 3))) & 0xFF);
+            const int nib = g >= 2 ? b >> 4 : b & 0xF;
+            v[j] = ds * (float)((nib | ((hb >> (2 * g)) & 3) << 4) - 32);
+        }
+        break;
+    }
+    default:
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = weight_at<TYPE>(w, row, c0 + j);
+    }
+}
+
 /* rows [r0, r0 + nr) of W dequantized to f16, [nr][K]: 8 consecutive
- * elements a thread (K is a multiple of 32 for every quantized type), the
- * type fixed at compile time, one 16-byte store. (A thread an element
- * through the run-time element function ran at 3 G elements/s on the
- * H200: 3.6 ms for a 6144 x 2048 Q6_K matrix.) */
+ * elements a thread, consecutive threads on consecutive 16-byte stores.
+ * (The earlier kernels, one element at a time through weight_at or 32 a
+ * thread with 2-byte stores, ran at ~0.1 T elements/s on the H200: a
+ * fixed ~68 ms a prefill pass of the 8B Q4_K_M, whatever its length.) */
 template <int TYPE>
 static __global__ void dequant_rows_kernel(const wview w, int64_t r0, int64_t nr, __half *out) {
     TELA_PDL_ENTRY();
-    const int64_t k8 = w.n_cols / 8, n = nr * k8;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / k8, c0 = (i % k8) * 8;
-        __align__(16) __half v[8];
+    const unsigned k8 = (unsigned)(w.n_cols / 8), n = (unsigned)nr * k8;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const unsigned r = i / k8, c0 = (i % k8) * 8;
+        float v[8];
+        dequant8<TYPE>(w, r0 + r, (int)c0, v);
+        __align__(16) __half2 h[4];
 #pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = __float2half(weight_at<TYPE>(w, r0 + r, c0 + j));
-        *reinterpret_cast<uint4 *>(out + r * w.n_cols + c0) = *reinterpret_cast<const uint4 *>(v);
+        for (int j = 0; j < 4; j++) h[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
+        *reinterpret_cast<uint4 *>(out + (size_t)r * w.n_cols + c0) = *reinterpret_cast<const uint4 *>(h);
     }
 }
 
@@ -1829,30 +1901,27 @@ static dequant_fn dequant_for(tela_type type) {
     switch (type) {
     case TELA_TYPE_Q8_0: return dequant_rows_kernel<TELA_TYPE_Q8_0>;
     case TELA_TYPE_Q4_0: return dequant_rows_kernel<TELA_TYPE_Q4_0>;
+    case TELA_TYPE_Q4_K: return dequant_rows_kernel<TELA_TYPE_Q4_K>;
     case TELA_TYPE_Q5_K: return dequant_rows_kernel<TELA_TYPE_Q5_K>;
     case TELA_TYPE_Q6_K: return dequant_rows_kernel<TELA_TYPE_Q6_K>;
     default: return NULL;
     }
 }
 
-/* K-quant rows to f16, one thread per 32 elements of a 256-block (the
- * general element path above re-reads each block's header per element). */
-static __global__ void dequant_q4k_rows_kernel(const wview w, int64_t r0, int64_t nr, __half *out) {
+/* The activations to f16/bf16, [n_tok][K]: 8 elements a thread (K a
+ * multiple of 8, rows 16-byte aligned), one 16-byte store. */
+template <typename T>
+static __global__ void convert_x8_kernel(const float *x, int64_t x_stride, int64_t K, int n_tok, T *out) {
     TELA_PDL_ENTRY();
-    const int64_t nb = w.n_cols / 256, n = nr * nb * 8;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / (nb * 8), b = (i / 8) % nb;
-        const int s = (int)(i % 8);
-        const uint8_t *blk = w.p + ((r0 + r) * nb + b) * 144;
-        int sc, m;
-        k4_scale_min(blk + 4, s, &sc, &m);
-        const float d = h2f(ld16(blk)) * (float)sc, mn = h2f(ld16(blk + 2)) * (float)m;
-        const uint8_t *q = blk + 16 + 32 * (s / 2);
-        __half *o = out + r * w.n_cols + b * 256 + s * 32;
-        for (int l = 0; l < 32; l++) {
-            const int v = (s & 1) ? q[l] >> 4 : q[l] & 0xF;
-            o[l] = __float2half(d * (float)v - mn);
-        }
+    const unsigned k8 = (unsigned)(K / 8), n = (unsigned)n_tok * k8;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const unsigned t = i / k8, c0 = (i % k8) * 8;
+        const float4 a = *(const float4 *)(x + (size_t)t * x_stride + c0), b = *(const float4 *)(x + (size_t)t * x_stride + c0 + 4);
+        const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        __align__(16) T o[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[j] = (T)f[j];
+        *reinterpret_cast<uint4 *>(out + (size_t)t * K + c0) = *reinterpret_cast<const uint4 *>(o);
     }
 }
 
@@ -1894,7 +1963,14 @@ const void *tela_cuda_gemm_input(cuda_exec *ex, const tela_mat *const *w, int n_
     const size_t xbytes = tela_cuda_align((size_t)n_tok * (size_t)K * 2);
     unsigned char *scr = (unsigned char *)tela_cuda_scratch(ex, xbytes + panel);
     if (!scr) return NULL;
-    if (bf)
+    const bool vec8 = K % 8 == 0 && x_stride % 4 == 0 && ((uintptr_t)x & 15) == 0 && (int64_t)n_tok * K / 8 < ((int64_t)1 << 31);
+    if (vec8 && bf)
+        tela_cuda_launch(ex, convert_x8_kernel<__nv_bfloat16>, grid_for((int64_t)n_tok * K / 8, 256), 256, 0,
+            x, x_stride, K, n_tok, (__nv_bfloat16 *)scr);
+    else if (vec8)
+        tela_cuda_launch(ex, convert_x8_kernel<__half>, grid_for((int64_t)n_tok * K / 8, 256), 256, 0, x, x_stride, K,
+            n_tok, (__half *)scr);
+    else if (bf)
         tela_cuda_launch(ex, convert_x_kernel<__nv_bfloat16>, grid_for((int64_t)n_tok * K, 256), 256, 0,
             x, x_stride, K, n_tok, (__nv_bfloat16 *)scr);
     else
@@ -1930,9 +2006,7 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
         if (direct) {
             a = (const uint8_t *)w->dev + (size_t)r0 * (size_t)K * 2;
         } else {
-            if (w->type == TELA_TYPE_Q4_K)
-                tela_cuda_launch(ex, dequant_q4k_rows_kernel, grid_for(nr * (K / 256) * 8, 256), 256, 0, v, r0, nr, wp);
-            else if (dequant_for(w->type))
+            if (dequant_for(w->type))
                 tela_cuda_launch(ex, dequant_for(w->type), grid_for(nr * K / 8, 256), 256, 0, v, r0, nr, wp);
             else
                 tela_cuda_check(ex, cudaErrorNotSupported, "dequantizing a weight type without a kernel");
