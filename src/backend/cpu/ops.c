@@ -692,27 +692,29 @@ static inline void attn_values_4x64(float *const *o, const int *row, const float
 }
 
 #if defined(__AVX512F__)
-/* In-place transpose of 16 vectors of 16 floats: r[i][j] -> r[j][i]. */
+/* In-place transpose of 16 vectors of 16 floats: r[i][j] -> r[j][i]. The
+ * loops unrolled in full, or gcc keeps r and t in memory and every stage
+ * goes through the stack. */
 static inline __attribute__((always_inline)) void transpose16x16(__m512 *r) {
     __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
+    ATT_UNROLL for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
-    for (int i = 0; i < 16; i += 4) {
+    ATT_UNROLL for (int i = 0; i < 16; i += 4) {
         r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
         r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
         r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
         r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
     }
     /* rows now hold 4-element pieces: combine 128-bit lanes across groups */
-    for (int i = 0; i < 4; i++) {
+    ATT_UNROLL for (int i = 0; i < 4; i++) {
         t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
         t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
         t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
         t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
     }
-    for (int i = 0; i < 4; i++) {
+    ATT_UNROLL for (int i = 0; i < 4; i++) {
         r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
         r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
         r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
