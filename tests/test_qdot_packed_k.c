@@ -129,7 +129,7 @@ int main(void) {
             const int64_t rows = rows_list[i], groups = (rows + 15) / 16;
             for (int64_t nc = 1; nc <= 19; nc++) check_shape(type, rows, 512, nc, 0, groups);
         }
-        /* decode over group counts around the 4-group tile, and sub-ranges */
+        /* decode over several group counts, and sub-ranges */
         for (int64_t rows = 16; rows <= 16 * 9; rows += 16) check_shape(type, rows - 3, 256, 1, 0, (rows + 15) / 16);
         check_shape(type, 100, 256, 1, 1, 6);
         check_shape(type, 100, 256, 9, 2, 5);
