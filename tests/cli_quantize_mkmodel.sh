@@ -4,7 +4,8 @@
 # the same file for any thread count and a given seed; the tokenizer keys of
 # another GGUF copied and padded with [PADn] tokens of type 5 (unused), as
 # llama.cpp's converter pads; Llama and Qwen3.5 models quantized to Q4_K_M
-# and Q8_0 that tela run loads and runs. Tensor tables and keys are read
+# and Q8_0 that tela run loads and runs; --mtp's nextn block, which tela
+# run --spec mtp drafts with, giving the plain greedy tokens. Tensor tables and keys are read
 # back with an independent parser (Python struct).
 set -u
 tela=${TELA_BIN:?TELA_BIN not set}
@@ -77,6 +78,45 @@ check "--vocab-from copies and pads the tokenizer" \
     "[ \"\$(read_vocab '$tmp/v.gguf')\" = '512 tok99 [PAD100] [PAD511] 3 5 99 512' ]"
 "$tela" run -m "$tmp/v.gguf" --tokens 1,2,3 -n 2 --temp 0 --print-ids > /dev/null 2> "$tmp/err"
 check "the padded model loads and runs" "[ $? -eq 0 ]"
+
+# --mtp: one nextn block, as llama.cpp's converter writes Qwen3.5's MTP layer
+"$mk" llama-tiny --mtp -o "$tmp/m.gguf" -q 2> "$tmp/err"
+check "--mtp on a Llama preset is an error" "[ $? -eq 2 ] && grep -q 'Qwen3.5' '$tmp/err' && [ ! -e '$tmp/m.gguf' ]"
+"$mk" qwen3.5-tiny --mtp -o "$tmp/mtp.gguf" -q
+python3 - "$tmp/mtp.gguf" > "$tmp/mtp.txt" <<'EOF2'
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+p = 8
+n_t, n_kv = struct.unpack_from('<QQ', d, p); p += 16
+def take(f):
+    global p
+    v = struct.unpack_from('<' + f, d, p); p += struct.calcsize('<' + f); return v[0]
+def string():
+    global p
+    n = take('Q'); v = d[p:p + n].decode(); p += n; return v
+sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def value(t):
+    global p
+    if t == 8: return string()
+    if t == 9:
+        et = take('I'); n = take('Q'); return [value(et) for _ in range(n)]
+    if t == 4: return take('I')
+    p += sizes[t]; return None
+kv = {}
+for _ in range(n_kv):
+    k = string(); kv[k] = value(take('I'))
+names = {}
+for _ in range(n_t):
+    name = string(); nd = take('I'); ne = [take('Q') for _ in range(nd)]; take('I'); take('Q'); names[name] = ne
+print(kv['qwen35.block_count'], kv['qwen35.nextn_predict_layers'], names.get('blk.4.nextn.eh_proj.weight'),
+      'blk.4.attn_q.weight' in names, 'blk.4.ssm_a' in names, 'blk.5.attn_norm.weight' in names)
+EOF2
+check "--mtp writes block_count 5, one nextn layer, its projection [512, 256] on a full-attention layer" \
+    "[ \"\$(cat '$tmp/mtp.txt')\" = '5 1 [512, 256] True False False' ]"
+"$tela" run -m "$tmp/mtp.gguf" --tokens 5,9,2,7 -n 12 --temp 0 --print-ids -t 1 > "$tmp/plain" 2> /dev/null
+"$tela" run -m "$tmp/mtp.gguf" --tokens 5,9,2,7 -n 12 --temp 0 --print-ids -t 1 --spec mtp --draft-max 2 > "$tmp/spec" 2> "$tmp/err"
+check "tela run --spec mtp drafts with the block and gives the plain greedy tokens" \
+    "[ -s '$tmp/plain' ] && cmp -s '$tmp/plain' '$tmp/spec' && grep -q 'drafts accepted' '$tmp/err'"
 
 for preset in llama-tiny qwen3.5-tiny; do
     "$mk" "$preset" -o "$tmp/$preset.gguf" -q

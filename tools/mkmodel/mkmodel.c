@@ -41,30 +41,31 @@ typedef struct preset {
     int ssm_k_heads, ssm_v_heads, ssm_k_dim, ssm_v_dim, conv_kernel, interval;
     double partial_rotary;
     int mrope[4];
+    int n_mtp;   /* qwen35: multi-token-prediction (nextn) blocks after the layers (--mtp) */
 } preset;
 
 static const preset PRESETS[] = {
     {"llama-3.2-1b", "llama", "Llama 3.2 1B Random", "Llama-3.2-1B shape (1.24B parameters, tied embeddings)",
      16, 2048, 32, 8, 64, 8192, 128256, 131072, true, 500000.0, 1e-5, 32.0, 1.0, 4.0, 8192.0,
-     0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+     0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}, 0},
     {"llama-3.1-8b", "llama", "Llama 3.1 8B Random", "Llama-3.1-8B shape (8.03B parameters, untied output)",
      32, 4096, 32, 8, 128, 14336, 128256, 131072, false, 500000.0, 1e-5, 8.0, 1.0, 4.0, 8192.0,
-     0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+     0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}, 0},
     {"qwen3.5-2b", "qwen35", "Qwen3.5 2B Random",
      "Qwen3.5-2B shape (24 layers: 18 Gated DeltaNet + 6 gated attention, tied embeddings)",
      24, 2048, 8, 2, 256, 6144, 248320, 262144, true, 10000000.0, 1e-6, 0, 0, 0, 0,
-     16, 16, 128, 128, 4, 4, 0.25, {11, 11, 10, 0}},
+     16, 16, 128, 128, 4, 4, 0.25, {11, 11, 10, 0}, 0},
     {"qwen3.5-27b", "qwen35", "Qwen3.5 27B Random",
      "Qwen3.5-27B shape (64 layers: 48 Gated DeltaNet + 16 gated attention, GDN 16 key / 48 value heads, untied)",
      64, 5120, 24, 4, 256, 17408, 248320, 262144, false, 10000000.0, 1e-6, 0, 0, 0, 0,
-     16, 48, 128, 128, 4, 4, 0.25, {11, 11, 10, 0}},
+     16, 48, 128, 128, 4, 4, 0.25, {11, 11, 10, 0}, 0},
     {"llama-tiny", "llama", "Llama Tiny Random", "a small Llama for tests (hidden 256, 4 layers, vocab 512)",
      4, 256, 4, 2, 64, 512, 512, 4096, false, 500000.0, 1e-5, 8.0, 1.0, 4.0, 64.0,
-     0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}},
+     0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0}, 0},
     {"qwen3.5-tiny", "qwen35", "Qwen3.5 Tiny Random",
      "a small Qwen3.5 hybrid for tests (hidden 256, 4 layers: 3 GDN + 1 attention, vocab 512)",
      4, 256, 2, 1, 64, 512, 512, 4096, true, 10000000.0, 1e-6, 0, 0, 0, 0,
-     2, 4, 32, 32, 4, 4, 0.25, {11, 11, 10, 0}},
+     2, 4, 32, 32, 4, 4, 0.25, {11, 11, 10, 0}, 0},
 };
 #define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
 
@@ -200,6 +201,25 @@ static tela_status plan_qwen35(mk_plan *pl) {
             TELA_TRY(plan_add(pl, INIT_WEIGHT, 2, p->n_embd, kv, "blk.%d.attn_v.weight", l));
         }
     }
+    /* the MTP block as llama.cpp's converter writes it: a full-attention
+     * layer numbered after the others, plus its nextn.* tensors */
+    for (int l = p->n_layer; l < p->n_layer + p->n_mtp; l++) {
+        TELA_TRY(plan_add(pl, INIT_NORM, 1, p->n_embd, 1, "blk.%d.attn_norm.weight", l));
+        TELA_TRY(plan_add(pl, INIT_WEIGHT, 2, p->n_ff, p->n_embd, "blk.%d.ffn_down.weight", l));
+        TELA_TRY(plan_add(pl, INIT_WEIGHT, 2, p->n_embd, p->n_ff, "blk.%d.ffn_gate.weight", l));
+        TELA_TRY(plan_add(pl, INIT_WEIGHT, 2, p->n_embd, p->n_ff, "blk.%d.ffn_up.weight", l));
+        TELA_TRY(plan_add(pl, INIT_NORM, 1, p->n_embd, 1, "blk.%d.post_attention_norm.weight", l));
+        TELA_TRY(plan_add(pl, INIT_NORM, 1, p->head_dim, 1, "blk.%d.attn_k_norm.weight", l));
+        TELA_TRY(plan_add(pl, INIT_WEIGHT, 2, p->n_embd, kv, "blk.%d.attn_k.weight", l));
+        TELA_TRY(plan_add(pl, INIT_WEIGHT, 2, q, p->n_embd, "blk.%d.attn_output.weight", l));
+        TELA_TRY(plan_add(pl, INIT_NORM, 1, p->head_dim, 1, "blk.%d.attn_q_norm.weight", l));
+        TELA_TRY(plan_add(pl, INIT_WEIGHT, 2, p->n_embd, 2 * q, "blk.%d.attn_q.weight", l));
+        TELA_TRY(plan_add(pl, INIT_WEIGHT, 2, p->n_embd, kv, "blk.%d.attn_v.weight", l));
+        TELA_TRY(plan_add(pl, INIT_WEIGHT, 2, 2 * (int64_t)p->n_embd, p->n_embd, "blk.%d.nextn.eh_proj.weight", l));
+        TELA_TRY(plan_add(pl, INIT_NORM, 1, p->n_embd, 1, "blk.%d.nextn.enorm.weight", l));
+        TELA_TRY(plan_add(pl, INIT_NORM, 1, p->n_embd, 1, "blk.%d.nextn.hnorm.weight", l));
+        TELA_TRY(plan_add(pl, INIT_NORM, 1, p->n_embd, 1, "blk.%d.nextn.shared_head_norm.weight", l));
+    }
     return plan_add(pl, INIT_NORM, 1, p->n_embd, 1, "output_norm.weight", 0);
 }
 
@@ -223,7 +243,7 @@ static tela_status add_model_keys(tela_gguf_writer *w, const mk_plan *pl) {
     TELA_TRY(tela_gguf_writer_add_str(w, "general.architecture", p->arch));
     TELA_TRY(tela_gguf_writer_add_str(w, "general.type", "model"));
     TELA_TRY(tela_gguf_writer_add_str(w, "general.name", p->title));
-    TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "block_count"), (uint32_t)p->n_layer));
+    TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "block_count"), (uint32_t)(p->n_layer + p->n_mtp)));
     TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "context_length"), (uint32_t)p->n_ctx));
     TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "embedding_length"), (uint32_t)p->n_embd));
     TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "feed_forward_length"), (uint32_t)p->n_ff));
@@ -243,6 +263,7 @@ static tela_status add_model_keys(tela_gguf_writer *w, const mk_plan *pl) {
         TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "ssm.time_step_rank"), (uint32_t)p->ssm_v_heads));
         TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "ssm.inner_size"), (uint32_t)(p->ssm_v_heads * p->ssm_v_dim)));
         TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "full_attention_interval"), (uint32_t)p->interval));
+        if (p->n_mtp) TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "nextn_predict_layers"), (uint32_t)p->n_mtp));
         TELA_TRY(tela_gguf_writer_add_u32(w, akey(p, "rope.dimension_count"),
                                           (uint32_t)(p->head_dim * p->partial_rotary)));
     } else {
@@ -430,7 +451,7 @@ static tela_status generate(const mk_plan *pl, const mk_tensor *t, int fd, const
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tela-mkmodel PRESET -o OUT.gguf [--type f16|f32|bf16|q8_0] [--vocab-from FILE.gguf]\n"
-               "                    [--seed N] [--layers N] [--threads N] [-q]\n\n"
+               "                    [--seed N] [--layers N] [--mtp] [--threads N] [-q]\n\n"
                "Writes a GGUF model with random weights at the shape of a real one, for\n"
                "benchmarks: llama.cpp's tensor names, shapes and keys, weights N(0, 0.02)-like,\n"
                "norms about 1, deterministic for a seed. Quantize it with 'tela quantize'.\n\n"
@@ -445,6 +466,8 @@ static void usage(FILE *f) {
                "                      with [PADn] tokens up to the model's vocabulary)\n"
                "  --seed N            random seed (default 1)\n"
                "  --layers N          override the number of layers\n"
+               "  --mtp               Qwen3.5 presets: add one multi-token-prediction (nextn) block,\n"
+               "                      for measuring speculative decoding with --spec mtp\n"
                "  --threads N         threads (default: all cores)\n"
                "  -q                  no progress line\n");
 }
@@ -541,7 +564,7 @@ int main(int argc, char **argv) {
     const char *name = NULL, *out = NULL, *vocab = NULL;
     tela_type wtype = TELA_TYPE_F16;
     long seed = 1, layers = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
-    int quiet = 0;
+    int quiet = 0, mtp = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -569,6 +592,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (parse_long(a, v, 1, 256, &threads)) return 2;
             i++;
+        } else if (!strcmp(a, "--mtp")) {
+            mtp = 1;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
         } else if (a[0] == '-') {
@@ -597,6 +622,13 @@ int main(int argc, char **argv) {
     }
     preset custom = *p;
     if (layers) custom.n_layer = (int)layers;
+    if (mtp) {
+        if (strcmp(custom.arch, "qwen35")) {
+            fprintf(stderr, "tela-mkmodel: --mtp needs a Qwen3.5 preset ('%s' has no MTP block)\n", custom.name);
+            return 2;
+        }
+        custom.n_mtp = 1;
+    }
     if (threads < 1) threads = 1;
     return run(&custom, out, wtype, vocab, (uint64_t)seed, (int)threads, quiet);
 }
