@@ -4,9 +4,12 @@
  * CPU kernels), on fresh random data, with the outputs poisoned (NaN)
  * before every call so that an element left unwritten fails:
  *   - matmul of every GPU weight type: the decode kernels (1..8 tokens,
- *     activations quantized to 8 bits), the prefill path (dequantized
- *     panels through cuBLAS), the exact mode, accumulation, and the fused
- *     SwiGLU pair, for both variants of the decode kernels (TELA_CUDA_GEMV=2);
+ *     activations quantized to 8 bits; float ones on the tensor cores),
+ *     the prefill path (dequantized panels through cuBLAS), the exact
+ *     mode, accumulation, and the fused SwiGLU pair, for both variants of
+ *     the decode kernels (TELA_CUDA_GEMV=2); a product of 2-8 tokens
+ *     gives each token the bits of a one-token product (quantized and F32
+ *     weights; F16/BF16 with TELA_CUDA_GEMV_FM=1);
  *   - a chain of one-token quantized products, each reading the one
  *     before's output with no download in between;
  *   - embedding rows, RMSNorm, RoPE (both pair conventions), add, argmax
@@ -84,15 +87,29 @@ static const tela_type gpu_types[] = {TELA_TYPE_F32, TELA_TYPE_F16, TELA_TYPE_BF
  * quantize activations to 8 bits per 32 for quantized weights (about
  * 0.3% of each product); the prefill path rounds activations and weights
  * to f16 (bf16: 8 bits of mantissa). */
-/* Float products of n_tok tokens take cuBLAS (f16/bf16 activations) from
+/* Float products of up to 8 tokens take the decode kernels (f32
+ * activations, or their hi + lo parts on the tensor cores); with
+ * TELA_CUDA_GEMV_FM=0, cuBLAS (f16/bf16 activations) from
  * TELA_CUDA_FLOAT_GEMM tokens on (3) for matrices of at least
  * TELA_CUDA_FLOAT_GEMM_BYTES (4 MiB: none of this file's, unless the
- * variant sets 0), the decode kernels (f32 activations) below. */
+ * variant sets 0). */
 static bool float_gemm(tela_type type, int n_tok) {
-    const char *t = getenv("TELA_CUDA_FLOAT_GEMM"), *b = getenv("TELA_CUDA_FLOAT_GEMM_BYTES");
+    const char *t = getenv("TELA_CUDA_FLOAT_GEMM"), *b = getenv("TELA_CUDA_FLOAT_GEMM_BYTES"),
+               *fm = getenv("TELA_CUDA_GEMV_FM");
+    if (!(fm && !strcmp(fm, "0"))) return false; /* the tensor-core kernel takes F16/BF16 up to 8 tokens */
     const int min = t && t[0] >= '2' && t[0] <= '9' && !t[1] ? t[0] - '0' : 3;
     const long long bytes = b && b[0] >= '0' && b[0] <= '9' ? atoll(b) : 4ll << 20;
     return (type == TELA_TYPE_F16 || type == TELA_TYPE_BF16) && n_tok >= min && 299ll * 1024 * 2 >= bytes;
+}
+
+/* Whether a product of several tokens must give each token a one-token
+ * product's bits: the quantized and F32 decode kernels; F16/BF16 only with
+ * TELA_CUDA_GEMV_FM=1, where one token takes the tensor-core kernel of
+ * 2-8 tokens (by default it takes the faster early-load kernel, which
+ * rounds otherwise). */
+static bool same_bits_expected(tela_type type) {
+    const char *fm = getenv("TELA_CUDA_GEMV_FM");
+    return (type != TELA_TYPE_F16 && type != TELA_TYPE_BF16) || (fm && !strcmp(fm, "1"));
 }
 
 static double bound(tela_type type, int n_tok, bool exact) {
@@ -132,6 +149,24 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
                 double e = rel_err(y, ref, (size_t)nt * R);
                 CHECK_MSG(e <= bound(type, nt, exact), "matmul %s n_tok %d exact %d: rel err %.3g",
                           tela_type_name(type), nt, exact, e);
+                /* a product of several tokens gives each token the bits of a
+                 * decode step of that token alone (speculative decoding's
+                 * greedy identity rests on it) */
+                if (!exact && nt > 1 && nt <= 8 && same_bits_expected(type)) {
+                    float *y1 = malloc((size_t)R * 4);
+                    int same = 1;
+                    for (int t = 0; t < nt; t++) {
+                        poison(dy, (size_t)R);
+                        tela_exec_matmul(gx, &w.m, dx + (size_t)t * K, K, dy, R, 1, false);
+                        down(y1, dy, (size_t)R * 4);
+                        same = same && !memcmp(y1, y + (size_t)t * R, (size_t)R * 4);
+                    }
+                    CHECK_MSG(same, "matmul %s: a product of %d tokens differs in bits from one-token products",
+                              tela_type_name(type), nt);
+                    free(y1);
+                    poison(dy, (size_t)nt * R);
+                    tela_exec_matmul(gx, &w.m, dx, K, dy, R, nt, false);
+                }
                 /* accumulate: y += W2 x on top of W x */
                 tela_exec_matmul(gx, &w2.m, dx, K, dy, R, nt, true);
                 down(y, dy, (size_t)nt * R * 4);
@@ -196,6 +231,17 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
                     poison(dy, (size_t)nt * R);
                     tela_exec_norm_matmul_swiglu(gx, &norm, &w.m, &w2.m, dx, K, dy, R, nt);
                     down(y, dy, (size_t)nt * R * 4);
+                    if (!exact && nt > 1 && nt <= 8 && same_bits_expected(type)) { /* the bits of one-token steps, as above */
+                        int same = 1;
+                        for (int t = 0; t < nt; t++) {
+                            poison(dy2, (size_t)R);
+                            tela_exec_norm_matmul_swiglu(gx, &norm, &w.m, &w2.m, dx + (size_t)t * K, K, dy2, R, 1);
+                            down(y2, dy2, (size_t)R * 4);
+                            same = same && !memcmp(y2, y + (size_t)t * R, (size_t)R * 4);
+                        }
+                        CHECK_MSG(same, "norm + swiglu %s: a product of %d tokens differs in bits from one-token products",
+                                  tela_type_name(type), nt);
+                    }
                     e1 = rel_err(y, ref2, (size_t)nt * R);
                     CHECK_MSG(e1 <= 2 * bound(type, nt, exact), "norm + swiglu %s n_tok %d exact %d: rel err %.3g",
                               tela_type_name(type), nt, exact, e1);

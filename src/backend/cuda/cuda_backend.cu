@@ -285,6 +285,13 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_wpr = gw && (!strcmp(gw, "1") || !strcmp(gw, "2") || !strcmp(gw, "4")) ? atoi(gw) : 0;
     const char *gd = getenv("TELA_CUDA_GEMV_DEPTH");
     ex->gemv_depth = gd && (!strcmp(gd, "1") || !strcmp(gd, "2")) ? atoi(gd) : 0;
+    const char *fm = getenv("TELA_CUDA_GEMV_FM");
+    ex->gemv_fm = b->cc_major >= 8 && !(fm && !strcmp(fm, "0"));
+    const char *fs = getenv("TELA_CUDA_FM_SLICES");
+    ex->fm_slices = fs && (!strcmp(fs, "1") || !strcmp(fs, "2") || !strcmp(fs, "4") || !strcmp(fs, "8")) ? atoi(fs) : 0;
+    ex->gemv_fm_one = fm && !strcmp(fm, "1");
+    const char *fr = getenv("TELA_CUDA_FM_RB");
+    ex->fm_rb = fr && (!strcmp(fr, "1") || !strcmp(fr, "2") || !strcmp(fr, "4")) ? atoi(fr) : 0;
     const char *gl = getenv("TELA_CUDA_GDN_LANES");
     ex->gdn_lanes = gl && (!strcmp(gl, "4") || !strcmp(gl, "8")) ? atoi(gl) : 0;
     const char *gs = getenv("TELA_CUDA_GDN_STEP");
@@ -479,9 +486,13 @@ static void cuda_rmsnorm(tela_exec *e, float *out, int64_t out_stride, const flo
  * the H200 (docs/PERF-NOTES.md), Qwen3.5-2B F16, a pass of n tokens against
  * one: decode kernels 1.85 / 2.64 / 3.28 for n = 2 / 3 / 4, cuBLAS 2.16 /
  * 2.14 / 2.19; on the 8M-parameter demo (matrices under 1 MB) cuBLAS was
- * the slower at every n. */
+ * the slower at every n. F16/BF16 products of 2-8 tokens now take the
+ * tensor-core kernel (gemv_fm_kernel, cuda_matvec.cu) unless
+ * TELA_CUDA_GEMV_FM=0. */
 static int gemv_max_tok(const cuda_exec *ex, const tela_mat *w) {
     const bool flt = w->type == TELA_TYPE_F16 || w->type == TELA_TYPE_BF16 || w->type == TELA_TYPE_F32;
+    if (ex->gemv_fm && (w->type == TELA_TYPE_F16 || w->type == TELA_TYPE_BF16) && w->n_cols % 32 == 0)
+        return TELA_CUDA_GEMV_MAX_TOK; /* the tensor-core kernel: 2-8 tokens for about one token's cost */
     const int64_t bytes = w->n_rows * w->n_cols * (w->type == TELA_TYPE_F32 ? 4 : 2);
     return flt && bytes >= ex->float_gemm_bytes ? ex->float_gemm_min - 1 : TELA_CUDA_GEMV_MAX_TOK;
 }

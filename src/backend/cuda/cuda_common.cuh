@@ -100,6 +100,11 @@ typedef struct cuda_exec {
                                     (TELA_CUDA_CARVEOUT=0: not) */
     int gemv_depth;              /* TELA_CUDA_GEMV_DEPTH=1|2: rounds of loads in flight of the quantized ones, 0 auto */
     int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of the float ones with early loads, 0 auto */
+    bool gemv_fm;                /* float decode products of 2-8 tokens on the tensor cores (default on sm_80 and newer;
+                                    TELA_CUDA_GEMV_FM=0: the earlier kernels, and cuBLAS from 3 tokens) */
+    bool gemv_fm_one;            /* ... of one token too (TELA_CUDA_GEMV_FM=1: every step's bits those of a verification
+                                    pass, one-token products ~35% slower on the H200) */
+    int fm_slices, fm_rb;        /* TELA_CUDA_FM_SLICES=1|2|4|8, TELA_CUDA_FM_RB=1|2|4: their shape, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
     bool after_copy;             /* the last operation queued was a copy or a memset, not a kernel */

@@ -979,6 +979,253 @@ static int gemv_fs_wpr(const cuda_exec *ex, int64_t rows, int64_t K, bool sw) {
     return w;
 }
 
+/* Float weights (F16/BF16), 1 to 8 tokens, on the tensor cores
+ * (mma.sync m16n8k16, f32 accumulation): the products' B operand is 8
+ * weight rows (RB such fragments a warp), A the tokens (rows 0-7 of its
+ * 16; 8-15 are zero). Lane 4n + c loads 16 bytes of row n at column
+ * k0 + 8c, one load a step, and its token n's 8 inputs at the same
+ * columns: the columns' order inside an MMA is a permutation shared by A
+ * and B, so no shuffle is needed. Each output (token, row) is a chain of
+ * MMAs that reads only that token's inputs and that row's weights, in an
+ * order fixed by the matrix shape: a product of n tokens gives each token
+ * the bits of this kernel's product of that token alone (test_cuda_ops
+ * checks it), and costs about as much. The inputs keep f32's precision in
+ * two parts, x = hi + lo (f16: lo scaled by 2^11, in its own accumulator;
+ * bf16: lo in bf16), ~2^-21 relative. Used for 2-8 tokens (verification
+ * passes, batched decode); for one token the early-load kernels above
+ * are faster (H200, 1B F16 tg128: 1,008 against 641 tok/s with this
+ * kernel; docs/PERF-NOTES.md), so a decode step and a verification pass
+ * round differently unless TELA_CUDA_GEMV_FM=1 sends one token here too.
+ * Blocks of 8 warps: S warps (slices of the row's 32-column steps, step s
+ * to the warp s mod S) for each group of 8 RB rows, 8 / S groups a block;
+ * the slices meet in shared memory in slice order. U steps' loads in
+ * flight a lane, the first U issued before the PDL wait. */
+#define FM_WARPS 8
+
+template <int TYPE>
+static __device__ __forceinline__ void fm_mma(float *d, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+    if (TYPE == TELA_TYPE_F16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+/* Two inputs as the hi and lo parts of the MMA's A operand (the scale of
+ * lo: 2^11 for f16, whose exponent range is narrow; 1 for bf16). */
+template <int TYPE>
+static __device__ __forceinline__ void fm_split(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+    if (TYPE == TELA_TYPE_F16) {
+        const __half2 h = __floats2half2_rn(x0, x1);
+        const float2 hf = __half22float2(h);
+        const __half2 l = __floats2half2_rn((x0 - hf.x) * 2048.0f, (x1 - hf.y) * 2048.0f);
+        *hi = *(const uint32_t *)&h;
+        *lo = *(const uint32_t *)&l;
+    } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+        const float2 hf = __bfloat1622float2(h);
+        const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+        *hi = *(const uint32_t *)&h;
+        *lo = *(const uint32_t *)&l;
+    }
+}
+
+template <int TYPE, bool SW, int S, int RB, int U>
+static __global__ void __launch_bounds__(FM_WARPS * 32, 3) gemv_fm_kernel(const gemv_params p) {
+    constexpr int G = FM_WARPS / S, RW = 8 * RB; /* row groups a block, rows a group */
+    const int ti = gemv_target_of(p);
+    const gemv_target &tg = p.t[ti];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, slice = warp % S, grp = warp / S;
+    const int n = lane >> 2, c = lane & 3;
+    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * G + grp) * RW;
+    const int K = (int)tg.w.n_cols, n8 = K / 8, ns = K / 32;
+    const int nj = slice < ns ? (ns - slice + S - 1) / S : 0; /* this warp's steps */
+    const uint4 *wg[RB], *wu[RB];
+    bool live[RB];
+#pragma unroll
+    for (int b = 0; b < RB; b++) {
+        const int64_t row = row0 + n + 8 * b;
+        live[b] = row < tg.w.n_rows;
+        wg[b] = (const uint4 *)tg.w.p + (size_t)(live[b] ? row : 0) * n8 + c;
+        wu[b] = SW ? (const uint4 *)p.w_up.p + (size_t)(live[b] ? row : 0) * n8 + c : wg[b];
+    }
+    uint4 v[U][RB], vu[U][SW ? RB : 1];
+    early_begin(p);
+#pragma unroll
+    for (int j = 0; j < U; j++)
+#pragma unroll
+        for (int b = 0; b < RB; b++) {
+            v[j][b] = make_uint4(0, 0, 0, 0);
+            if (SW) vu[j][SW ? b : 0] = make_uint4(0, 0, 0, 0);
+            if (live[b] && j < nj) {
+                v[j][b] = ld_stream(wg[b] + 4 * (slice + S * j));
+                if (SW) vu[j][SW ? b : 0] = ld_stream(wu[b] + 4 * (slice + S * j));
+            }
+        }
+    early_end(p);
+    const bool tok = n < p.n_tok; /* this lane's A row is token n */
+    const float *xr = p.x + (size_t)(tok ? n : 0) * p.x_stride + 8 * c;
+    float dh[RB][4], dl[RB][4], uh[SW ? RB : 1][4], ul[SW ? RB : 1][4], ss = 0.0f;
+#pragma unroll
+    for (int b = 0; b < RB; b++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            dh[b][i] = dl[b][i] = 0.0f;
+            if (SW) uh[SW ? b : 0][i] = ul[SW ? b : 0][i] = 0.0f;
+        }
+    for (int j0 = 0; j0 < nj; j0 += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u;
+            if (j >= nj) break;
+            const int k0 = 32 * (slice + S * j);
+            uint32_t hi[4] = {0, 0, 0, 0}, lo[4] = {0, 0, 0, 0};
+            if (tok) {
+                float4 a = __ldg((const float4 *)(xr + k0)), e = __ldg((const float4 *)(xr + k0 + 4));
+                if (p.norm_w) {
+                    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+                    ss += e.x * e.x + e.y * e.y + e.z * e.z + e.w * e.w;
+                    const float4 wa = __ldg((const float4 *)(p.norm_w + k0 + 8 * c)),
+                                 wb = __ldg((const float4 *)(p.norm_w + k0 + 8 * c + 4));
+                    a.x *= wa.x, a.y *= wa.y, a.z *= wa.z, a.w *= wa.w;
+                    e.x *= wb.x, e.y *= wb.y, e.z *= wb.z, e.w *= wb.w;
+                }
+                fm_split<TYPE>(a.x, a.y, &hi[0], &lo[0]);
+                fm_split<TYPE>(a.z, a.w, &hi[1], &lo[1]);
+                fm_split<TYPE>(e.x, e.y, &hi[2], &lo[2]);
+                fm_split<TYPE>(e.z, e.w, &hi[3], &lo[3]);
+            }
+            /* columns k0 + 8c + 0..3 are the first MMA's, + 4..7 the second's */
+#pragma unroll
+            for (int b = 0; b < RB; b++) {
+                fm_mma<TYPE>(dh[b], hi[0], hi[1], v[u][b].x, v[u][b].y);
+                fm_mma<TYPE>(dl[b], lo[0], lo[1], v[u][b].x, v[u][b].y);
+                fm_mma<TYPE>(dh[b], hi[2], hi[3], v[u][b].z, v[u][b].w);
+                fm_mma<TYPE>(dl[b], lo[2], lo[3], v[u][b].z, v[u][b].w);
+                if (SW) {
+                    const uint4 w2 = vu[u][SW ? b : 0];
+                    fm_mma<TYPE>(uh[SW ? b : 0], hi[0], hi[1], w2.x, w2.y);
+                    fm_mma<TYPE>(ul[SW ? b : 0], lo[0], lo[1], w2.x, w2.y);
+                    fm_mma<TYPE>(uh[SW ? b : 0], hi[2], hi[3], w2.z, w2.w);
+                    fm_mma<TYPE>(ul[SW ? b : 0], lo[2], lo[3], w2.z, w2.w);
+                }
+                if (live[b] && j + U < nj) {
+                    v[u][b] = ld_stream(wg[b] + 4 * (slice + S * (j + U)));
+                    if (SW) vu[u][SW ? b : 0] = ld_stream(wu[b] + 4 * (slice + S * (j + U)));
+                }
+            }
+        }
+    }
+    /* lane (n, c) holds token n's sums for rows 8b + 2c and 8b + 2c + 1 of the group */
+    const float ls = TYPE == TELA_TYPE_F16 ? 1.0f / 2048.0f : 1.0f;
+    __shared__ float part[FM_WARPS][SW ? 2 : 1][8][RW], pss[FM_WARPS][8];
+#pragma unroll
+    for (int b = 0; b < RB; b++) {
+        part[warp][0][n][8 * b + 2 * c] = dh[b][0] + dl[b][0] * ls;
+        part[warp][0][n][8 * b + 2 * c + 1] = dh[b][1] + dl[b][1] * ls;
+        if (SW) {
+            part[warp][SW ? 1 : 0][n][8 * b + 2 * c] = uh[SW ? b : 0][0] + ul[SW ? b : 0][0] * ls;
+            part[warp][SW ? 1 : 0][n][8 * b + 2 * c + 1] = uh[SW ? b : 0][1] + ul[SW ? b : 0][1] * ls;
+        }
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    if (c == 0) pss[warp][n] = ss;
+    __syncthreads();
+    /* the outputs of the block's groups, 8 tokens x RW rows each */
+    for (int o = threadIdx.x; o < G * 8 * RW; o += FM_WARPS * 32) {
+        const int g = o / (8 * RW), t = (o / RW) % 8, r = o % RW;
+        const int64_t row = ((int64_t)(blockIdx.x - p.block0[ti]) * G + g) * RW + r;
+        if (t >= p.n_tok || row >= tg.w.n_rows) continue;
+        float acc = 0.0f, up = 0.0f, sq = 0.0f;
+#pragma unroll
+        for (int s = 0; s < S; s++) {
+            acc += part[g * S + s][0][t][r];
+            if (SW) up += part[g * S + s][SW ? 1 : 0][t][r];
+            sq += pss[g * S + s][t];
+        }
+        const float scale = p.norm_w ? rsqrtf(sq / (float)K + p.eps) : 1.0f;
+        float val = acc * scale;
+        if (SW) val = silu(val) * (up * scale);
+        float *yp = tg.y + (size_t)t * tg.y_stride + row;
+        *yp = p.accumulate ? *yp + val : val;
+    }
+}
+
+template <int TYPE, bool SW, int RB>
+static gemv_kernel_fn gemv_fm_pick_s(int S) {
+    constexpr int U = SW || RB >= 2 ? 2 : 8;
+    return S == 8 ? gemv_fm_kernel<TYPE, SW, 8, RB, U> : S == 4 ? gemv_fm_kernel<TYPE, SW, 4, RB, U>
+         : S == 2 ? gemv_fm_kernel<TYPE, SW, 2, RB, U> : gemv_fm_kernel<TYPE, SW, 1, RB, U>;
+}
+
+template <int TYPE>
+static gemv_kernel_fn gemv_fm_pick_t(bool sw, int S, int RB) {
+    if (sw) return RB >= 2 ? gemv_fm_pick_s<TYPE, true, 2>(S) : gemv_fm_pick_s<TYPE, true, 1>(S);
+    return RB >= 4 ? gemv_fm_pick_s<TYPE, false, 4>(S) : RB == 2 ? gemv_fm_pick_s<TYPE, false, 2>(S)
+                   : gemv_fm_pick_s<TYPE, false, 1>(S);
+}
+
+static gemv_kernel_fn gemv_fm_pick(tela_type type, bool sw, int S, int RB) {
+    if (type == TELA_TYPE_F16) return gemv_fm_pick_t<TELA_TYPE_F16>(sw, S, RB);
+    if (type == TELA_TYPE_BF16) return gemv_fm_pick_t<TELA_TYPE_BF16>(sw, S, RB);
+    return NULL;
+}
+
+/* The shape of the kernel above, from the matrix alone (so that every
+ * token count gets the same sums): the most row fragments a warp (RB: 4,
+ * 2 for the SwiGLU pair; each step's inputs then serve more rows) and the
+ * fewest slices (S, up to 8 and the row's steps) that still give the grid
+ * about 24 warps an SM (TELA_CUDA_FM_SLICES=1|2|4|8, TELA_CUDA_FM_RB=1|2|4
+ * set them). */
+static void gemv_fm_shape(const cuda_exec *ex, int64_t rows, int64_t K, bool sw, int *S, int *RB) {
+    const int64_t want = (int64_t)ex->be->sm_count * 24;
+    for (int rb = sw ? 2 : 4; rb >= 1; rb /= 2) {
+        if (ex->fm_rb > 0 && rb != (ex->fm_rb > (sw ? 2 : 4) ? (sw ? 2 : 4) : ex->fm_rb)) continue;
+        for (int s = 1; s <= 8 && s <= K / 32; s *= 2) {
+            if (ex->fm_slices > 0 && s != ex->fm_slices) continue;
+            *S = s, *RB = rb;
+            if ((rows + 8 * rb - 1) / (8 * rb) * s >= want) return;
+        }
+        if (ex->fm_rb > 0 && *RB == rb) return;
+        if (rb == 1) return;
+    }
+}
+
+static unsigned gemv_fill(gemv_params *p, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
+                          const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
+                          int rows_per_block);
+
+/* The float products of 1-8 tokens by the kernel above: false when it does
+ * not take them (type, K % 32, alignment of x). */
+static bool gemv_fm(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
+                    const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
+                    const float *norm_w, float eps) {
+    const tela_type type = w[0]->type;
+    const int64_t K = w[0]->n_cols;
+    if ((type != TELA_TYPE_F16 && type != TELA_TYPE_BF16) || K % 32 != 0 || n_tok < 1 || n_tok > 8 ||
+        n_w > GEMV_MAX_TARGETS || x_stride % 4 != 0 || ((uintptr_t)x & 15) != 0 || ((uintptr_t)norm_w & 15) != 0)
+        return false;
+    int64_t rows = 0;
+    for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
+    int S = 8, RB = 1;
+    gemv_fm_shape(ex, rows, K, w_up != NULL, &S, &RB);
+    gemv_params p;
+    const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 8 * RB * (FM_WARPS / S));
+    p.norm_w = norm_w;
+    p.eps = eps;
+    p.order = ex->gemv_order;
+    tela_cuda_launch(ex, gemv_fm_pick(type, w_up != NULL, S, RB), nb, FM_WARPS * 32, 0, p);
+    tela_cuda_launched(ex, "gemv (float, tensor cores)");
+    return true;
+}
+
+
 /* Rows a warp for the float products of one token, as measured on the
  * H200 (docs/PERF-NOTES.md): four for the output head (tens of thousands
  * of rows), two for rows of 4096 or more inputs where that keeps three
@@ -1062,6 +1309,9 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
                     const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                     const float *norm_w, float eps) {
     if (n_tok == 1 && ex->gemv_stream && gemv_stream(ex, w, y, n_w, w_up, x, accumulate, norm_w, eps)) return;
+    if (ex->gemv_fm && (n_tok > 1 || ex->gemv_fm_one) &&
+        gemv_fm(ex, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, norm_w, eps))
+        return;
     if (ex->gemv_v2 && gemv2(ex, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, norm_w, eps)) return;
     const int nt_tile = n_tok <= 1 ? 1 : n_tok <= 2 ? 2 : n_tok <= 4 ? 4 : 8;
     const int64_t K = w[0]->n_cols;
