@@ -18,6 +18,9 @@
  *  - after speculative generation (accepts and rejects), the session and its
  *    MTP block are as after a plain evaluation of the same tokens: the
  *    model's logits and a draft step's logits agree bit for bit;
+ *  - a draft vocabulary (the head's first rows): the draft logits are the
+ *    full head's there, bit for bit, -inf past them; greedy output is
+ *    unchanged;
  *  - snapshots carry the block's state; errors: MTP without the block loaded,
  *    on a model without one, a chained step before any. */
 #include <math.h>
@@ -33,13 +36,14 @@
 
 static char src_dir[1024];
 
-static tela_model *load(const char *rel, bool mtp) {
+static tela_model *load_vocab(const char *rel, bool mtp, int32_t draft_vocab) {
     char path[1400];
     snprintf(path, sizeof path, "%s/%s", src_dir, rel);
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = 2;
     mp.device = "cpu";
     mp.load_mtp = mtp;
+    mp.mtp_draft_vocab = draft_vocab;
     tela_model *m = NULL;
     if (tela_model_load(path, &mp, &m) != TELA_OK) {
         fprintf(stderr, "loading %s: %s\n", path, tela_last_error());
@@ -48,6 +52,8 @@ static tela_model *load(const char *rel, bool mtp) {
     }
     return m;
 }
+
+static tela_model *load(const char *rel, bool mtp) { return load_vocab(rel, mtp, 0); }
 
 static tela_session *new_session(tela_model *m, int n_ctx) {
     tela_session_params sp = tela_session_default_params();
@@ -129,6 +135,51 @@ static void test_greedy(tela_model *m) {
         }
         if (route) unsetenv("TELA_SPEC_REPLAY");
     }
+}
+
+/* A draft vocabulary (params.mtp_draft_vocab = V / 4): a draft step's
+ * logits are the full head's for the first V / 4 ids, bit for bit, and
+ * -inf past them, its pick their argmax; greedy MTP speculation still gives
+ * the plain greedy tokens, and drafts are accepted. */
+static void test_draft_vocab(tela_model *full) {
+    const int32_t V = tela_model_get_info(full)->n_vocab, N = V / 4;
+    tela_model *cut = load_vocab("models/tela-kjv-qwen35-f16.gguf", true, N);
+    if (!cut) return;
+    float *lf = malloc(sizeof(float) * (size_t)V), *lc = malloc(sizeof(float) * (size_t)V);
+    for (size_t p = 0; p < sizeof prompts / sizeof prompts[0]; p++) {
+        int32_t prompt[128];
+        const int np = tokenize(full, prompts[p], prompt, 128);
+        tela_session *sf = new_session(full, 512), *sc = new_session(cut, 512);
+        CHECK_OK(tela_session_eval(sf, prompt, np - 1, NULL, 0));
+        CHECK_OK(tela_session_eval(sc, prompt, np - 1, NULL, 0));
+        int32_t pick = -1;
+        CHECK_OK(tela_session_mtp_draft(sf, prompt[np - 1], np - 2, false, lf, NULL));
+        CHECK_OK(tela_session_mtp_draft(sc, prompt[np - 1], np - 2, false, lc, &pick));
+        CHECK_MSG(!memcmp(lf, lc, sizeof(float) * (size_t)N), "prompt %zu: the draft head's first %d logits differ", p, N);
+        int32_t tail_ok = 1, best = 0;
+        for (int32_t v = N; v < V; v++) tail_ok = tail_ok && lc[v] == -INFINITY;
+        for (int32_t v = 1; v < N; v++)
+            if (lf[v] > lf[best]) best = v;
+        CHECK_MSG(tail_ok, "prompt %zu: logits past the draft vocabulary are not -inf", p);
+        CHECK_MSG(pick == best, "prompt %zu: the cut head drafts %d, the argmax of its rows is %d", p, pick, best);
+        tela_session_free(sf);
+        tela_session_free(sc);
+        tela_sampler_params greedy = tela_sampler_default_params();
+        greedy.temperature = 0;
+        static gen_out ref, got;
+        const int n_gen = TEST_QUICK ? 32 : 64;
+        generate(full, prompt, np, &greedy, n_gen, 0, &ref, NULL);
+        generate(cut, prompt, np, &greedy, n_gen, 3, &got, NULL);
+        CHECK_MSG(got.r.n_generated == ref.r.n_generated &&
+                      !memcmp(got.toks, ref.toks, sizeof(int32_t) * (size_t)ref.r.n_generated),
+                  "prompt %zu: MTP greedy with a draft vocabulary of %d differs from plain greedy", p, N);
+        CHECK_MSG(got.r.n_accepted > 0, "prompt %zu: no draft accepted with a draft vocabulary of %d", p, N);
+        printf("draft vocabulary %d of %d, prompt %zu: %d of %d drafts accepted\n", N, V, p, got.r.n_accepted,
+               got.r.n_drafted);
+    }
+    free(lf);
+    free(lc);
+    tela_model_free(cut);
 }
 
 /* After speculative sampling (accepts and rejects), the session holds what
@@ -245,6 +296,7 @@ int main(void) {
     /* 8-bit keys and values (llama.cpp's Q8_0 blocks): a looser bound */
     check_mtp_reference(m, src_dir, 4e-3, TELA_KV_Q8_0);
     test_greedy(m);
+    test_draft_vocab(m);
     test_state_after(m);
     test_snapshot(m);
     test_errors(m, plain, llama);

@@ -299,7 +299,7 @@ static void test_truncate(tela_model *m, const char *label) {
     tela_session_reset(s);
     CHECK_OK(tela_session_eval(s, t, 20, NULL, 0));
     float *rows = malloc(sizeof(float) * 6 * (size_t)V);
-    CHECK_OK(tela_session_eval_keep(s, t + 20, 6, rows));
+    CHECK_OK(tela_session_eval_keep(s, t + 20, 6, rows, NULL));
     CHECK_EQ_INT(tela_session_n_past(s), 26);
     CHECK_OK(tela_session_truncate(s, 23));
     CHECK_EQ_INT(tela_session_n_past(s), 23);
@@ -315,6 +315,25 @@ static void test_truncate(tela_model *m, const char *label) {
     for (int i = 0; i < 6; i++) {
         CHECK_OK(tela_session_eval(r, t + 20 + i, 1, b, 0));
         CHECK_MSG(!memcmp(rows + (size_t)i * V, b, sizeof(float) * (size_t)V), "%s: kept pass row %d", label, i);
+    }
+    /* every position's greedy pick, made by the backend (a GPU's
+     * verification route): the argmax of each row above, ties to the lower
+     * index, through both the kept pass and a plain evaluation */
+    for (int route = 0; route < 2; route++) {
+        tela_session_reset(r);
+        CHECK_OK(tela_session_eval(r, t, 20, NULL, 0));
+        int32_t picks[6];
+        if (route) CHECK_OK(tela_session_eval_picks(r, t + 20, 6, picks));
+        else CHECK_OK(tela_session_eval_keep(r, t + 20, 6, NULL, picks));
+        CHECK_EQ_INT(tela_session_n_past(r), 26);
+        for (int i = 0; i < 6; i++) {
+            const float *row = rows + (size_t)i * V;
+            int32_t best = 0;
+            for (int32_t v = 1; v < V; v++)
+                if (row[v] > row[best]) best = v;
+            CHECK_MSG(picks[i] == best, "%s: pick %d of a %s pass: %d, the row's argmax %d", label, i,
+                      route ? "plain" : "kept", picks[i], best);
+        }
     }
     free(rows);
     printf("%s: states kept by the pass: %s\n", label, tela_session_keeps_states(s) ? "yes" : "no");

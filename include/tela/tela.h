@@ -93,6 +93,8 @@ typedef struct tela_model_params {
     const int32_t *skip_layers;  /* layers to bypass (the residual stream passes them unchanged; they get
                                     no KV cache or state), or NULL */
     size_t n_skip_layers;
+    int32_t mtp_draft_vocab;     /* with load_mtp: MTP drafts only among the first N token ids (a head of N
+                                    rows, prepared beside the full one); 0 = the whole vocabulary */
 } tela_model_params;
 
 TELA_API tela_model_params tela_model_default_params(void);
@@ -355,6 +357,9 @@ typedef struct tela_spec_params {
     int32_t ngram_min;          /* NGRAM: the shortest n-gram matched (default 2) */
     int32_t ngram_max;          /* NGRAM: the longest, tried first (default 4; at most 64) */
     tela_session *draft;        /* DRAFT: a session on the draft model */
+    int32_t draft_vocab;        /* MTP: the draft vocabulary, the first N token ids (0: all); the CLI and the
+                                   server load the model with it (tela_model_params.mtp_draft_vocab), which is
+                                   what takes effect */
 } tela_spec_params;
 
 TELA_API tela_spec_params tela_spec_default_params(void);

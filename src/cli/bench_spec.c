@@ -148,7 +148,7 @@ static int keep_cost(tela_session *s, const int32_t *ids, int n, long long reps,
     if (tela_session_mark(s) != TELA_OK) return -1;
     for (long long r = -SPEC_WARMUPS; r < reps; r++) {
         double t0 = cli_now();
-        if (tela_session_eval_keep(s, ids, n, buf) != TELA_OK) return -1;
+        if (tela_session_eval_keep(s, ids, n, buf, NULL) != TELA_OK) return -1;
         double t1 = cli_now();
         if (tela_session_truncate(s, depth + 1) != TELA_OK) return -1;
         double t2 = cli_now();

@@ -45,6 +45,7 @@ static void usage(FILE *f) {
             "                       k+1 tokens (the verification) against one token, and of the rollback\n"
             "      --draft MODEL    the draft model (implies --spec draft; same vocabulary)\n"
             "      --draft-max K,.. tokens drafted per step, 1..%d (default 1,2,3,4)\n"
+            "      --draft-vocab N  mtp: draft among the first N token ids only (0: all, the default)\n"
             "      --spec-ngram-min N, --spec-ngram-max N  n-gram sizes of prompt lookup (default 2..4)\n"
             "      --prompt TEXT    the prompt of the speculative tests (default: Genesis 1:1-5)\n"
             "                       (with --spec, the tgN tests are the plain rows of its table)\n"
@@ -200,7 +201,7 @@ int tela_cmd_bench(int argc, char **argv) {
             bo.prompt = val;
             i++;
         } else if (!strcmp(a, "--spec") || !strcmp(a, "--draft") || !strcmp(a, "--spec-ngram-min") ||
-                   !strcmp(a, "--spec-ngram-max")) {
+                   !strcmp(a, "--spec-ngram-max") || !strcmp(a, "--draft-vocab")) {
             if (cli_parse_spec("bench", a, val, &bo.spec, &bo.draft_path) < 0) return 2;
             i++;
         } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
@@ -241,6 +242,7 @@ int tela_cmd_bench(int argc, char **argv) {
     mp.skip_layers = skip;
     mp.n_skip_layers = n_skip;
     mp.load_mtp = bo.spec.method == TELA_SPEC_MTP;
+    mp.mtp_draft_vocab = bo.spec.draft_vocab;
     tela_model *m = NULL;
     if (tela_model_load(model_path, &mp, &m) != TELA_OK) {
         fprintf(stderr, "tela bench: %s\n", tela_last_error());

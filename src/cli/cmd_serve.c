@@ -60,6 +60,7 @@ static void usage(FILE *f) {
             "                           attention-only: a Llama)\n"
             "      --draft FILE         the draft model (implies --spec draft)\n"
             "      --draft-max K        tokens drafted per verification, 1..%d (default %d)\n"
+            "      --draft-vocab N      mtp: draft among the first N token ids only (0: all, the default)\n"
             "      --spec-ngram-min N, --spec-ngram-max N\n"
             "                           n-gram sizes prompt lookup matches, longest first (default %d..%d)\n"
             "  -h, --help               this help\n",

@@ -90,11 +90,17 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
     tela_exec *ex = io->ex;
     const bool host = tela_exec_host_visible(ex);
     const size_t row_bytes = (size_t)io->n_vocab * sizeof(float);
+    /* every position's greedy pick, made where the logits are (a GPU's
+     * speculative verification: only the token ids come back) */
+    const bool picks_all = out->greedy && out->all_logits && !out->logits;
+    if (picks_all && !io->picks)
+        TELA_TRY(tela_backend_alloc(tela_exec_backend(ex), (size_t)io->n_batch * sizeof(int32_t), "greedy picks",
+                                    (void **)&io->picks));
     for (int32_t done = 0; done < n;) {
         const int nt = n - done < io->n_batch ? n - done : io->n_batch;
         const bool last = done + nt == n;
-        tela_model_step step = {nt, 0, NULL, last && out->greedy != NULL, NULL};
-        if (out->logits && out->all_logits) step.rows = nt;
+        tela_model_step step = {nt, 0, NULL, last && out->greedy != NULL && !picks_all, NULL};
+        if ((out->logits && out->all_logits) || picks_all) step.rows = nt;
         else if (last && (out->logits || out->greedy)) step.rows = 1;
         float *host_dst = out->logits ? out->logits + (out->all_logits ? (size_t)done * io->n_vocab : 0) : NULL;
         if (step.rows && host && host_dst) step.logits = host_dst; /* the CPU writes straight to the caller */
@@ -115,13 +121,18 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
          * special: nothing before it) */
         if (!io->probe && (nt == 1 || (nt == n && nt <= TELA_GRAPH_MAX_TOK && n_past > 0))) {
             uint64_t key = 1u | (uint64_t)step.rows << 8 | (uint64_t)step.pick << 16 |
-                           (uint64_t)(out->keep_states != 0) << 17 | (uint64_t)nt << 20 |
+                           (uint64_t)(out->keep_states != 0) << 17 | (uint64_t)picks_all << 18 | (uint64_t)nt << 20 |
                            (uint64_t)tela_exec_length_bucket(ex, n_past + done + nt) << 32;
-            if (tela_exec_graph_begin(ex, key)) fn(m, state, &step);
+            if (tela_exec_graph_begin(ex, key)) {
+                fn(m, state, &step);
+                if (picks_all) tela_exec_argmax_rows(ex, step.logits, io->n_vocab, nt, io->picks);
+            }
             TELA_TRY(tela_exec_graph_end(ex));
         } else {
             fn(m, state, &step);
+            if (picks_all) tela_exec_argmax_rows(ex, step.logits, io->n_vocab, nt, io->picks);
         }
+        if (picks_all) TELA_TRY(tela_exec_download(ex, out->greedy + done, io->picks, (size_t)nt * sizeof(int32_t)));
         if (step.rows && host_dst && step.logits != host_dst)
             TELA_TRY(tela_exec_download(ex, host_dst, step.logits, (size_t)step.rows * row_bytes));
         if (step.pick) TELA_TRY(tela_exec_download(ex, out->greedy, io->pick, sizeof(int32_t)));

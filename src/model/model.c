@@ -222,6 +222,7 @@ tela_status tela_model_load(const char *path, const tela_model_params *params, t
     m->n_threads = p.n_threads > 0 ? p.n_threads : 0; /* 0: the backend's default */
     m->verbose = p.verbose;
     m->load_mtp = p.load_mtp;
+    m->mtp_draft_vocab = p.mtp_draft_vocab;
     m->device_req = p.device;
     if (p.n_skip_layers > 0) {
         if (!p.skip_layers) {

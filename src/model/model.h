@@ -42,6 +42,7 @@ struct tela_model {
     int n_threads;              /* threads for sessions; 0: the backend's default (all cores) */
     int verbose;
     int load_mtp;
+    int32_t mtp_draft_vocab;     /* tela_model_params.mtp_draft_vocab */
     tela_backend *be;           /* where the weights are and the forward pass runs */
     const char *device_req;     /* params.device during the load */
     int32_t *skip_req;          /* params.skip_layers (a copy) */
@@ -113,7 +114,8 @@ static inline uint64_t tela_kv_dtype_bytes(tela_kv_dtype t, uint64_t n) {
 typedef struct tela_forward_out {
     float *logits;       /* NULL, the last position's n_vocab logits, or every position's when all_logits */
     int all_logits;
-    int32_t *greedy;     /* NULL, or the argmax of the last position's logits, picked where they are */
+    int32_t *greedy;     /* NULL, or the argmax of the last position's logits, picked where they are; with
+                            all_logits and no logits, every position's (n of them) */
     tela_layer_probe probe;  /* NULL, or called with the last position's hidden state after each layer */
     void *probe_user;
     int keep_states;     /* keep the recurrent state after each token, for state_rewind (when keeps_states) */

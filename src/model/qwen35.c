@@ -144,6 +144,10 @@ typedef struct qwen35_model {
     const bool *skip;            /* [n_layer] layers bypassed, or NULL */
     int n_mtp;                   /* MTP blocks in the source */
     qwen35_mtp *mtp;             /* loaded ones (NULL unless load_mtp) */
+    /* the head the MTP block drafts with: the output head, or its first
+     * mtp_vocab rows (params.mtp_draft_vocab; drafts never fall outside) */
+    tela_mat mtp_head;
+    int32_t mtp_vocab;
 } qwen35_model;
 
 _Static_assert(TELA_MODEL_STEP_ALIGN % TELA_GDN_CHUNK == 0, "batched steps must cut prompts at GDN chunk borders");
@@ -396,7 +400,7 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
  * table, read by rows) for the backend (tela_model_prepare_mats). */
 static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     TELA_TRY(backend_consts(m, Q));
-    size_t cap = 2 + (size_t)(Q->n_layer + Q->n_mtp) * 9, n = 0;
+    size_t cap = 3 + (size_t)(Q->n_layer + Q->n_mtp) * 9, n = 0;
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = calloc(cap, sizeof *uses); /* all TELA_MAT_MATMUL */
     if (!list || !uses) {
@@ -413,7 +417,18 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
         n += layer_mats(&Q->mtp[i].layer, list + n);
         list[n++] = &Q->mtp[i].eh_proj;
     }
+    /* a draft vocabulary: the head's first rows, a matrix of their own (the
+     * stored rows are contiguous; the backends' layouts need not be) */
+    const bool cut = Q->mtp && m->mtp_draft_vocab > 0 && m->mtp_draft_vocab < Q->n_vocab;
+    Q->mtp_vocab = cut ? m->mtp_draft_vocab : Q->n_vocab;
+    if (cut) {
+        Q->mtp_head = Q->output;
+        Q->mtp_head.n_rows = Q->mtp_vocab;
+        Q->mtp_head.name = "the MTP draft head (the output head's first rows)";
+        list[n++] = &Q->mtp_head;
+    }
     tela_status s = tela_model_prepare_mats(m, list, uses, n);
+    if (!cut) Q->mtp_head = Q->output;
     free(list);
     free(uses);
     return s;
@@ -811,6 +826,19 @@ static tela_status mtp_state_create(const qwen35_model *Q, qwen35_state *s, cons
     TELA_TRY(tela_backend_alloc(be, nb * 2 * E * sizeof(float), "MTP inputs", (void **)&s->mtp_cat));
     TELA_TRY(tela_backend_alloc(be, ns * E * sizeof(float), "MTP outputs", (void **)&s->mtp_g));
     TELA_TRY(tela_backend_alloc(be, ns * (size_t)Q->n_vocab * sizeof(float), "MTP logits", (void **)&s->mtp_logits));
+    if (Q->mtp_vocab < Q->n_vocab) { /* the ids past the draft vocabulary: never drafted */
+        const size_t tail = (size_t)(Q->n_vocab - Q->mtp_vocab);
+        float *ninf = malloc(tail * sizeof *ninf);
+        if (!ninf) return tela_errorf(TELA_ERR_NOMEM, "out of memory for the MTP logits");
+        for (size_t i = 0; i < tail; i++) ninf[i] = -INFINITY;
+        tela_status st = TELA_OK;
+        for (size_t r = 0; r < ns && st == TELA_OK; r++)
+            st = tela_exec_upload(s->ex, s->mtp_logits + r * (size_t)Q->n_vocab + Q->mtp_vocab, ninf,
+                                  tail * sizeof *ninf);
+        if (st == TELA_OK) st = tela_exec_sync(s->ex);
+        free(ninf);
+        TELA_TRY(st);
+    }
     TELA_TRY(tela_backend_alloc(be, 2 * sizeof(int32_t), "MTP inputs", (void **)&s->mtp_in));
     TELA_TRY(tela_backend_alloc(be, sizeof(int32_t), "MTP greedy pick", (void **)&s->mtp_pick));
     tela_exec_zero(s->ex, s->mtp_h, ns * E * sizeof(float));
@@ -1294,8 +1322,8 @@ static tela_status qwen35_mtp_draft(const tela_model *m, void *state, int32_t to
     if (tela_exec_graph_begin(s->ex, key)) {
         mtp_block(Q, s, &Q->mtp[0], chain ? s->mtp_g : s->mtp_h, &mb);
         tela_exec_rmsnorm(s->ex, s->mtp_g, E, s->mtp_x, E, Q->mtp[0].out_norm_b, E, 1, Q->eps);
-        tela_exec_matmul(s->ex, &Q->output, s->mtp_g, E, s->mtp_logits, Q->n_vocab, 1, false);
-        tela_exec_argmax(s->ex, s->mtp_logits, Q->n_vocab, s->mtp_pick);
+        tela_exec_matmul(s->ex, &Q->mtp_head, s->mtp_g, E, s->mtp_logits, Q->n_vocab, 1, false);
+        tela_exec_argmax(s->ex, s->mtp_logits, Q->mtp_vocab, s->mtp_pick);
     }
     TELA_TRY(tela_exec_graph_end(s->ex));
     if (logits) TELA_TRY(tela_exec_download(s->ex, logits, s->mtp_logits, (size_t)Q->n_vocab * sizeof(float)));
@@ -1335,7 +1363,7 @@ static tela_status qwen35_mtp_draft_batch(const tela_model *m, void *state, cons
     tela_exec_rmsnorm(ex, s->mtp_hin, E, s->mtp_x, E, Q->mtp[0].out_norm_b, E, n, Q->eps);
     for (int i = 0; i < n; i++)
         tela_exec_copy_rows(ex, s->mtp_g + (size_t)qs[i].slot * E, E, s->mtp_hin + (size_t)i * E, E, ROW0, 1, E);
-    tela_exec_matmul(ex, &Q->output, s->mtp_hin, E, s->mtp_logits, Q->n_vocab, n, false);
+    tela_exec_matmul(ex, &Q->mtp_head, s->mtp_hin, E, s->mtp_logits, Q->n_vocab, n, false);
     if (picks) {
         if (!s->io.picks)
             TELA_TRY(tela_backend_alloc(tela_exec_backend(ex), (size_t)s->n_batch * sizeof(int32_t), "greedy picks",

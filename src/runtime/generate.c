@@ -119,11 +119,18 @@ static tela_status spec_step(gen_ctx *g, spec_bufs *b, int32_t *tok, int32_t n_d
      * TELA_SPEC_REPLAY=1 takes the mark where states could be kept (to
      * compare the two, and to test the mark's route on the CPU). */
     const char *replay = getenv("TELA_SPEC_REPLAY");
+    /* plain greedy on a device: every position's pick is made there and
+     * only the token ids come back (the same picks as the host's argmax of
+     * the rows: ties to the lower index) */
+    const bool device_picks = tela_sampler_plain_greedy(sp) && !tela_exec_host_visible(s->ex);
+    int32_t picks[TELA_SPEC_MAX_DRAFT + 1];
+    float *rows = device_picks ? NULL : b->rows;
     if (tela_session_keeps_states(s) && !(replay && replay[0] == '1')) {
-        TELA_TRY(tela_session_eval_keep(s, verify, n_draft + 1, b->rows));
+        TELA_TRY(tela_session_eval_keep(s, verify, n_draft + 1, rows, picks));
     } else {
         if (tela_session_has_recurrent(s)) TELA_TRY(tela_session_mark(s));
-        TELA_TRY(tela_session_eval_internal(s, verify, n_draft + 1, b->rows, 1, false));
+        if (device_picks) TELA_TRY(tela_session_eval_picks(s, verify, n_draft + 1, picks));
+        else TELA_TRY(tela_session_eval_internal(s, verify, n_draft + 1, rows, 1, false));
     }
     g->res->n_spec_steps++;
     g->res->n_drafted += n_draft;
@@ -135,7 +142,10 @@ static tela_status spec_step(gen_ctx *g, spec_bufs *b, int32_t *tok, int32_t n_d
         const uint64_t step = (uint64_t)P + 1 + (uint64_t)i;
         int32_t next;
         bool accepted = false;
-        if (i < n_draft) {
+        if (device_picks) {
+            next = picks[i];
+            accepted = i < n_draft && next == b->drafts[i];
+        } else if (i < n_draft) {
             size_t nq = 0;
             const tela_token_prob *qd = tela_spec_draft_dist(b->sp, i, &nq);
             st = tela_spec_accept(&b->ver, sp, row, s->tokens, (size_t)(P + 1 + i), step, b->drafts[i], qd, nq,

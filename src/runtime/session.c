@@ -234,12 +234,25 @@ bool tela_session_keeps_states(const tela_session *s) {
     return a->keeps_states && a->slot_rewind && a->keeps_states(s->model, s->state);
 }
 
-tela_status tela_session_eval_keep(tela_session *s, const int32_t *tokens, int32_t n, float *logits) {
+tela_status tela_session_eval_picks(tela_session *s, const int32_t *tokens, int32_t n, int32_t *picks) {
     TELA_TRY(check_eval(s, tokens, n));
     if (n == 0) return TELA_OK;
     s->has_logits = false;
     s->keep_pos = -1;
-    const tela_forward_out out = {logits, 1, NULL, NULL, NULL, 1};
+    const tela_forward_out out = {NULL, 1, picks, NULL, NULL, 0};
+    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
+    memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
+    s->n_past += n;
+    return TELA_OK;
+}
+
+tela_status tela_session_eval_keep(tela_session *s, const int32_t *tokens, int32_t n, float *logits,
+                                   int32_t *picks) {
+    TELA_TRY(check_eval(s, tokens, n));
+    if (n == 0) return TELA_OK;
+    s->has_logits = false;
+    s->keep_pos = -1;
+    const tela_forward_out out = {logits, 1, logits ? NULL : picks, NULL, NULL, 1};
     TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
     memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     if (tela_session_keeps_states(s)) {

@@ -48,6 +48,9 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
  * the last position's logits, chosen where they were computed (on a GPU
  * only the token comes back); the session then holds no host logits. */
 tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int32_t n, int32_t *pick);
+/* ... and every position's greedy pick (picks[0..n)): a speculative
+ * verification on a GPU, where the logits then stay on the device. */
+tela_status tela_session_eval_picks(tela_session *s, const int32_t *tokens, int32_t n, int32_t *picks);
 
 /* Rolling back (speculative decoding): tela_session_mark remembers the
  * state at n_past (for models with recurrent state, a copy of it: the
@@ -67,11 +70,13 @@ tela_status tela_session_truncate(tela_session *s, int32_t n);
 bool tela_session_has_recurrent(const tela_session *s);
 /* Models with recurrent state whose forward pass can keep the state after
  * each token (Qwen3.5 sessions): tela_session_eval_keep evaluates like
- * tela_session_eval with every position's logits and keeps them, so that a
+ * tela_session_eval with every position's logits (or, with logits NULL,
+ * every position's greedy pick into picks) and keeps them, so that a
  * truncation to a position within that evaluation (before any other) is a
  * copy of the kept state, with no mark and no evaluation again. */
 bool tela_session_keeps_states(const tela_session *s);
-tela_status tela_session_eval_keep(tela_session *s, const int32_t *tokens, int32_t n, float *logits);
+tela_status tela_session_eval_keep(tela_session *s, const int32_t *tokens, int32_t n, float *logits,
+                                   int32_t *picks);
 
 /* Multi-token prediction (the model's own drafter, when its MTP block is
  * loaded): the blocks loaded (0: none), and one draft step
