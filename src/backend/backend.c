@@ -323,6 +323,10 @@ void tela_exec_copy_rows(tela_exec *ex, float *dst, int64_t dst_stride, const fl
                        false, -1, 0, 0);
 }
 
+void tela_exec_copy_spans(tela_exec *ex, const tela_copy_span *spans, int n) {
+    if (n > 0) PROF_OP(ex, ex->ops->copy_spans(ex, spans, n), "span copies", false, -1, 0, 0);
+}
+
 void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out) {
     PROF_OP(ex, ex->ops->argmax(ex, x, n, 1, out), "sampling (greedy, on the device)", false, -1, 0, 0);
 }

@@ -331,6 +331,17 @@ void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, cons
 void tela_exec_copy_rows(tela_exec *ex, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
                          const int32_t *rows, int n, int64_t width);
 
+/* dst[0..n) = src[0..n) for each of n spans (host list) of backend
+ * memory, in one launch where the backend can: a rollback's states, one
+ * span a layer (one device copy each costs ~10 us on a GPU). Spans must
+ * not overlap. */
+typedef struct tela_copy_span {
+    float *dst;
+    const float *src;
+    int64_t n;
+} tela_copy_span;
+void tela_exec_copy_spans(tela_exec *ex, const tela_copy_span *spans, int n);
+
 /* out[0] = the index of the largest of x[0..n) (the lowest index among
  * equals): the greedy pick, made where the logits are. out: backend memory. */
 void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out);

@@ -49,6 +49,7 @@ struct tela_backend_ops {
     void (*argmax)(tela_exec *ex, const float *x, int64_t n, int n_rows, int32_t *out);
     void (*copy_rows)(tela_exec *ex, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
                       const int32_t *rows, int n, int64_t width);
+    void (*copy_spans)(tela_exec *ex, const tela_copy_span *spans, int n);
 
     tela_status (*kv_create)(tela_exec *ex, const tela_kv_shape *shape, tela_kv_cache **out);
     void (*kv_free)(tela_kv_cache *kv);

@@ -287,7 +287,35 @@ int cli_bench_spec(tela_model *m, const cli_bench_opts *o, const cli_bench_table
                    one > 0 ? with / one : 0.0, 1e3 * without, 1e3 * mark_s, 1e3 * reload_s, "-", "-");
         fflush(stdout);
     }
+    /* MTP: one draft step from the last position, and a chained one after
+     * it (greedy, the pick made where the logits are) */
+    if (o->spec.method == TELA_SPEC_MTP && tela_session_mtp_layers(s) > 0) {
+        const int32_t last = tela_session_n_past(s) - 1;
+        double first_s = 0, chain_s = 0;
+        for (long long r = -SPEC_WARMUPS; r < o->reps; r++) {
+            int32_t a = 0, b = 0;
+            double t0 = cli_now();
+            if (tela_session_mtp_draft(s, ids[0], last, false, NULL, &a) != TELA_OK) goto fail;
+            double t1 = cli_now();
+            if (tela_session_mtp_draft(s, a, last + 1, true, NULL, &b) != TELA_OK) goto fail;
+            double t2 = cli_now();
+            if (r < 0) continue;
+            first_s += t1 - t0;
+            chain_s += t2 - t1;
+        }
+        first_s /= (double)o->reps;
+        chain_s /= (double)o->reps;
+        if (t->json)
+            printf("{\"test\": \"mtp draft\", \"draft_ms\": %.4f, \"chained_ms\": %.4f, \"threads\": %d, "
+                   "\"model_type\": \"%s\"}\n", 1e3 * first_s, 1e3 * chain_s, t->threads, t->model_type);
+        else
+            printf("\nMTP draft step: %.3f ms from the last position, %.3f ms chained (greedy)\n", 1e3 * first_s,
+                   1e3 * chain_s);
+    }
     rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "tela bench: %s\n", tela_last_error());
     goto done;
 oom:
     fprintf(stderr, "tela bench: out of memory\n");

@@ -1404,16 +1404,22 @@ static tela_status qwen35_slot_rewind(const tela_model *m, void *state, int slot
                            slot, n_keep, slot >= 0 && slot < s->n_seq ? s->keep_n[slot] : 0);
     const int hist = Q->conv_k - 1;
     const int64_t cd = conv_dim(Q);
+    /* each GDN layer's recurrent state and conv window, one launch */
+    tela_copy_span *sp = malloc((size_t)(2 * Q->n_layer) * sizeof *sp);
+    if (!sp) return tela_errorf(TELA_ERR_NOMEM, "qwen35: out of memory");
+    int n_sp = 0;
     for (int l = 0; l < Q->n_layer; l++) {
         const qwen35_layer *ly = &Q->layers[l];
         if (ly->is_attn || ly->slot < 0) continue;
         const size_t g = (size_t)ly->slot;
-        tela_exec_copy_rows(s->ex, slot_rec(Q, s, slot) + g * s->rec_floats, (int64_t)s->rec_floats,
-                            keep_rec_at(Q, s, slot, ly->slot) + (size_t)(n_keep - 1) * s->rec_floats,
-                            (int64_t)s->rec_floats, s->keep_idx, 1, (int64_t)s->rec_floats);
-        tela_exec_copy_rows(s->ex, slot_conv(Q, s, slot) + g * s->conv_floats, cd,
-                            keep_conv_at(Q, s, slot, ly->slot) + (size_t)n_keep * cd, cd, s->keep_idx, hist, cd);
+        sp[n_sp++] = (tela_copy_span){slot_rec(Q, s, slot) + g * s->rec_floats,
+                                      keep_rec_at(Q, s, slot, ly->slot) + (size_t)(n_keep - 1) * s->rec_floats,
+                                      (int64_t)s->rec_floats};
+        sp[n_sp++] = (tela_copy_span){slot_conv(Q, s, slot) + g * s->conv_floats,
+                                      keep_conv_at(Q, s, slot, ly->slot) + (size_t)n_keep * cd, (int64_t)hist * cd};
     }
+    tela_exec_copy_spans(s->ex, sp, n_sp);
+    free(sp);
     /* the MTP block continues from the hidden state of the last token kept:
      * mtp_h holds the pass's last step's (a verification pass is one step;
      * a token of an earlier step leaves the block a stale start, which

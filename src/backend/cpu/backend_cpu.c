@@ -510,6 +510,11 @@ static void cpu_copy_rows(tela_exec *ex, float *dst, int64_t dst_stride, const f
         memmove(dst + (size_t)i * dst_stride, src + (size_t)rows[i] * src_stride, (size_t)width * sizeof(float));
 }
 
+static void cpu_copy_spans(tela_exec *ex, const tela_copy_span *spans, int n) {
+    (void)ex;
+    for (int i = 0; i < n; i++) memcpy(spans[i].dst, spans[i].src, (size_t)spans[i].n * sizeof(float));
+}
+
 
 /* ------------------------------------------------ Gated DeltaNet layers */
 
@@ -673,6 +678,7 @@ static const tela_backend_ops cpu_ops = {
     .rope = cpu_rope,
     .argmax = cpu_argmax,
     .copy_rows = cpu_copy_rows,
+    .copy_spans = cpu_copy_spans,
     .kv_create = cpu_kv_create,
     .kv_free = cpu_kv_free,
     .kv_clear = cpu_kv_clear,

@@ -631,6 +631,10 @@ static void cuda_copy_rows(tela_exec *e, float *dst, int64_t dst_stride, const f
                         "row copy");
 }
 
+static void cuda_copy_spans(tela_exec *e, const tela_copy_span *spans, int n) {
+    tela_cuda_copy_spans(as_ex(e), spans, n);
+}
+
 /* ----------------------------------------------------------- KV cache */
 
 /* The paging of batch b for a paged cache of blocks of 1 << shift
@@ -943,6 +947,7 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_rope,
     cuda_argmax,
     cuda_copy_rows,
+    cuda_copy_spans,
     cuda_kv_create,
     cuda_kv_free,
     cuda_kv_clear,

@@ -261,6 +261,8 @@ void tela_cuda_rope_table(cuda_exec *ex, float *cs, const int32_t *pos, int n_to
 void tela_cuda_rope(cuda_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
                     const float *cs, tela_rope_mode mode);
 void tela_cuda_argmax(cuda_exec *ex, const float *x, int64_t n, int n_rows, int32_t *out);
+/* tela_exec_copy_spans: one kernel for up to 64 spans a launch. */
+void tela_cuda_copy_spans(cuda_exec *ex, const tela_copy_span *spans, int n);
 void tela_cuda_kv_store(cuda_exec *ex, cuda_kv *kv, int layer, const float *k, int64_t k_stride, const float *v,
                         int64_t v_stride, const int32_t *pos, int n_tok);
 /* RoPE on q in place, RoPE on k into the cache, v into the cache: one kernel. */

@@ -4,6 +4,8 @@
  * the KV cache at the positions read from device memory. */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <string.h>
+
 /* --------------------------------------------------------------- rmsnorm */
 
 static __global__ void rmsnorm_kernel(float *out, int64_t out_stride, const float *x, int64_t x_stride,
@@ -59,6 +61,45 @@ void tela_cuda_add(cuda_exec *ex, float *y, const float *x, int64_t n) {
     if (n <= 0) return;
     tela_cuda_launch(ex, add_kernel, grid_1d(n), 256, 0, y, x, n);
     tela_cuda_launched(ex, "add");
+}
+
+/* Span copies (tela_exec_copy_spans): blockIdx.y the span; 16-byte
+ * moves where both ends are aligned, else one float at a time. */
+#define COPY_SPANS_MAX 64
+
+struct copy_spans_params {
+    tela_copy_span s[COPY_SPANS_MAX];
+};
+
+static __global__ void copy_spans_kernel(const copy_spans_params p) {
+    TELA_PDL_ENTRY();
+    const tela_copy_span sp = p.s[blockIdx.y];
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((((uintptr_t)sp.dst | (uintptr_t)sp.src) & 15) == 0) {
+        const int64_t n4 = sp.n / 4;
+        for (int64_t i = i0; i < n4; i += stride) ((float4 *)sp.dst)[i] = ((const float4 *)sp.src)[i];
+        for (int64_t i = 4 * n4 + i0; i < sp.n; i += stride) sp.dst[i] = sp.src[i];
+    } else {
+        for (int64_t i = i0; i < sp.n; i += stride) sp.dst[i] = sp.src[i];
+    }
+}
+
+void tela_cuda_copy_spans(cuda_exec *ex, const tela_copy_span *spans, int n) {
+    for (int base = 0; base < n; base += COPY_SPANS_MAX) {
+        const int m = n - base < COPY_SPANS_MAX ? n - base : COPY_SPANS_MAX;
+        copy_spans_params p;
+        memset(&p, 0, sizeof p);
+        int64_t longest = 0;
+        for (int i = 0; i < m; i++) {
+            p.s[i] = spans[base + i];
+            longest = spans[base + i].n > longest ? spans[base + i].n : longest;
+        }
+        if (longest <= 0) continue;
+        int64_t blocks = (longest / 4 + 255) / 256;
+        blocks = blocks < 1 ? 1 : blocks > 256 ? 256 : blocks;
+        tela_cuda_launch(ex, copy_spans_kernel, dim3((unsigned)blocks, (unsigned)m), 256, 0, p);
+        if (!tela_cuda_launched(ex, "span copies")) return;
+    }
 }
 
 static __global__ void swiglu_kernel(float *gate, int64_t gs, const float *up, int64_t us, int64_t n, int n_rows) {
