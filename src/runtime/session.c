@@ -180,16 +180,22 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
     return TELA_OK;
 }
 
-tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int32_t n, int32_t *pick) {
-    TELA_TRY(check_eval(s, tokens, n));
-    if (n == 0) return tela_errorf(TELA_ERR_ARG, "tela_session_eval_greedy: no tokens");
+/* An evaluation (tokens checked) that leaves no host logits: the forward
+ * pass with out, then the tokens recorded. */
+static tela_status eval_out(tela_session *s, const int32_t *tokens, int32_t n, const tela_forward_out *out) {
     s->has_logits = false;
     s->keep_pos = -1;
-    const tela_forward_out out = {NULL, 0, pick, NULL, NULL, 0};
-    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
+    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, out));
     memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
     s->n_past += n;
     return TELA_OK;
+}
+
+tela_status tela_session_eval_greedy(tela_session *s, const int32_t *tokens, int32_t n, int32_t *pick) {
+    TELA_TRY(check_eval(s, tokens, n));
+    if (n == 0) return tela_errorf(TELA_ERR_ARG, "tela_session_eval_greedy: no tokens");
+    const tela_forward_out out = {NULL, 0, pick, NULL, NULL, 0};
+    return eval_out(s, tokens, n, &out);
 }
 
 tela_status tela_session_eval_probe(tela_session *s, const int32_t *tokens, int32_t n, tela_layer_probe probe,
@@ -197,13 +203,8 @@ tela_status tela_session_eval_probe(tela_session *s, const int32_t *tokens, int3
     TELA_TRY(check_eval(s, tokens, n));
     if (n == 0) return TELA_OK;
     if (!probe) return tela_errorf(TELA_ERR_ARG, "tela_session_eval_probe: probe is NULL");
-    s->has_logits = false;
-    s->keep_pos = -1;
     const tela_forward_out out = {NULL, 0, NULL, probe, user, 0};
-    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
-    memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
-    s->n_past += n;
-    return TELA_OK;
+    return eval_out(s, tokens, n, &out);
 }
 
 tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int32_t n, float *logits,
@@ -237,29 +238,20 @@ bool tela_session_keeps_states(const tela_session *s) {
 tela_status tela_session_eval_picks(tela_session *s, const int32_t *tokens, int32_t n, int32_t *picks) {
     TELA_TRY(check_eval(s, tokens, n));
     if (n == 0) return TELA_OK;
-    s->has_logits = false;
-    s->keep_pos = -1;
     const tela_forward_out out = {NULL, 1, picks, NULL, NULL, 0};
-    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
-    memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
-    s->n_past += n;
-    return TELA_OK;
+    return eval_out(s, tokens, n, &out);
 }
 
 tela_status tela_session_eval_keep(tela_session *s, const int32_t *tokens, int32_t n, float *logits,
                                    int32_t *picks) {
     TELA_TRY(check_eval(s, tokens, n));
     if (n == 0) return TELA_OK;
-    s->has_logits = false;
-    s->keep_pos = -1;
     const tela_forward_out out = {logits, 1, logits ? NULL : picks, NULL, NULL, 1};
-    TELA_TRY(s->model->arch->forward(s->model, s->state, tokens, n, s->n_past, &out));
-    memmove(s->tokens + s->n_past, tokens, (size_t)n * sizeof *tokens);
+    TELA_TRY(eval_out(s, tokens, n, &out));
     if (tela_session_keeps_states(s)) {
-        s->keep_pos = s->n_past;
+        s->keep_pos = s->n_past - n;
         s->keep_n = n;
     }
-    s->n_past += n;
     return TELA_OK;
 }
 
