@@ -1002,18 +1002,22 @@ static int gemv_fs_wpr(const cuda_exec *ex, int64_t rows, int64_t K, bool sw) {
  * flight a lane, the first U issued before the PDL wait. */
 #define FM_WARPS 8
 
+/* d += A B for A's rows 0-7 (a0, a2: this lane's token, columns 2c..2c+1
+ * and 2c+8..2c+9 of the MMA's 16; rows 8-15 zero) and B (b0, b1: this
+ * lane's weight row, the same columns). Not volatile: a pure function of
+ * its operands, which the compiler may schedule. */
 template <int TYPE>
 static __device__ __forceinline__ void fm_mma(float *d, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
     if (TYPE == TELA_TYPE_F16)
         asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
     else
         asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
 }
 
 /* Two inputs as the hi and lo parts of the MMA's A operand (the scale of
