@@ -2,8 +2,8 @@
 # cli_spec.sh: speculative decoding as a user drives it, on the shipped KJV
 # models: 'tela run --spec ngram' and '--draft tela-kjv-q8_0.gguf' print the
 # same greedy ids as plain 'tela run' and report the acceptance on the
-# timing line, as does '--spec mtp' on the Qwen3.5 hybrid demo (a model
-# without an MTP block is refused); a draft of another vocabulary,
+# timing line, as does '--spec mtp' on the Qwen3.5 hybrid demo, also with a
+# draft vocabulary (--draft-vocab; a model without an MTP block is refused); a draft of another vocabulary,
 # --draft-max out of range and
 # conflicting options fail with messages; 'tela bench --spec' reports its
 # table; --help documents the options. On the CPU (--device cpu): the
@@ -58,6 +58,18 @@ if [ -f "$H" ]; then
     else
         bad "run --spec mtp failed: $(cat "$tmp/hspec.err")"
     fi
+    # a draft vocabulary of a quarter of the ids: the same output, drafts accepted
+    if "$TELA" run --device cpu -m "$H" -p "$P" -n 32 --temp 0 -t 2 --print-ids --spec mtp --draft-max 2 \
+        --draft-vocab 1024 >"$tmp/hvoc" 2>"$tmp/hvoc.err"; then
+        cmp -s "$tmp/hplain" "$tmp/hvoc" && ok "run --spec mtp --draft-vocab 1024: the plain greedy ids" ||
+            bad "run --draft-vocab 1024: ids differ"
+        grep -Eq "speculative: [1-9][0-9]* of [0-9]+ drafts accepted" "$tmp/hvoc.err" &&
+            ok "run --draft-vocab 1024: drafts accepted" || bad "run --draft-vocab: timing line: $(tail -1 "$tmp/hvoc.err")"
+    else
+        bad "run --spec mtp --draft-vocab 1024 failed: $(cat "$tmp/hvoc.err")"
+    fi
+    "$TELA" run --device cpu -m "$H" -p "$P" -n 4 --spec mtp --draft-vocab x >/dev/null 2>"$tmp/e7"
+    [ $? -eq 2 ] && grep -q "draft-vocab" "$tmp/e7" && ok "--draft-vocab x is refused" || bad "--draft-vocab x: $(cat "$tmp/e7")"
     "$TELA" bench --device cpu -m "$H" -p 0 -n 16 -r 1 -t 2 --spec mtp --draft-max 2 >"$tmp/hbench" 2>&1 &&
         grep -Eq "^\| tg16 mtp k=2 +\| +[0-9.]+ \| +[0-9.]+% \| +[0-9.]+ \| +[0-9.]+ \| +yes" "$tmp/hbench" &&
         ok "bench --spec mtp" || bad "bench --spec mtp: $(cat "$tmp/hbench")"
@@ -78,6 +90,7 @@ fi
 
 for cmd in run chat bench; do
     "$TELA" $cmd --help | grep -q -- "--draft-max" && ok "$cmd --help documents --draft-max" || bad "$cmd --help"
+    "$TELA" $cmd --help | grep -q -- "--draft-vocab" && ok "$cmd --help documents --draft-vocab" || bad "$cmd --help: --draft-vocab"
 done
 "$TELA" run --help | grep -q -- "--spec ngram|draft" && ok "run --help documents --spec" || bad "run --help: --spec"
 exit $fail
