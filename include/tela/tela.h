@@ -357,9 +357,6 @@ typedef struct tela_spec_params {
     int32_t ngram_min;          /* NGRAM: the shortest n-gram matched (default 2) */
     int32_t ngram_max;          /* NGRAM: the longest, tried first (default 4; at most 64) */
     tela_session *draft;        /* DRAFT: a session on the draft model */
-    int32_t draft_vocab;        /* MTP: the draft vocabulary, the first N token ids (0: all); the CLI and the
-                                   server load the model with it (tela_model_params.mtp_draft_vocab), which is
-                                   what takes effect */
 } tela_spec_params;
 
 TELA_API tela_spec_params tela_spec_default_params(void);

@@ -90,6 +90,7 @@ typedef struct cli_gen_opts {
     int have_seed;
     tela_spec_params spec;      /* --spec, --draft-max, --spec-ngram-min/max */
     const char *draft_path;     /* --draft MODEL */
+    int32_t draft_vocab;        /* --draft-vocab: tela_model_params.mtp_draft_vocab */
 } cli_gen_opts;
 
 /* The defaults, with the command's default reply length. */
@@ -134,7 +135,8 @@ void cli_print_spec_help(FILE *f);
 /* A speculative-decoding option (--spec, --draft, --draft-max,
  * --spec-ngram-min, --spec-ngram-max): 1 when opt is one (val used), 0 when
  * it is not, -1 after printing an error. */
-int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_params *sp, const char **draft_path);
+int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_params *sp, const char **draft_path,
+                   int32_t *draft_vocab);
 /* Checks the combination (--draft with --spec ngram, ...): 0, or -1 after
  * printing an error. */
 int cli_check_spec(const char *cmd, tela_spec_params *sp, const char *draft_path);

@@ -18,6 +18,7 @@ typedef struct cli_bench_opts {
     const char *device;
     tela_spec_params spec;       /* --spec: method NONE for no speculative tests */
     const char *draft_path;      /* --draft */
+    int32_t draft_vocab;         /* --draft-vocab: tela_model_params.mtp_draft_vocab */
     long long draft_max[8];      /* --draft-max k,... */
     int n_draft_max;
     const char *prompt;          /* --prompt: the text the speculative tests continue */

@@ -211,7 +211,8 @@ void cli_print_spec_help(FILE *f) {
             TELA_SPEC_MAX_DRAFT, d.draft_max, d.ngram_min, d.ngram_max);
 }
 
-int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_params *sp, const char **draft_path) {
+int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_params *sp, const char **draft_path,
+                   int32_t *draft_vocab) {
     static const char *const names[] = {"--spec", "--draft", "--draft-max", "--draft-vocab", "--spec-ngram-min",
                                         "--spec-ngram-max", NULL};
     const int known = option_in(cmd, opt, val, names);
@@ -233,7 +234,7 @@ int cli_parse_spec(const char *cmd, const char *opt, const char *val, tela_spec_
         sp->draft_max = (int32_t)v;
     } else if (!strcmp(opt, "--draft-vocab")) {
         if (cli_parse_int(opt, val, 0, INT32_MAX, &v)) return -1;
-        sp->draft_vocab = (int32_t)v;
+        *draft_vocab = (int32_t)v;
     } else {
         if (cli_parse_int(opt, val, 1, 64, &v)) return -1;
         if (!strcmp(opt, "--spec-ngram-min")) sp->ngram_min = (int32_t)v;
@@ -299,7 +300,7 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
     const int pr = cli_parse_profile(cmd, a, &o->profile);
     if (pr) return pr;
     int r = cli_parse_sampling(cmd, a, *i + 1 < argc ? argv[*i + 1] : NULL, &o->sampler, &o->seed, &o->have_seed);
-    if (!r) r = cli_parse_spec(cmd, a, *i + 1 < argc ? argv[*i + 1] : NULL, &o->spec, &o->draft_path);
+    if (!r) r = cli_parse_spec(cmd, a, *i + 1 < argc ? argv[*i + 1] : NULL, &o->spec, &o->draft_path, &o->draft_vocab);
     if (r) {
         if (r > 0) ++*i;
         return r;
@@ -367,7 +368,7 @@ int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
     mp.n_skip_layers = o->n_skip_layers;
     mp.verbose = 1;
     mp.load_mtp = o->spec.method == TELA_SPEC_MTP;
-    mp.mtp_draft_vocab = o->spec.draft_vocab;
+    mp.mtp_draft_vocab = o->draft_vocab;
     if (tela_model_load(o->model_path, &mp, &g->model) != TELA_OK) {
         fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
         return -1;

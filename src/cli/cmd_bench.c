@@ -202,7 +202,7 @@ int tela_cmd_bench(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--spec") || !strcmp(a, "--draft") || !strcmp(a, "--spec-ngram-min") ||
                    !strcmp(a, "--spec-ngram-max") || !strcmp(a, "--draft-vocab")) {
-            if (cli_parse_spec("bench", a, val, &bo.spec, &bo.draft_path) < 0) return 2;
+            if (cli_parse_spec("bench", a, val, &bo.spec, &bo.draft_path, &bo.draft_vocab) < 0) return 2;
             i++;
         } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
             if (parse_list(a, val, 1, 1024, bo.parallel, 8, &bo.n_parallel)) return 2;
@@ -242,7 +242,7 @@ int tela_cmd_bench(int argc, char **argv) {
     mp.skip_layers = skip;
     mp.n_skip_layers = n_skip;
     mp.load_mtp = bo.spec.method == TELA_SPEC_MTP;
-    mp.mtp_draft_vocab = bo.spec.draft_vocab;
+    mp.mtp_draft_vocab = bo.draft_vocab;
     tela_model *m = NULL;
     if (tela_model_load(model_path, &mp, &m) != TELA_OK) {
         fprintf(stderr, "tela bench: %s\n", tela_last_error());

@@ -106,7 +106,8 @@ int tela_cmd_serve(int argc, char **argv) {
             p.engine.prefix_cache = 0;
             continue;
         }
-        const int spec_opt = cli_parse_spec("serve", a, i + 1 < argc ? argv[i + 1] : NULL, &p.spec, &draft_path);
+        const int spec_opt = cli_parse_spec("serve", a, i + 1 < argc ? argv[i + 1] : NULL, &p.spec, &draft_path,
+                                            &p.mtp_draft_vocab);
         if (spec_opt < 0) return 2;
         if (spec_opt > 0) {
             i++;

@@ -763,6 +763,7 @@ typedef struct qwen35_state {
     float *keep_rec, *keep_conv;
     int keep_cap;
     int32_t *keep_idx;           /* host: 0, 1, 2, ... (row lists of tela_exec_copy_rows) */
+    tela_copy_span *rewind_spans; /* host: a rewind's copies, two a GDN layer (slot_rewind) */
     int32_t *keep_pos0;          /* [n_seq] the position of the pass's first token */
     int32_t *keep_n;             /* [n_seq] tokens of the slot's last pass, when it kept them; 0: nothing kept */
     bool *keeping;               /* [n_seq] during such a pass */
@@ -803,6 +804,7 @@ static void qwen35_state_free(void *p) {
     free(s->mtp_idx);
     free(s->keep_tok0);
     free(s->keep_idx);
+    free(s->rewind_spans);
     free(s->keep_pos0);
     free(s->keep_n);
     free(s->keeping);
@@ -1099,12 +1101,15 @@ static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
     tela_backend_free_mem(be, s->keep_rec);
     tela_backend_free_mem(be, s->keep_conv);
     free(s->keep_idx);
+    free(s->rewind_spans);
+    s->rewind_spans = NULL;
     s->keep_rec = s->keep_conv = NULL;
     s->keep_cap = 0;
     const int hist = Q->conv_k - 1;
     const size_t cd = (size_t)conv_dim(Q), ng = (size_t)Q->n_gdn * (size_t)s->n_seq;
     s->keep_idx = malloc((size_t)(n > hist ? n : hist) * sizeof *s->keep_idx);
-    if (!s->keep_idx) return tela_errorf(TELA_ERR_NOMEM, "qwen35: out of memory");
+    s->rewind_spans = malloc((size_t)(2 * Q->n_gdn + 1) * sizeof *s->rewind_spans);
+    if (!s->keep_idx || !s->rewind_spans) return tela_errorf(TELA_ERR_NOMEM, "qwen35: out of memory");
     for (int i = 0; i < (n > hist ? n : hist); i++) s->keep_idx[i] = i;
     TELA_TRY(tela_backend_alloc(be, ng * (size_t)n * s->rec_floats * sizeof(float), "kept recurrent states",
                                 (void **)&s->keep_rec));
@@ -1404,9 +1409,9 @@ static tela_status qwen35_slot_rewind(const tela_model *m, void *state, int slot
                            slot, n_keep, slot >= 0 && slot < s->n_seq ? s->keep_n[slot] : 0);
     const int hist = Q->conv_k - 1;
     const int64_t cd = conv_dim(Q);
-    /* each GDN layer's recurrent state and conv window, one launch */
-    tela_copy_span *sp = malloc((size_t)(2 * Q->n_layer) * sizeof *sp);
-    if (!sp) return tela_errorf(TELA_ERR_NOMEM, "qwen35: out of memory");
+    /* each GDN layer's recurrent state and conv window, one launch (the
+     * spans' room was made with the kept states) */
+    tela_copy_span *sp = s->rewind_spans;
     int n_sp = 0;
     for (int l = 0; l < Q->n_layer; l++) {
         const qwen35_layer *ly = &Q->layers[l];
@@ -1419,7 +1424,6 @@ static tela_status qwen35_slot_rewind(const tela_model *m, void *state, int slot
                                       keep_conv_at(Q, s, slot, ly->slot) + (size_t)n_keep * cd, (int64_t)hist * cd};
     }
     tela_exec_copy_spans(s->ex, sp, n_sp);
-    free(sp);
     /* the MTP block continues from the hidden state of the last token kept:
      * mtp_h holds the pass's last step's (a verification pass is one step;
      * a token of an earlier step leaves the block a stale start, which

@@ -110,7 +110,7 @@ int tela_serve(const tela_serve_params *p) {
     mp.device = p->device;
     mp.verbose = 1;
     mp.load_mtp = p->spec.method == TELA_SPEC_MTP;
-    mp.mtp_draft_vocab = p->spec.draft_vocab;
+    mp.mtp_draft_vocab = p->mtp_draft_vocab;
     if (tela_model_load(p->model_path, &mp, &a.model) != TELA_OK) {
         fprintf(stderr, "tela serve: %s\n", tela_last_error());
         goto done;

@@ -18,6 +18,7 @@ typedef struct tela_serve_params {
     tela_engine_params engine;   /* n_ctx, n_parallel, kv_tokens, max_waiting, prefix_cache, checkpoint_interval, ... */
     tela_spec_params spec;       /* speculative decoding of every request (method NONE: off; NGRAM, MTP, DRAFT) */
     const char *draft_path;      /* the draft model of TELA_SPEC_DRAFT */
+    int32_t mtp_draft_vocab;     /* MTP: draft among the first N token ids (0: all; tela_model_params) */
     size_t max_body;             /* request body limit in bytes */
     double shutdown_grace;       /* seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled */
 } tela_serve_params;

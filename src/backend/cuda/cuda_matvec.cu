@@ -1189,16 +1189,14 @@ static gemv_kernel_fn gemv_fm_pick(tela_type type, bool sw, int S, int RB) {
  * set them). */
 static void gemv_fm_shape(const cuda_exec *ex, int64_t rows, int64_t K, bool sw, int *S, int *RB) {
     const int64_t want = (int64_t)ex->be->sm_count * 24;
-    for (int rb = sw ? 2 : 4; rb >= 1; rb /= 2) {
-        if (ex->fm_rb > 0 && rb != (ex->fm_rb > (sw ? 2 : 4) ? (sw ? 2 : 4) : ex->fm_rb)) continue;
+    const int rb_max = sw ? 2 : 4, rb_hi = ex->fm_rb > 0 && ex->fm_rb < rb_max ? ex->fm_rb : rb_max;
+    const int rb_lo = ex->fm_rb > 0 ? rb_hi : 1;
+    for (int rb = rb_hi; rb >= rb_lo; rb /= 2)
         for (int s = 1; s <= 8 && s <= K / 32; s *= 2) {
             if (ex->fm_slices > 0 && s != ex->fm_slices) continue;
             *S = s, *RB = rb;
             if ((rows + 8 * rb - 1) / (8 * rb) * s >= want) return;
         }
-        if (ex->fm_rb > 0 && *RB == rb) return;
-        if (rb == 1) return;
-    }
 }
 
 static unsigned gemv_fill(gemv_params *p, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
@@ -1228,7 +1226,6 @@ static bool gemv_fm(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
     tela_cuda_launched(ex, "gemv (float, tensor cores)");
     return true;
 }
-
 
 /* Rows a warp for the float products of one token, as measured on the
  * H200 (docs/PERF-NOTES.md): four for the output head (tens of thousands
