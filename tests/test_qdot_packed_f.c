@@ -114,6 +114,10 @@ static uint8_t *pack_all(const tela_qdot_packing *pk, const uint8_t *w, size_t w
  * misaligned addresses, packed; gemm over [g0, g1) for a few sub-ranges;
  * every output of those groups' rows bitwise equal to the model, every
  * other slot of out untouched. Returns the number of mismatches. */
+/* 0: outputs must be the contract's bits; else (the opt-in AMX bf16 tiles)
+ * within g_tol * sum |w x| of the dot product in double. */
+static double g_tol;
+
 static int run_case(const wkind *kd, const tela_qdot_packing *pk, int64_t n_rows, int64_t n_cols, int64_t n) {
     const size_t es = kd->esize, wrb = (size_t)n * es;
     /* F16/BF16 rows only 2-byte aligned (odd element offsets), F32 rows 4 */
@@ -135,10 +139,15 @@ static int run_case(const wkind *kd, const tela_qdot_packing *pk, int64_t n_rows
     const int64_t groups = (n_rows + 15) / 16;
     const int64_t os = groups * 16 + (int64_t)(test_rnd() % 3);
     float *out = malloc((size_t)(os * n_cols) * sizeof *out), *want = malloc((size_t)(n_rows * n_cols) * sizeof *want);
-    if (!out || !want) abort();
+    double *exact = malloc((size_t)(n_rows * n_cols) * sizeof *exact), *mag = malloc((size_t)(n_rows * n_cols) * sizeof *mag);
+    if (!out || !want || !exact || !mag) abort();
     for (int64_t r = 0; r < n_rows; r++)
-        for (int64_t c = 0; c < n_cols; c++)
-            want[r * n_cols + c] = model_dot_mag(w + (size_t)r * ws, x + c * xs, n, kd, NULL);
+        for (int64_t c = 0; c < n_cols; c++) {
+            want[r * n_cols + c] = model_dot_mag(w + (size_t)r * ws, x + c * xs, n, kd, &mag[r * n_cols + c]);
+            double e = 0;
+            for (int64_t i = 0; i < n; i++) e += (double)w_at(w + (size_t)r * ws, i, kd) * x[c * xs + i];
+            exact[r * n_cols + c] = e;
+        }
     int bad = 0;
     const int64_t ranges[4][2] = {{0, groups}, {groups / 2, groups}, {0, (groups + 1) / 2}, {1, groups - 1}};
     for (int k = 0; k < 4; k++) {
@@ -150,7 +159,10 @@ static int run_case(const wkind *kd, const tela_qdot_packing *pk, int64_t n_rows
             for (int64_t r = 0; r < os; r++) {
                 const float got = out[c * os + r];
                 const int written = r < n_rows && r >= g0 * 16 && r < g1 * 16;
-                if (written ? !same_bits(got, want[r * n_cols + c]) : !same_bits(got, sentinel())) {
+                const int ok = !written           ? same_bits(got, sentinel())
+                               : g_tol == 0       ? same_bits(got, want[r * n_cols + c])
+                                                  : fabs(got - exact[r * n_cols + c]) <= g_tol * mag[r * n_cols + c] + 1e-30;
+                if (!ok) {
                     if (bad++ < 5)
                         fprintf(stderr,
                                 "%s rows %lld cols %lld n %lld groups [%lld, %lld): out[%lld][%lld] = %.9g, want %.9g\n",
@@ -163,6 +175,8 @@ static int run_case(const wkind *kd, const tela_qdot_packing *pk, int64_t n_rows
     free(packed);
     free(out);
     free(want);
+    free(exact);
+    free(mag);
     free(wbuf);
     free(xbuf);
     return bad;
@@ -324,6 +338,10 @@ static void test_matmul(const wkind *kd) {
 
 int main(void) {
     test_rng_seed(0x853c49e6748fea9bull);
+    /* the contract's bits first; the opt-in AMX bf16 tiles (TELA_AMX_FLOAT=1
+     * on a CPU with AMX) after, within their bound */
+    const bool amx_float = tela_qdot_amx_float_active();
+    tela_qdot_amx_float_allow(false);
     int ran = 0;
     for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; i++) {
         const wkind *kd = &k_kinds[i];
@@ -336,6 +354,22 @@ int main(void) {
         test_vs_double(kd, &q->packing);
         test_matmul(kd);
         ran++;
+        /* the opt-in AMX bf16 tiles (16+ columns): within 2^-14 of sum |w x|
+         * (their dropped terms are below 2^-16 of each product) */
+        if (kd->type != TELA_TYPE_F32 && amx_float) {
+            tela_qdot_amx_float_allow(true);
+            g_tol = 1.0 / 16384;
+            static const int64_t rows[] = {1, 16, 17, 40}, cols[] = {16, 17, 33, 64, 65, 130};
+            static const int64_t ns[] = {1, 31, 64, 300, 2048};
+            int bad = 0;
+            for (size_t a = 0; a < 5; a++)
+                for (size_t r = 0; r < 4; r++)
+                    for (size_t c = 0; c < 6; c++) bad += run_case(kd, &q->packing, rows[r], cols[c], ns[a]);
+            CHECK_MSG(bad == 0, "%s: %d outputs of the AMX bf16 tiles outside the bound", kd->name, bad);
+            g_tol = 0;
+            tela_qdot_amx_float_allow(false);
+            printf("%s: AMX bf16 tiles checked against double\n", kd->name);
+        }
     }
     if (!ran) test_skip("no packed float kernels on this CPU");
     return test_finish();

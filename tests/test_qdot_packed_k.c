@@ -4,8 +4,12 @@
  * 16-row group, every column-tile width, group sub-ranges, decode (one
  * column, several groups at a time) and several column panels; then through
  * tela_op_matmul with 1, 2 and 3 threads. The scalar vec_dot itself is
- * checked against dequantized dot products in test_qdot.c. Skipped where
- * the CPU has no packed K-quant kernels (no AVX-512 VNNI). */
+ * checked against dequantized dot products in test_qdot.c. Where the CPU
+ * has AMX and TELA_AMX=1, gemms of 16 columns or more run on its tiles (qdot_pack_amx.c):
+ * every shape of 16+ columns is then checked twice, AMX tiles and VNNI
+ * tiles, against the same vec_dot, plus blocks of extreme levels, scales
+ * and activations (the AMX tiles' exactness bound). Skipped where the CPU
+ * has no packed K-quant kernels (no AVX-512 VNNI). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +119,76 @@ static void check_matmul(tela_type type, int64_t rows, int64_t n, int n_tok) {
     free(y1);
 }
 
+/* Blocks at the extremes: every level at its maximum, every scale and min
+ * at 63 (Q4_K) or every scale at -128 / 127 (Q6_K), activations all 127 or
+ * all -127: the largest sums the tiles meet, where an inexact step would
+ * show. Compared bitwise with vec_dot. */
+static void check_extreme(tela_type type, int64_t rows, int64_t n, int64_t nc) {
+    const tela_qdot_traits *q = tela_qdot_get(type), *sc = tela_qdot_get_isa(type, TELA_ISA_SCALAR);
+    const tela_qdot_packing *p = &q->packing;
+    const size_t wrb = tela_type_row_bytes(type, n), xrb = tela_type_row_bytes(TELA_TYPE_Q8_K, n);
+    uint8_t *w = malloc(wrb * (size_t)rows), *xq = malloc(xrb * (size_t)nc);
+    memset(w, 0xFF, wrb * (size_t)rows);
+    const int64_t nsb = n / 256;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nsb; b++) {
+            uint8_t *blk = w + (size_t)r * wrb;
+            if (type == TELA_TYPE_Q4_K) {
+                tela_block_q4_K *k = (tela_block_q4_K *)(void *)blk + b;
+                k->d = 0x3C00;    /* 1.0 */
+                k->dmin = 0x3800; /* 0.5 */
+            } else {
+                tela_block_q6_K *k = (tela_block_q6_K *)(void *)blk + b;
+                memset(k->scales, r % 2 ? 0x80 : 0x7F, sizeof k->scales); /* -128 or 127 */
+                k->d = 0x3C00;
+            }
+        }
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t b = 0; b < nsb; b++) {
+            uint8_t *xb = xq + (size_t)c * xrb + (size_t)b * 292;
+            const float d = 0.25f;
+            const int8_t v = c % 2 ? -127 : 127;
+            memcpy(xb, &d, 4);
+            memset(xb + 4, (uint8_t)v, 256);
+            for (int i = 0; i < 16; i++) {
+                const int16_t bs = (int16_t)(16 * v);
+                memcpy(xb + 260 + 2 * i, &bs, 2);
+            }
+        }
+    const int64_t groups = (rows + 15) / 16;
+    uint8_t *packed = aligned64(p->group_bytes(n) * (size_t)groups);
+    p->pack(w, wrb, rows, n, 0, groups, packed);
+    float *out = malloc(sizeof(float) * (size_t)(rows * nc));
+    p->gemm(packed, rows, 0, groups, xq, xrb, nc, n, out, rows);
+    int bad = 0;
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < rows; r++) {
+            const float want = sc->vec_dot(w + (size_t)r * wrb, xq + (size_t)c * xrb, n);
+            if (memcmp(&out[c * rows + r], &want, sizeof want) != 0 && bad++ < 3)
+                fprintf(stderr, "%s extreme blocks: out[%lld][%lld] = %.9g, vec_dot %.9g\n", tela_type_name(type),
+                        (long long)c, (long long)r, out[c * rows + r], want);
+        }
+    CHECK_MSG(bad == 0, "%s extreme blocks, %lld columns: %d outputs wrong", tela_type_name(type), (long long)nc, bad);
+    free(w);
+    free(xq);
+    free(packed);
+    free(out);
+}
+
+/* The shapes of 16+ columns (the AMX tiles' range; else the VNNI tiles). */
+static void check_many_columns(tela_type type) {
+    const int64_t cols[] = {16, 17, 31, 32, 33, 48, 61};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+        check_shape(type, 40, 512, cols[i], 0, 3);
+        check_shape(type, 16, 256, cols[i], 0, 1);
+    }
+    check_shape(type, 100, 768, 40, 2, 5);
+    check_shape(type, 33, 8192, 150, 0, 3); /* long rows: panels of 112 columns */
+    check_extreme(type, 32, 512, 19);
+    check_extreme(type, 32, 512, 3);
+    check_matmul(type, 70, 1024, 37);
+}
+
 int main(void) {
     const tela_type types[] = {TELA_TYPE_Q4_K, TELA_TYPE_Q6_K};
     const tela_qdot_traits *q = tela_qdot_get(TELA_TYPE_Q4_K);
@@ -138,6 +212,17 @@ int main(void) {
         check_shape(type, 33, 2048, 470, 0, 3);
         check_matmul(type, 70, 1024, 1);
         check_matmul(type, 70, 1024, 21);
+        /* the AMX tiles where they run (a CPU with AMX, TELA_AMX=1), then
+         * the VNNI tiles */
+        const bool amx = tela_qdot_amx_active();
+        if (amx) {
+            check_many_columns(type);
+            tela_qdot_amx_allow(false);
+        }
+        check_many_columns(type);
+        tela_qdot_amx_allow(amx);
     }
+    printf("AMX tiles %s\n", tela_qdot_amx_active() ? "on: checked against vec_dot, as were the VNNI tiles"
+                                                      : "not in use (no AMX, or TELA_AMX unset): the VNNI tiles checked");
     return test_finish();
 }

@@ -17,6 +17,8 @@
  *  - the model against the dot product of the quant layer's dequantized
  *    weights and activations in double, within float rounding;
  *  - packing in pieces gives the same bytes as packing at once;
+ *  - where the AMX tiles run (AMX, TELA_AMX=1), the edge and large shapes twice: gemms of 16+
+ *    columns on the AMX tiles (qdot_pack_amx.c), then on the VNNI tiles;
  *  - tela_op_matmul with packed weights on pools of 1, 2 and 3 threads:
  *    identical outputs, equal to the model on the quantized activations,
  *    and close to the unpacked kernels. */
@@ -363,10 +365,18 @@ int main(void) {
         test_pack_pieces(kd, &q->packing);
         test_edge_shapes(kd, &q->packing);
         test_large(kd, &q->packing);
+        if (tela_qdot_amx_active()) { /* those ran on the AMX tiles (16+ columns): now the VNNI tiles */
+            tela_qdot_amx_allow(false);
+            test_edge_shapes(kd, &q->packing);
+            test_large(kd, &q->packing);
+            tela_qdot_amx_allow(true);
+        }
         test_vs_dequantized(kd, &q->packing);
         test_matmul(kd);
         ran++;
     }
     if (!ran) test_skip("no packed Q8_0/Q4_0 kernels on this CPU");
+    printf("AMX tiles %s\n", tela_qdot_amx_active() ? "on: shapes of 16+ columns checked on them and on the VNNI tiles"
+                                                      : "not in use (no AMX, or TELA_AMX unset): the VNNI tiles checked");
     return test_finish();
 }

@@ -281,7 +281,7 @@ int tela_cmd_bench(int argc, char **argv) {
     char cpu[256], model_type[128];
     cpu_model(cpu, sizeof cpu);
     snprintf(model_type, sizeof model_type, "%s %s", info->arch, info->file_type ? info->file_type : "?");
-    const char *isa = tela_isa_name(tela_qdot_best_isa());
+    const char *isa = tela_qdot_kernels_label();
     const cli_bench_table table = {json, threads, cpu, isa, model_type, info};
     memcpy(bo.n_gen, n_gen, sizeof bo.n_gen);
     bo.n_gen_n = ng_n;

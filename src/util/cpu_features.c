@@ -9,6 +9,10 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #elif defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
@@ -24,6 +28,16 @@ static unsigned long long read_xcr0(void) {
     unsigned int lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return (unsigned long long)hi << 32 | lo;
+}
+
+/* Asks Linux for the AMX tile data permission (XFEATURE_XTILEDATA = 18)
+ * for the whole process; granted once, it stays. */
+static bool amx_permitted(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0;
+#else
+    return false;
+#endif
 }
 
 static void detect(tela_cpu_features *f) {
@@ -51,10 +65,19 @@ static void detect(tela_cpu_features *f) {
         f->avx512vl = (b >> 31) & 1;
         f->avx512vnni = (c >> 11) & 1;
     }
+    /* AMX: CPUID.7.0:EDX bit 24 (tiles), 25 (int8), 22 (bf16); XCR0 bits
+     * 17-18 (tile configuration and data); then Linux's per-process
+     * permission for the tile data (otherwise the first tile instruction
+     * faults). */
+    const bool amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1, amx_bf16 = (d >> 22) & 1;
     if (max_sub7 >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
         f->avx_vnni = (a >> 4) & 1;
         if (zmm_ok) f->avx512bf16 = (a >> 5) & 1;
+    }
+    if (zmm_ok && amx_tile && (amx_int8 || amx_bf16) && (xcr0 & 0x60000) == 0x60000 && amx_permitted()) {
+        f->amx_int8 = amx_int8;
+        f->amx_bf16 = amx_bf16;
     }
 }
 #elif defined(__aarch64__)
@@ -72,12 +95,15 @@ static void detect(tela_cpu_features *f) { (void)f; }
  * once on stderr and ignored, so a typo does not silently change speed. */
 static void apply_cap(tela_cpu_features *f) {
     const char *cap = getenv("TELA_CPU");
-    if (!cap || !*cap || !strcmp(cap, "native") || !strcmp(cap, "avx512")) return;
-    if (!strcmp(cap, "scalar")) {
+    if (!cap || !*cap || !strcmp(cap, "native")) return;
+    if (!strcmp(cap, "avx512")) {
+        f->amx_int8 = f->amx_bf16 = false;
+    } else if (!strcmp(cap, "scalar")) {
         memset(f, 0, sizeof *f);
     } else if (!strcmp(cap, "avx2")) {
         f->avx_vnni = f->avx512f = f->avx512bw = f->avx512dq = false;
         f->avx512vl = f->avx512vnni = f->avx512bf16 = false;
+        f->amx_int8 = f->amx_bf16 = false;
     } else {
         fprintf(stderr, "tela: ignoring TELA_CPU=%s (expected scalar, avx2, avx512 or native)\n", cap);
     }
@@ -110,6 +136,8 @@ const char *tela_cpu_features_string(char *buf, size_t cap) {
         {"avx512vl", offsetof(tela_cpu_features, avx512vl)},
         {"avx512vnni", offsetof(tela_cpu_features, avx512vnni)},
         {"avx512bf16", offsetof(tela_cpu_features, avx512bf16)},
+        {"amx_int8", offsetof(tela_cpu_features, amx_int8)},
+        {"amx_bf16", offsetof(tela_cpu_features, amx_bf16)},
         {"neon", offsetof(tela_cpu_features, neon)},
         {"dotprod", offsetof(tela_cpu_features, dotprod)},
     };

@@ -4,8 +4,13 @@
  *
  * The environment variable TELA_CPU caps what is reported, for testing and
  * benchmarking the slower paths on a fast machine: "scalar" hides every SIMD
- * set, "avx2" hides AVX-512 (and AVX-VNNI), "avx512" or unset reports what
- * the CPU has. It is read once, at the first call. */
+ * set, "avx2" hides AVX-512 (and AVX-VNNI), "avx512" hides AMX, "native" or
+ * unset reports what the CPU has. It is read once, at the first call.
+ *
+ * AMX (Intel's tile registers) counts only when the CPU has it, the OS
+ * enables its state in XCR0, and the kernel grants this process the tile
+ * data permission (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM), asked for once
+ * here, at the first call). */
 #ifndef TELA_UTIL_CPU_FEATURES_H
 #define TELA_UTIL_CPU_FEATURES_H
 
@@ -25,6 +30,8 @@ typedef struct tela_cpu_features {
     bool avx512vl;
     bool avx512vnni;
     bool avx512bf16;
+    bool amx_int8;  /* AMX tiles with the int8 products (TDPB*D), usable by this process */
+    bool amx_bf16;  /* ... and the bf16 products (TDPBF16PS) */
     /* AArch64 */
     bool neon;
     bool dotprod;   /* SDOT/UDOT */

@@ -767,7 +767,7 @@ tela_status tela_backend_cpu_create(int n_threads, tela_backend **out) {
     b->head.host_visible = true;
     b->head.preferred_batch = CPU_PREFERRED_BATCH;
     b->head.n_threads = n_threads > 0 ? n_threads : tela_cpu_count();
-    snprintf(b->head.description, sizeof b->head.description, "cpu (%s, %d thread%s)", tela_isa_name(tela_qdot_best_isa()),
+    snprintf(b->head.description, sizeof b->head.description, "cpu (%s, %d thread%s)", tela_qdot_kernels_label(),
              b->head.n_threads, b->head.n_threads == 1 ? "" : "s");
     *out = &b->head;
     return TELA_OK;

@@ -569,6 +569,11 @@ const tela_qdot_traits *tela_qdot_get_isa(tela_type type, tela_isa isa) {
 
 const tela_qdot_traits *tela_qdot_get(tela_type type) { return tela_qdot_get_isa(type, tela_qdot_best_isa()); }
 
+const char *tela_qdot_kernels_label(void) {
+    const tela_isa isa = tela_qdot_best_isa();
+    return isa == TELA_ISA_AVX512 && tela_qdot_amx_active() ? "avx512+amx" : tela_isa_name(isa);
+}
+
 tela_isa tela_qdot_best_isa(void) {
     pthread_once(&g_once, init_tables);
     return g_best;

@@ -45,6 +45,7 @@
 #ifndef TELA_BACKEND_CPU_QDOT_H
 #define TELA_BACKEND_CPU_QDOT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "tela/tela.h"
@@ -144,6 +145,9 @@ const tela_qdot_traits *tela_qdot_get_isa(tela_type type, tela_isa isa);
 /* The instruction set tela_qdot_get uses, and its name ("avx512"). */
 tela_isa tela_qdot_best_isa(void);
 const char *tela_isa_name(tela_isa isa);
+/* The kernels in use, for a person: the best set's name, "+amx" where the
+ * AMX tiles take prefill ("avx512+amx"). */
+const char *tela_qdot_kernels_label(void);
 
 /* ------------------------------------------------------------------------
  * Internal: how the per-ISA files hand their kernels to the dispatcher.
@@ -171,6 +175,35 @@ void tela_qdot_fill_avx512(tela_qdot_isa_table *t);
 void tela_qdot_fill_packed_k_avx512(tela_qdot_isa_table *t);
 void tela_qdot_fill_packed_q8_avx512(tela_qdot_isa_table *t);
 void tela_qdot_fill_packed_f_avx512(tela_qdot_isa_table *t);
+/* AMX int8 tiles for the packed Q4_K/Q6_K/Q8_0/Q4_0 gemms of many columns (prefill;
+ * qdot_pack_amx.c): the packed gemm's results bit for bit. Each returns
+ * false, having done nothing, where it does not apply (fewer than
+ * TELA_AMX_MIN_COLS columns, no usable AMX, AMX turned off, or no memory
+ * for its scratch); the caller then runs the VNNI tiles. */
+#define TELA_AMX_MIN_COLS 16
+bool tela_qdot_amx_gemm_q4_K(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os);
+bool tela_qdot_amx_gemm_q6_K(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os);
+bool tela_qdot_amx_gemm_q8_0(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os);
+bool tela_qdot_amx_gemm_q4_0(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os);
+/* F16/BF16 weights on the AMX bf16 tiles, opt-in (TELA_AMX_FLOAT=1, or
+ * tela_qdot_amx_float_allow for tests): weights split exactly into bf16 hi
+ * + lo, activations into hi + lo, three products (qdot_pack_amx.c). Near
+ * f32 products but not the packed float contract's bits. */
+bool tela_qdot_amx_gemm_f16(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                            int64_t n_cols, int64_t n, float *out, int64_t os);
+bool tela_qdot_amx_gemm_bf16(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os);
+bool tela_qdot_amx_float_active(void);
+void tela_qdot_amx_float_allow(bool on);
+/* Whether the AMX tiles run (the CPU and OS allow them: tela_cpu_features'
+ * amx_int8, after the TELA_CPU cap), and a switch for tests and benchmarks
+ * to compare them with the VNNI tiles in one process (on by default). */
+bool tela_qdot_amx_active(void);
+void tela_qdot_amx_allow(bool allow);
 void tela_qdot_fill_avx2(tela_qdot_isa_table *t);
 void tela_qdot_fill_neon(tela_qdot_isa_table *t);
 

@@ -281,6 +281,11 @@ INL void gemm_t(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, cons
     const uint8_t *pw = packed;
     const uint8_t *px = x;
     const size_t gbytes = T == PF_F32 ? group_bytes_4(n) : group_bytes_2(n);
+    /* opt-in (TELA_AMX_FLOAT=1): many columns on the AMX bf16 tiles, near
+     * but not the bits of the contract above */
+    if (T != PF_F32 && (T == PF_F16 ? tela_qdot_amx_gemm_f16 : tela_qdot_amx_gemm_bf16)(packed, n_rows, g0, g1, x, xs,
+                                                                                        n_cols, n, out, os))
+        return;
     if (n <= 0) { /* empty dot products */
         for (int64_t c = 0; c < n_cols; c++)
             for (int64_t r = g0 * PF_ROWS; r < g1 * PF_ROWS && r < n_rows; r++) out[c * os + r] = 0.0f;

@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/qdot_pack_k.h"
 #include "quant/quant.h"
 #include "util/fp16.h"
 
@@ -54,16 +55,11 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #endif
 
-#define PR 16            /* rows per group */
+#define PR TELA_PK_ROWS  /* rows per group */
 /* Activation columns per tile: 12 independent accumulator chains per
  * sub-block, enough to keep two VPDPBUSD a cycle busy through their
  * 5-cycle latency (8 chains measured ~15% slower). */
 #define MAX_COLS 12
-
-/* Q8_K activation rows: d (f32), qs[256], bsums[16] (int16). */
-#define X_QS 4
-#define X_BSUMS 260
-#define X_BYTES 292
 
 static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static inline float rd_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
@@ -110,8 +106,6 @@ INL void prefetch_lines(const uint8_t *p, int n) {
 }
 
 /* ------------------------------------------------------------------ Q4_K */
-
-enum { Q4K_D = 0, Q4K_DMIN = 32, Q4K_SC = 64, Q4K_M = 192, Q4K_Q = 320, Q4K_SB = 2368 };
 
 static size_t q4_K_group_bytes(int64_t n) { return (size_t)(n / 256) * Q4K_SB; }
 
@@ -185,11 +179,6 @@ INL void q4_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
 
 /* ------------------------------------------------------------------ Q6_K */
 
-enum { Q6K_SC = 0, Q6K_D = 256, Q6K_Q = 320, Q6K_SB = 3392 };
-
-/* Offset of step (hh, s)'s vector v (0, 1: ql halves; 2: qh). */
-#define Q6K_VEC(hh, s, v) (Q6K_Q + (((hh) * 8 + (s)) * 3 + (v)) * 64)
-
 static size_t q6_K_group_bytes(int64_t n) { return (size_t)(n / 256) * Q6K_SB; }
 
 static void q6_K_pack(const void *vw, size_t ws, int64_t n_rows, int64_t n, int64_t g0, int64_t g1, void *packed) {
@@ -235,7 +224,7 @@ INL __m512i q6_levels(const uint8_t *wb, int hh, int gq, int s, __m512i m0f, __m
 /* The levels of a whole group, unpacked once per column panel when many
  * columns will reuse them: per super-block the 64 vectors (hh, gq, s) of
  * q6_levels in that order (4096 bytes). */
-static TGT void q6_K_unpack_group(const uint8_t *w, int64_t nsb, uint8_t *dst) {
+TGT void tela_pk_q6_K_unpack(const uint8_t *w, int64_t nsb, uint8_t *dst) {
     const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < nsb; b++)
         for (int hh = 0; hh < 2; hh++)
@@ -298,7 +287,7 @@ INL void q6_K_dec(const uint8_t *w, const uint8_t *x, int64_t nsb, __m512 *f) {
 }
 
 /* One group x C columns; lv: the group's unpacked levels
- * (q6_K_unpack_group) or NULL to unpack from the packed group as it goes. */
+ * (tela_pk_q6_K_unpack) or NULL to unpack from the packed group as it goes. */
 INL void q6_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, int64_t nsb, __m512 *f,
                    const uint8_t *lv) {
     if (C == 1 && !lv) {
@@ -409,6 +398,7 @@ static void run_packed(const void *packed, size_t gb, int64_t n_rows, int64_t g0
     TILE_FN(NAME, 12)                                                                                                 \
     static void NAME##_gemm_packed(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x,        \
                                    size_t xs, int64_t n_cols, int64_t n, float *out, int64_t os) {                    \
+        if (tela_qdot_amx_gemm_##NAME(packed, n_rows, g0, g1, x, xs, n_cols, n, out, os)) return; /* same bits */   \
         static tile_fn const cols[MAX_COLS + 1] = {NULL,      NAME##_t1, NAME##_t2, NAME##_t3,  NAME##_t4,            \
                                                    NAME##_t5, NAME##_t6, NAME##_t7, NAME##_t8,  NAME##_t9,            \
                                                    NAME##_t10, NAME##_t11, NAME##_t12};                               \
@@ -417,7 +407,7 @@ static void run_packed(const void *packed, size_t gb, int64_t n_rows, int64_t g0
     }
 
 PACKED_GEMM(q4_K, NULL, 0)
-PACKED_GEMM(q6_K, q6_K_unpack_group, 4096)
+PACKED_GEMM(q6_K, tela_pk_q6_K_unpack, 4096)
 
 void tela_qdot_fill_packed_k_avx512(tela_qdot_isa_table *t) {
     t->packing[TELA_TYPE_Q4_K] = (tela_qdot_packing){PR, q4_K_group_bytes, q4_K_pack, q4_K_gemm_packed};

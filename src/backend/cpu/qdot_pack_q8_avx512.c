@@ -388,6 +388,9 @@ static void pq_gemm(const void *vpacked, int64_t n_rows, int64_t g0, int64_t g1,
     const uint8_t *packed = vpacked, *x = vx;
     const int64_t nb = n / 32;
     if (g1 <= g0 || n_cols <= 0) return;
+    /* many columns: the AMX tiles where the CPU has them (the same bits) */
+    if ((q4 ? tela_qdot_amx_gemm_q4_0 : tela_qdot_amx_gemm_q8_0)(vpacked, n_rows, g0, g1, vx, xs, n_cols, n, out, os))
+        return;
     if (nb == 0) {
         for (int64_t g = g0; g < g1; g++)
             for (int i = 0; i < PQ_ROWS && g * PQ_ROWS + i < n_rows; i++)

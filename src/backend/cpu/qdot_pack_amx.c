@@ -1,0 +1,594 @@
+/* qdot_pack_amx.c: Intel AMX int8 tile products for the packed gemms of
+ * Q4_K, Q6_K (the layout of qdot_pack_k.h), Q8_0 and Q4_0 (that of
+ * qdot_pack_q8_avx512.c), used for gemms of many activation columns:
+ * prompt evaluation.
+ *
+ * An AMX tile product TDPBSUD C += A B takes A as 16 rows of signed bytes
+ * (here: 16 activation columns, the Q8_K levels of one sub-block each) and
+ * B as K/4 rows of 16 x 4 unsigned bytes (here: the 4-interleaved levels of
+ * the group's 16 weight rows, exactly the packed layout's vectors), and
+ * adds to C, 16 x 16 int32, every column's sub-block dot product with every
+ * row: 16 x 16 x 32 multiply-adds (Q4_K) or x 16 (Q6_K) in one
+ * instruction, where VPDPBUSD does 16 x 4.
+ *
+ * Q8_0/Q4_0 levels are made signed when unpacked (TDPBSSD); their float
+ * step is per 32-element block, as in the VNNI tiles.
+ *
+ * Results are the VNNI tiles' (and so the scalar vec_dot's) bit for bit:
+ * each sub-block's sum is an exact int32 in C; the sub-block scales are
+ * applied exactly (Q6_K: int32 products; Q4_K: float products of integers,
+ * four sub-blocks at a time, whose sums stay integers below 2^24, so every
+ * step is exact, then added as int32), and the per-super-block float step
+ * is the same expression, lane for lane.
+ *
+ * Work is a loop over column panels (kept in L2), the thread's groups, and
+ * tiles of 16 columns. Each group is first unpacked once per panel into a
+ * scratch buffer (levels as bytes, scales as vectors), so the tile loop
+ * reads only tile-ready data. The tile registers: C in tmm0-3, A in
+ * tmm4-5, B in tmm6-7, alternating so consecutive products do not wait on
+ * one another's loads. The instructions are written as inline assembly
+ * (binutils knows them; no compiler flag or intrinsic header needed). */
+#include "backend/cpu/qdot.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "util/cpu_features.h"
+
+/* Opt-in for now (TELA_AMX=1, or tela_qdot_amx_allow): these tiles have
+ * been checked against vec_dot through a scalar model of the tile
+ * instructions (tests/test_qdot_amx_model.c), not yet on a CPU with AMX.
+ * 0: TELA_AMX not read yet, 1: off, 2: on. */
+static atomic_int g_amx_state;
+
+static bool env_on(atomic_int *state, const char *name) {
+    int v = atomic_load(state);
+    if (!v) {
+        const char *e = getenv(name);
+        v = e && e[0] == '1' ? 2 : 1;
+        atomic_store(state, v);
+    }
+    return v == 2;
+}
+
+void tela_qdot_amx_allow(bool allow) { atomic_store(&g_amx_state, allow ? 2 : 1); }
+
+bool tela_qdot_amx_active(void) { return tela_cpu_get_features()->amx_int8 && env_on(&g_amx_state, "TELA_AMX"); }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/qdot_pack_k.h"
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
+
+/* The tile configuration (palette 1): bytes per row and rows of tmm0-7. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+/* The instructions (tests/test_qdot_amx_model.c defines TELA_AMX_MODEL and
+ * a scalar model of each instead). */
+#ifndef TELA_AMX_MODEL
+#define AMX_LOAD_CONFIG(cfg) __asm__ volatile("ldtilecfg %0" ::"m"(*(cfg)) : "memory")
+#define AMX_RELEASE() __asm__ volatile("tilerelease" ::: "memory")
+#define AMX_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define AMX_LOAD(t, p, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(p)), "r"((long)(stride)) : "memory")
+#define AMX_STORE(t, p, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void *)(p)), "r"((long)(stride)) : "memory")
+/* tmm c += tmm a (signed bytes) . tmm b (unsigned bytes, or signed) */
+#define AMX_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#endif
+
+/* C tiles of m columns x 16 rows (int32), A of m columns x k bytes, B of
+ * k / 4 rows x 64 bytes. */
+static void amx_configure(int m, int k) {
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 4; t++) cfg.rows[t] = (uint8_t)m, cfg.colsb[t] = 64;
+    for (int t = 4; t < 6; t++) cfg.rows[t] = (uint8_t)m, cfg.colsb[t] = (uint16_t)k;
+    for (int t = 6; t < 8; t++) cfg.rows[t] = (uint8_t)(k / 4), cfg.colsb[t] = 64;
+    AMX_LOAD_CONFIG(&cfg);
+}
+
+static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline float rd_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
+
+/* Four products (OP: AMX_DPBSUD or AMX_DPBSSD) into tmm0-3, sub-blocks at A
+ * offsets a0 + i * astep and B offsets b0 + i * bstep, then tmm0-3 stored
+ * to c[0..3] (16 x 16 int32 each, rows past m not written). */
+#define AMX_FOUR(OP, xa, xs, a0, astep, ub, b0, bstep, c)                              \
+    do {                                                                                \
+        AMX_ZERO(0);                                                                    \
+        AMX_ZERO(1);                                                                    \
+        AMX_ZERO(2);                                                                    \
+        AMX_ZERO(3);                                                                    \
+        AMX_LOAD(4, (xa) + (a0), xs);                                                   \
+        AMX_LOAD(6, (ub) + (b0), 64);                                                   \
+        OP(0, 4, 6);                                                                    \
+        AMX_LOAD(5, (xa) + (a0) + (astep), xs);                                         \
+        AMX_LOAD(7, (ub) + (b0) + (bstep), 64);                                         \
+        OP(1, 5, 7);                                                                    \
+        AMX_LOAD(4, (xa) + (a0) + 2 * (astep), xs);                                     \
+        AMX_LOAD(6, (ub) + (b0) + 2 * (bstep), 64);                                     \
+        OP(2, 4, 6);                                                                    \
+        AMX_LOAD(5, (xa) + (a0) + 3 * (astep), xs);                                     \
+        AMX_LOAD(7, (ub) + (b0) + 3 * (bstep), 64);                                     \
+        OP(3, 5, 7);                                                                    \
+        AMX_STORE(0, (c)[0], 64);                                                       \
+        AMX_STORE(1, (c)[1], 64);                                                       \
+        AMX_STORE(2, (c)[2], 64);                                                       \
+        AMX_STORE(3, (c)[3], 64);                                                       \
+    } while (0)
+
+/* Stores a group's 16 results for one column, only rows < valid. */
+static inline TGT void store_rows(float *out, __m512 v, int64_t valid) {
+    if (valid >= TELA_PK_ROWS)
+        _mm512_storeu_ps(out, v);
+    else
+        _mm512_mask_storeu_ps(out, (__mmask16)((1u << valid) - 1), v);
+}
+
+/* Columns per panel: about 1 MB of Q8_K rows (they stay in L2 while the
+ * thread's groups pass over them), a multiple of 16. */
+static int64_t panel_cols(size_t xs) {
+    int64_t c = (int64_t)(((size_t)1 << 20) / (xs ? xs : 1)) / 16 * 16;
+    return c < 16 ? 16 : c;
+}
+
+/* ------------------------------------------------------------------ Q4_K */
+
+/* A group's super-block unpacked for the tiles: the levels of sub-block j
+ * (elements 32 j ..) as B's 8 rows of 64 bytes, the 6-bit scales as
+ * floats, the mins in both int16 halves of each lane (VPDPWSSD with the
+ * activation pair sums), d and dmin as floats. */
+enum { U4_LV = 0, U4_SC = 4096, U4_MV = 4608, U4_D = 5120, U4_DMIN = 5184, U4_SB = 5248 };
+
+static TGT void q4_K_unpack(const uint8_t *w, int64_t nsb, uint8_t *ub) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nsb; b++, w += Q4K_SB, ub += U4_SB) {
+        UNROLL for (int c4 = 0; c4 < 4; c4++) UNROLL for (int s = 0; s < 8; s++) {
+            const __m512i v = _mm512_loadu_si512(w + Q4K_Q + (c4 * 8 + s) * 64);
+            _mm512_store_si512(ub + U4_LV + (2 * c4) * 512 + s * 64, _mm512_and_si512(v, m4));
+            _mm512_store_si512(ub + U4_LV + (2 * c4 + 1) * 512 + s * 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        }
+        UNROLL for (int j = 0; j < 8; j++) {
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + Q4K_SC + 16 * j)));
+            _mm512_store_ps(ub + U4_SC + 64 * j, _mm512_cvtepi32_ps(sc));
+            const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + Q4K_M + 16 * j)));
+            _mm512_store_si512(ub + U4_MV + 64 * j, _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+        }
+        _mm512_store_ps(ub + U4_D, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + Q4K_D))));
+        _mm512_store_ps(ub + U4_DMIN, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + Q4K_DMIN))));
+    }
+}
+
+/* m (<= 16) columns at x (xs apart) against one unpacked group: f[c] gets
+ * column c's 16 rows. */
+static TGT void q4_K_amx_tile(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, int m, __m512 *f) {
+    _Alignas(64) int32_t c[8][16][16];
+    for (int i = 0; i < m; i++) f[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++, ub += U4_SB) {
+        const uint8_t *xa = x + (size_t)b * X_BYTES + X_QS;
+        AMX_FOUR(AMX_DPBSUD, xa, xs, 0, 32, ub + U4_LV, 0, 512, c);
+        AMX_FOUR(AMX_DPBSUD, xa, xs, 128, 32, ub + U4_LV, 2048, 512, c + 4);
+        __m512 sc[8];
+        UNROLL for (int j = 0; j < 8; j++) sc[j] = _mm512_load_ps(ub + U4_SC + 64 * j);
+        const __m512 d = _mm512_load_ps(ub + U4_D), dmin = _mm512_load_ps(ub + U4_DMIN);
+        for (int i = 0; i < m; i++) {
+            const uint8_t *xb = x + (size_t)i * xs + (size_t)b * X_BYTES;
+            /* sum_j scale_j * C_j: |C_j| <= 32 * 15 * 128, scale <= 63, so four
+             * terms stay below 2^24 and every float step is exact */
+            __m512i tot = _mm512_setzero_si512();
+            UNROLL for (int h = 0; h < 2; h++) {
+                __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[4 * h][i])), sc[4 * h]);
+                UNROLL for (int j = 1; j < 4; j++)
+                    p = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[4 * h + j][i])), sc[4 * h + j], p);
+                tot = _mm512_add_epi32(tot, _mm512_cvtps_epi32(p));
+            }
+            __m512i ms = _mm512_setzero_si512();
+            UNROLL for (int j = 0; j < 8; j++)
+                ms = _mm512_dpwssd_epi32(ms, _mm512_load_si512(ub + U4_MV + 64 * j),
+                                         _mm512_set1_epi32((int)rd32(xb + X_BSUMS + 4 * j)));
+            /* the VNNI tile's float step */
+            const __m512 dx = _mm512_set1_ps(rd_f32(xb));
+            const __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, dx), f[i]);
+            f[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmin, dx), a);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ Q6_K */
+
+/* A group's super-block unpacked for the tiles: the levels (B's 4 rows of
+ * 64 bytes for each 16-element sub-block k at 256 k), the 16 scales as
+ * int32 vectors, the scale pairs as int16 pairs (for the -32 offset with
+ * the activation block sums), d. */
+enum { U6_LV = 0, U6_SC = 4096, U6_PAIR = 5120, U6_D = 5632, U6_SB = 5696 };
+
+static TGT void q6_K_unpack(const uint8_t *w, int64_t nsb, uint8_t *ub) {
+    for (int64_t b = 0; b < nsb; b++, w += Q6K_SB, ub += U6_SB) {
+        tela_pk_q6_K_unpack(w, 1, ub + U6_LV);
+        UNROLL for (int q = 0; q < 8; q++) {
+            const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + Q6K_SC + q * 32)));
+            _mm512_store_si512(ub + U6_PAIR + 64 * q, pair);
+            _mm512_store_si512(ub + U6_SC + 64 * (2 * q), _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16));
+            _mm512_store_si512(ub + U6_SC + 64 * (2 * q + 1), _mm512_srai_epi32(pair, 16));
+        }
+        _mm512_store_si512(ub + U6_D, _mm512_loadu_si512(w + Q6K_D));
+    }
+}
+
+static TGT void q6_K_amx_tile(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, int m, __m512 *f) {
+    _Alignas(64) int32_t c[16][16][16];
+    for (int i = 0; i < m; i++) f[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++, ub += U6_SB) {
+        const uint8_t *xa = x + (size_t)b * X_BYTES + X_QS;
+        UNROLL for (int r = 0; r < 4; r++)
+            AMX_FOUR(AMX_DPBSUD, xa, xs, 64 * r, 16, ub + U6_LV, 1024 * r, 256, c + 4 * r);
+        const __m512 d = _mm512_load_ps(ub + U6_D);
+        for (int i = 0; i < m; i++) {
+            const uint8_t *xb = x + (size_t)i * xs + (size_t)b * X_BYTES;
+            __m512i tot = _mm512_setzero_si512();
+            UNROLL for (int k = 0; k < 16; k++)
+                tot = _mm512_add_epi32(tot, _mm512_mullo_epi32(_mm512_load_si512(c[k][i]),
+                                                               _mm512_load_si512(ub + U6_SC + 64 * k)));
+            __m512i off = _mm512_setzero_si512();
+            UNROLL for (int q = 0; q < 8; q++)
+                off = _mm512_dpwssd_epi32(off, _mm512_load_si512(ub + U6_PAIR + 64 * q),
+                                          _mm512_set1_epi32((int)rd32(xb + X_BSUMS + 4 * q)));
+            /* the VNNI tile's float step: isum = tot - 32 * sum_k scale_k * bsums[k] */
+            const __m512 dx = _mm512_set1_ps(rd_f32(xb));
+            const __m512i isum = _mm512_sub_epi32(tot, _mm512_slli_epi32(off, 5));
+            f[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), f[i]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ Q8_0, Q4_0 */
+
+/* The packed Q8_0/Q4_0 group (qdot_pack_q8_avx512.c): [16 fp16 scales a
+ * block, 32 bytes, the area padded to 64][levels: Q8_0 512 bytes a block,
+ * w + 128; Q4_0 256, nibbles w + 8]. Unpacked for the tiles, a block is
+ * its levels as signed bytes in B's 8 rows (elements 4 s .. 4 s + 3 of
+ * every row in row s) and its 16 row scales as floats. The activations
+ * are Q8_0 blocks (fp16 d, 32 levels). */
+enum { U8_LV = 0, U8_DW = 512, U8_BLK = 576 };
+#define Q8_X_BLOCK 34
+
+static TGT void q8_unpack(const uint8_t *grp, int64_t nb, int q4, uint8_t *ub) {
+    const size_t sb = ((size_t)nb * 32 + 63) / 64 * 64, lb = q4 ? 256 : 512;
+    const __m512i flip = _mm512_set1_epi8((char)0x80), m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+    for (int64_t b = 0; b < nb; b++, ub += U8_BLK) {
+        const uint8_t *lv = grp + sb + (size_t)b * lb;
+        if (q4) {
+            UNROLL for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_loadu_si512(lv + 64 * j);
+                _mm512_store_si512(ub + U8_LV + 64 * j, _mm512_sub_epi8(_mm512_and_si512(v, m4), eight));
+                _mm512_store_si512(ub + U8_LV + 256 + 64 * j,
+                                   _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), eight));
+            }
+        } else {
+            UNROLL for (int j = 0; j < 8; j++)
+                _mm512_store_si512(ub + U8_LV + 64 * j, _mm512_xor_si512(_mm512_loadu_si512(lv + 64 * j), flip));
+        }
+        _mm512_store_ps(ub + U8_DW, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + 32 * b))));
+    }
+}
+
+/* m columns at x against one unpacked group; dx: the columns' block scales
+ * as floats (column i's block b at dx[i * nb + b]). The packed tiles'
+ * float steps: acc = fma((float)isum_b, d_w * d_x, acc), block by block. */
+static TGT void q8_amx_tile(const uint8_t *ub, int64_t nb, const uint8_t *x, size_t xs, const float *dx, int m,
+                            __m512 *f) {
+    _Alignas(64) int32_t c[4][16][16];
+    for (int i = 0; i < m; i++) f[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 4) {
+        const uint8_t *xa = x + (size_t)b * Q8_X_BLOCK + 2, *u = ub + (size_t)b * U8_BLK;
+        const int nq = nb - b < 4 ? (int)(nb - b) : 4;
+        if (nq == 4) {
+            AMX_FOUR(AMX_DPBSSD, xa, xs, 0, Q8_X_BLOCK, u, U8_LV, U8_BLK, c);
+        } else { /* the last blocks, one product each */
+            for (int j = 0; j < nq; j++) {
+                AMX_ZERO(0);
+                AMX_LOAD(4, xa + j * Q8_X_BLOCK, xs);
+                AMX_LOAD(6, u + (size_t)j * U8_BLK + U8_LV, 64);
+                AMX_DPBSSD(0, 4, 6);
+                AMX_STORE(0, c[j], 64);
+            }
+        }
+        __m512 dw[4];
+        for (int j = 0; j < nq; j++) dw[j] = _mm512_load_ps(u + (size_t)j * U8_BLK + U8_DW);
+        for (int i = 0; i < m; i++) {
+            __m512 a = f[i];
+            for (int j = 0; j < nq; j++)
+                a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j][i])),
+                                    _mm512_mul_ps(dw[j], _mm512_set1_ps(dx[(size_t)i * nb + b + j])), a);
+            f[i] = a;
+        }
+    }
+}
+
+static TGT bool amx_gemm_q8(const void *packed, int q4, int64_t n_rows, int64_t g0, int64_t g1, const void *vx,
+                            size_t xs, int64_t n_cols, int64_t n, float *out, int64_t os) {
+    if (n_cols < TELA_AMX_MIN_COLS || g1 <= g0 || n < 32 || !tela_qdot_amx_active()) return false;
+    const int64_t nb = n / 32;
+    const size_t gb = ((size_t)nb * 32 + 63) / 64 * 64 + (size_t)nb * (q4 ? 256 : 512);
+    int64_t pc = (int64_t)(((size_t)1 << 20) / xs) / 16 * 16;
+    if (pc < 16) pc = 16;
+    if (pc > n_cols) pc = n_cols;
+    uint8_t *ub = aligned_alloc(64, U8_BLK * (size_t)nb);
+    float *dx = malloc(sizeof(float) * (size_t)(pc * nb));
+    if (!ub || !dx) {
+        free(ub);
+        free(dx);
+        return false;
+    }
+    const uint8_t *pw = packed, *x = vx;
+    int cur = 16;
+    amx_configure(cur, 32);
+    for (int64_t p0 = 0; p0 < n_cols; p0 += pc) {
+        const int64_t p1 = p0 + pc < n_cols ? p0 + pc : n_cols;
+        for (int64_t c = p0; c < p1; c++)
+            for (int64_t b = 0; b < nb; b++) {
+                uint16_t h;
+                memcpy(&h, x + (size_t)c * xs + (size_t)b * Q8_X_BLOCK, 2);
+                dx[(c - p0) * nb + b] = _cvtsh_ss(h);
+            }
+        for (int64_t g = g0; g < g1; g++) {
+            q8_unpack(pw + (size_t)g * gb, nb, q4, ub);
+            for (int64_t c0 = p0; c0 < p1; c0 += 16) {
+                const int m = p1 - c0 < 16 ? (int)(p1 - c0) : 16;
+                if (m != cur) amx_configure(cur = m, 32);
+                __m512 f[16];
+                q8_amx_tile(ub, nb, x + (size_t)c0 * xs, xs, dx + (c0 - p0) * nb, m, f);
+                for (int i = 0; i < m; i++)
+                    store_rows(out + (c0 + i) * os + g * TELA_PK_ROWS, f[i], n_rows - g * TELA_PK_ROWS);
+            }
+        }
+    }
+    AMX_RELEASE();
+    free(ub);
+    free(dx);
+    return true;
+}
+
+bool tela_qdot_amx_gemm_q8_0(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os) {
+    return amx_gemm_q8(packed, 0, n_rows, g0, g1, x, xs, n_cols, n, out, os);
+}
+
+bool tela_qdot_amx_gemm_q4_0(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os) {
+    return amx_gemm_q8(packed, 1, n_rows, g0, g1, x, xs, n_cols, n, out, os);
+}
+
+/* ------------------------------------------- F16, BF16 (opt-in: float) */
+
+/* Float weights on the bf16 tiles (TDPBF16PS: pairs of bf16 products added
+ * into f32). Each weight is split exactly into bf16 hi + lo (an f16 has 11
+ * significant bits, a bf16 8: the rest fits in lo; a bf16 weight is its own
+ * hi), each activation into a rounded hi + lo (16 bits), and three
+ * products are added: w_hi x_hi + w_hi x_lo + w_lo x_hi (BF16 weights:
+ * two). What is dropped (w_lo x_lo, the activation's rounding) is below
+ * 2^-16 of each product, so the results are near f32 products, but they
+ * are not the packed float tiles' bits: the float contract of qdot.h
+ * (fmaf element after element, whatever the column count) does not hold,
+ * and prefill would differ from decode in the last bits. Hence opt-in:
+ * TELA_AMX_FLOAT=1. */
+#ifndef TELA_AMX_MODEL
+#define AMX_DPBF16PS(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#endif
+
+static atomic_int g_float_state; /* as g_amx_state, for TELA_AMX_FLOAT */
+
+void tela_qdot_amx_float_allow(bool on) { atomic_store(&g_float_state, on ? 2 : 1); }
+
+bool tela_qdot_amx_float_active(void) {
+    return tela_cpu_get_features()->amx_bf16 && env_on(&g_float_state, "TELA_AMX_FLOAT");
+}
+
+/* 16 lanes of f32 rounded to bf16 (to nearest, ties to even): the bf16 is
+ * the high half of each lane of the result. */
+static inline TGT __m512i bf16_round(__m512 f) {
+    const __m512i b = _mm512_castps_si512(f);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    return _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+}
+
+/* f = hi + lo (+ lo's rounding): the bf16 bits of hi and lo in the low
+ * half of each lane. */
+static inline TGT void bf16_split(__m512 f, __m512i *hi, __m512i *lo) {
+    const __m512i r = bf16_round(f);
+    const __m512 h = _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u)));
+    *hi = _mm512_srli_epi32(r, 16);
+    *lo = _mm512_srli_epi32(bf16_round(_mm512_sub_ps(f, h)), 16);
+}
+
+/* The 16 rows' element k of a packed F16/BF16 group as f32 (0 past n). */
+static inline TGT __m512 float_w(const uint8_t *grp, int64_t k, int64_t n, int bf16) {
+    if (k >= n) return _mm512_setzero_ps();
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(grp + (size_t)k * 32));
+    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+}
+
+/* A packed group's B tiles: for each pair of k (k, k + 1) one 64-byte row
+ * of the 16 rows' (bf16 of k, bf16 of k + 1): hi parts at ub, lo parts
+ * (F16 only) at ub + n32 * 32, n32 = n rounded up to 32 (zeros past n). */
+static TGT void float_unpack(const uint8_t *grp, int64_t n, int64_t n32, int bf16, uint8_t *ub) {
+    uint8_t *lo = ub + (size_t)n32 * 32;
+    for (int64_t k = 0; k < n32; k += 2) {
+        __m512i h0, l0, h1, l1;
+        bf16_split(float_w(grp, k, n, bf16), &h0, &l0);
+        bf16_split(float_w(grp, k + 1, n, bf16), &h1, &l1);
+        _mm512_store_si512(ub + (size_t)k * 32, _mm512_or_si512(h0, _mm512_slli_epi32(h1, 16)));
+        if (!bf16) _mm512_store_si512(lo + (size_t)k * 32, _mm512_or_si512(l0, _mm512_slli_epi32(l1, 16)));
+    }
+}
+
+/* Columns [c0, c0 + cn) of f32 activations (row c at x + c * xs) split into
+ * bf16 hi and lo rows of n32 elements (zeros past n and for padding rows up
+ * to rows): hi row i at xh + i * n32, lo at xl + i * n32. */
+static TGT void float_split_x(const uint8_t *x, size_t xs, int64_t cn, int64_t rows, int64_t n, int64_t n32,
+                              uint16_t *xh, uint16_t *xl) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t k = 0; k < n32; k += 16) {
+            __m512 f = _mm512_setzero_ps();
+            if (i < cn && k < n) {
+                const __mmask16 m = n - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - k)) - 1);
+                f = _mm512_maskz_loadu_ps(m, x + (size_t)i * xs + (size_t)k * 4);
+            }
+            __m512i h, l;
+            bf16_split(f, &h, &l);
+            _mm256_storeu_si256((__m256i *)(xh + i * n32 + k), _mm512_cvtepi32_epi16(h));
+            _mm256_storeu_si256((__m256i *)(xl + i * n32 + k), _mm512_cvtepi32_epi16(l));
+        }
+}
+
+/* Token tile t of four (C tile CT): its hi and lo A tiles at k step s, then
+ * the products. */
+#define AMX_FLOAT_TILE(CT, t, s)                                                 \
+    do {                                                                         \
+        AMX_LOAD(4, xh + ((size_t)(t) * 16 * n32 + (size_t)(s) * 32), rowb);     \
+        AMX_LOAD(5, xl + ((size_t)(t) * 16 * n32 + (size_t)(s) * 32), rowb);     \
+        AMX_DPBF16PS(CT, 4, 6);                                                  \
+        AMX_DPBF16PS(CT, 5, 6);                                                  \
+        if (!bf16) AMX_DPBF16PS(CT, 4, 7);                                       \
+    } while (0)
+
+static TGT bool amx_gemm_float(const void *packed, int bf16, int64_t n_rows, int64_t g0, int64_t g1,
+                               const void *vx, size_t xs, int64_t n_cols, int64_t n, float *out, int64_t os) {
+    if (n_cols < TELA_AMX_MIN_COLS || g1 <= g0 || n <= 0 || !tela_qdot_amx_float_active()) return false;
+    const int64_t n32 = (n + 31) / 32 * 32;
+    const size_t gb = ((size_t)n * 32 + 63) / 64 * 64, rowb = (size_t)n32 * 2;
+    /* a panel: up to ~1 MB of split activations, in tiles of 4 x 16 columns */
+    int64_t pc = (int64_t)(((size_t)1 << 20) / ((size_t)n32 * 4)) / 64 * 64;
+    if (pc < 64) pc = 64;
+    const int64_t pad = (n_cols + 63) / 64 * 64;
+    if (pc > pad) pc = pad;
+    uint8_t *ub = aligned_alloc(64, (size_t)n32 * 64);
+    uint16_t *xh = aligned_alloc(64, (size_t)pc * n32 * 4), *xl = xh ? xh + (size_t)pc * n32 : NULL;
+    if (!ub || !xh) {
+        free(ub);
+        free(xh);
+        return false;
+    }
+    const uint8_t *pw = packed, *x = vx;
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    AMX_LOAD_CONFIG(&cfg);
+    _Alignas(64) float cb[16][16];
+    for (int64_t p0 = 0; p0 < n_cols; p0 += pc) {
+        const int64_t cn = n_cols - p0 < pc ? n_cols - p0 : pc, rows = (cn + 63) / 64 * 64;
+        float_split_x(x + (size_t)p0 * xs, xs, cn, rows, n, n32, xh, xl);
+        for (int64_t g = g0; g < g1; g++) {
+            float_unpack(pw + (size_t)g * gb, n, n32, bf16, ub);
+            for (int64_t q0 = 0; q0 < cn; q0 += 64) {
+                AMX_ZERO(0);
+                AMX_ZERO(1);
+                AMX_ZERO(2);
+                AMX_ZERO(3);
+                const int nt = (int)((cn - q0 + 15) / 16 < 4 ? (cn - q0 + 15) / 16 : 4);
+                for (int64_t s = 0; s < n32 / 32; s++) {
+                    AMX_LOAD(6, ub + (size_t)s * 1024, 64);
+                    if (!bf16) AMX_LOAD(7, ub + (size_t)n32 * 32 + (size_t)s * 1024, 64);
+                    const int64_t t0 = q0 / 16;
+                    AMX_FLOAT_TILE(0, t0, s);
+                    if (nt > 1) AMX_FLOAT_TILE(1, t0 + 1, s);
+                    if (nt > 2) AMX_FLOAT_TILE(2, t0 + 2, s);
+                    if (nt > 3) AMX_FLOAT_TILE(3, t0 + 3, s);
+                }
+                for (int t = 0; t < nt; t++) {
+                    if (t == 0) AMX_STORE(0, cb, 64);
+                    else if (t == 1) AMX_STORE(1, cb, 64);
+                    else if (t == 2) AMX_STORE(2, cb, 64);
+                    else AMX_STORE(3, cb, 64);
+                    const int64_t c0 = p0 + q0 + 16 * t;
+                    for (int64_t i = 0; i < 16 && c0 + i < p0 + cn; i++)
+                        store_rows(out + (c0 + i) * os + g * TELA_PK_ROWS, _mm512_load_ps(cb[i]),
+                                   n_rows - g * TELA_PK_ROWS);
+                }
+            }
+        }
+    }
+    AMX_RELEASE();
+    free(ub);
+    free(xh);
+    return true;
+}
+
+bool tela_qdot_amx_gemm_f16(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                            int64_t n_cols, int64_t n, float *out, int64_t os) {
+    return amx_gemm_float(packed, 0, n_rows, g0, g1, x, xs, n_cols, n, out, os);
+}
+
+bool tela_qdot_amx_gemm_bf16(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os) {
+    return amx_gemm_float(packed, 1, n_rows, g0, g1, x, xs, n_cols, n, out, os);
+}
+
+/* ------------------------------------------------------------ the gemms */
+
+typedef void (*unpack_fn)(const uint8_t *w, int64_t nsb, uint8_t *ub);
+typedef void (*amx_tile_fn)(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, int m, __m512 *f);
+
+/* Groups [g0, g1) x all columns: panels of columns, each group unpacked
+ * once per panel, then its tiles of 16 columns (the last one narrower). */
+static TGT bool amx_gemm(const void *packed, size_t gb, size_t ub_sb, int k, unpack_fn unpack, amx_tile_fn tile,
+                         int64_t n_rows, int64_t g0, int64_t g1, const void *vx, size_t xs, int64_t n_cols,
+                         int64_t n, float *out, int64_t os) {
+    if (n_cols < TELA_AMX_MIN_COLS || g1 <= g0 || !tela_qdot_amx_active()) return false;
+    const int64_t nsb = n / 256;
+    uint8_t *ub = aligned_alloc(64, ub_sb * (size_t)(nsb > 0 ? nsb : 1));
+    if (!ub) return false;
+    const uint8_t *pw = packed, *x = vx;
+    int cur = 16;
+    amx_configure(cur, k);
+    const int64_t pc = panel_cols(xs);
+    for (int64_t p0 = 0; p0 < n_cols; p0 += pc) {
+        const int64_t p1 = p0 + pc < n_cols ? p0 + pc : n_cols;
+        for (int64_t g = g0; g < g1; g++) {
+            unpack(pw + (size_t)g * gb, nsb, ub);
+            for (int64_t c0 = p0; c0 < p1; c0 += 16) {
+                const int m = p1 - c0 < 16 ? (int)(p1 - c0) : 16;
+                if (m != cur) amx_configure(cur = m, k);
+                __m512 f[16];
+                tile(ub, nsb, x + (size_t)c0 * xs, xs, m, f);
+                for (int i = 0; i < m; i++)
+                    store_rows(out + (c0 + i) * os + g * TELA_PK_ROWS, f[i], n_rows - g * TELA_PK_ROWS);
+            }
+        }
+    }
+    AMX_RELEASE();
+    free(ub);
+    return true;
+}
+
+bool tela_qdot_amx_gemm_q4_K(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os) {
+    return amx_gemm(packed, (size_t)(n / 256) * Q4K_SB, U4_SB, 32, q4_K_unpack, q4_K_amx_tile, n_rows, g0, g1, x, xs,
+                    n_cols, n, out, os);
+}
+
+bool tela_qdot_amx_gemm_q6_K(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os) {
+    return amx_gemm(packed, (size_t)(n / 256) * Q6K_SB, U6_SB, 16, q6_K_unpack, q6_K_amx_tile, n_rows, g0, g1, x, xs,
+                    n_cols, n, out, os);
+}
+
+#endif /* __x86_64__ */
