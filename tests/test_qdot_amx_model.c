@@ -130,8 +130,11 @@ static void model_dpbf16(int c, int a, int b) {
 #define tela_qdot_amx_gemm_f16 model_gemm_f16
 #define tela_qdot_amx_gemm_bf16 model_gemm_bf16
 #define tela_cpu_get_features model_cpu_features
+#define tela_cpu_request_amx model_request_amx
 
 const tela_cpu_features *model_cpu_features(void);
+bool model_request_amx(void);
+bool model_request_amx(void) { return true; }
 
 #include "../src/backend/cpu/qdot_pack_amx.c"
 

@@ -30,16 +30,6 @@ static unsigned long long read_xcr0(void) {
     return (unsigned long long)hi << 32 | lo;
 }
 
-/* Asks Linux for the AMX tile data permission (XFEATURE_XTILEDATA = 18)
- * for the whole process; granted once, it stays. */
-static bool amx_permitted(void) {
-#if defined(__linux__) && defined(SYS_arch_prctl)
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0;
-#else
-    return false;
-#endif
-}
-
 static void detect(tela_cpu_features *f) {
     unsigned int a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
@@ -66,16 +56,15 @@ static void detect(tela_cpu_features *f) {
         f->avx512vnni = (c >> 11) & 1;
     }
     /* AMX: CPUID.7.0:EDX bit 24 (tiles), 25 (int8), 22 (bf16); XCR0 bits
-     * 17-18 (tile configuration and data); then Linux's per-process
-     * permission for the tile data (otherwise the first tile instruction
-     * faults). */
+     * 17-18 (tile configuration and data). The per-process permission is
+     * asked for later, by its first user (tela_cpu_request_amx). */
     const bool amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1, amx_bf16 = (d >> 22) & 1;
     if (max_sub7 >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
         f->avx_vnni = (a >> 4) & 1;
         if (zmm_ok) f->avx512bf16 = (a >> 5) & 1;
     }
-    if (zmm_ok && amx_tile && (amx_int8 || amx_bf16) && (xcr0 & 0x60000) == 0x60000 && amx_permitted()) {
+    if (zmm_ok && amx_tile && (amx_int8 || amx_bf16) && (xcr0 & 0x60000) == 0x60000) {
         f->amx_int8 = amx_int8;
         f->amx_bf16 = amx_bf16;
     }
@@ -120,6 +109,26 @@ static void init_features(void) {
 const tela_cpu_features *tela_cpu_get_features(void) {
     pthread_once(&g_once, init_features);
     return &g_features;
+}
+
+/* Asks Linux for the AMX tile data permission (XFEATURE_XTILEDATA = 18)
+ * for the whole process; granted once, it stays. Asked only by a user of
+ * the tiles: the permission makes every signal frame of the process
+ * larger (by the 8 KB of tile data), which a small alternate signal stack
+ * set up later could not hold. */
+static bool g_amx_granted;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+
+static void request_amx(void) {
+#if defined(__x86_64__) && defined(__linux__) && defined(SYS_arch_prctl)
+    const tela_cpu_features *f = tela_cpu_get_features();
+    if (f->amx_int8 || f->amx_bf16) g_amx_granted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0;
+#endif
+}
+
+bool tela_cpu_request_amx(void) {
+    pthread_once(&g_amx_once, request_amx);
+    return g_amx_granted;
 }
 
 const char *tela_cpu_features_string(char *buf, size_t cap) {

@@ -7,10 +7,10 @@
  * set, "avx2" hides AVX-512 (and AVX-VNNI), "avx512" hides AMX, "native" or
  * unset reports what the CPU has. It is read once, at the first call.
  *
- * AMX (Intel's tile registers) counts only when the CPU has it, the OS
- * enables its state in XCR0, and the kernel grants this process the tile
- * data permission (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM), asked for once
- * here, at the first call). */
+ * AMX (Intel's tile registers) counts when the CPU has it and the OS
+ * enables its state in XCR0; a process must then still be granted the tile
+ * data permission (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM)) before its first
+ * tile instruction: tela_cpu_request_amx. */
 #ifndef TELA_UTIL_CPU_FEATURES_H
 #define TELA_UTIL_CPU_FEATURES_H
 
@@ -30,7 +30,7 @@ typedef struct tela_cpu_features {
     bool avx512vl;
     bool avx512vnni;
     bool avx512bf16;
-    bool amx_int8;  /* AMX tiles with the int8 products (TDPB*D), usable by this process */
+    bool amx_int8;  /* AMX tiles with the int8 products (TDPB*D), once permitted (below) */
     bool amx_bf16;  /* ... and the bf16 products (TDPBF16PS) */
     /* AArch64 */
     bool neon;
@@ -40,6 +40,10 @@ typedef struct tela_cpu_features {
 /* The features of this CPU (after the TELA_CPU cap). Thread-safe; the
  * pointer stays valid for the life of the process. */
 const tela_cpu_features *tela_cpu_get_features(void);
+
+/* Asks the kernel, once, for the AMX tile data permission; true if AMX is
+ * there (after the TELA_CPU cap) and granted. Thread-safe. */
+bool tela_cpu_request_amx(void);
 
 /* The detected features as a line for a person ("avx2 fma f16c avx512f ...",
  * or "none"); returns buf. */

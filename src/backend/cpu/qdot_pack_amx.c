@@ -53,7 +53,9 @@ static bool env_on(atomic_int *state, const char *name) {
 
 void tela_qdot_amx_allow(bool allow) { atomic_store(&g_amx_state, allow ? 2 : 1); }
 
-bool tela_qdot_amx_active(void) { return tela_cpu_get_features()->amx_int8 && env_on(&g_amx_state, "TELA_AMX"); }
+bool tela_qdot_amx_active(void) {
+    return tela_cpu_get_features()->amx_int8 && env_on(&g_amx_state, "TELA_AMX") && tela_cpu_request_amx();
+}
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -398,7 +400,7 @@ static atomic_int g_float_state; /* as g_amx_state, for TELA_AMX_FLOAT */
 void tela_qdot_amx_float_allow(bool on) { atomic_store(&g_float_state, on ? 2 : 1); }
 
 bool tela_qdot_amx_float_active(void) {
-    return tela_cpu_get_features()->amx_bf16 && env_on(&g_float_state, "TELA_AMX_FLOAT");
+    return tela_cpu_get_features()->amx_bf16 && env_on(&g_float_state, "TELA_AMX_FLOAT") && tela_cpu_request_amx();
 }
 
 /* 16 lanes of f32 rounded to bf16 (to nearest, ties to even): the bf16 is
