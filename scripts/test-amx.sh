@@ -8,7 +8,8 @@
 #     tiles bitwise, bf16 tiles within their bound), also under ASan+UBSan.
 #  2. The whole ctest suite with TELA_AMX=1 (the int8 tiles are bitwise the
 #     VNNI tiles, so every expected output still holds).
-#  3. Speed: 'tela bench -p 512 -n 0 -t 2' pinned to two cores (taskset),
+#  3. Speed: 'tela bench -p 512 -n 0 -t 2' pinned to two cores (taskset;
+#     CORES=a,b to choose them),
 #     VNNI tiles (TELA_CPU=avx512) against AMX (TELA_AMX=1; F16 also
 #     TELA_AMX_FLOAT=1), on random-weight Llama-3.2-1B Q4_K_M, Q8_0, F16
 #     and Qwen3.5-2B Q4_K_M files (made here, in $TELA_MODELS or
@@ -23,7 +24,8 @@ if ! grep -qw amx_int8 /proc/cpuinfo; then
     exit 77
 fi
 JOBS=${JOBS:-$(nproc)}
-CORES=${CORES:-2,3}
+n_cpu=$(nproc)
+CORES=${CORES:-$((n_cpu > 2 ? n_cpu - 2 : 0)),$((n_cpu > 2 ? n_cpu - 1 : 1))} # two cores, the last ones
 summary=()
 note() { summary+=("$1"); }
 grep -m1 "model name" /proc/cpuinfo
@@ -58,7 +60,7 @@ mkdir -p "$D"
 pp() { # file, env...: pp512 tok/s on two cores
     local f=$1; shift
     env TELA_AMX=0 "$@" taskset -c "$CORES" "$B/tela" bench -m "$D/$f" -p 512 -n 0 -r 2 -t 2 --json 2>/dev/null |
-        grep -o '"avg_ts": *[0-9.]*' | head -1 | grep -o '[0-9.]*$'
+        grep -o '"avg_ts": *[0-9.]*' | head -1 | awk '{printf "%.1f", $2} END {if (!NR) printf "?"}'
 }
 rows=()
 for f in l1b-q4_k_m.gguf l1b-q8_0.gguf q35-2b-q4_k_m.gguf l1b-f16.gguf; do
