@@ -22,6 +22,7 @@
  * Whether a real CPU agrees with the model is for the AMX runs of
  * test_qdot_packed_k/q8/f (TELA_AMX=1, TELA_AMX_FLOAT=1 on such a CPU). */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,20 +166,25 @@ static void make_weights(tela_type type, uint8_t *w, size_t ws, int64_t rows, in
             continue;
         }
         memset(row, 0xFF, tela_type_row_bytes(type, n));
+        /* (rows at odd addresses: fields written through memcpy) */
+        const uint16_t one = 0x3C00, half = 0x3800;
         if (type == TELA_TYPE_Q4_K) {
-            for (int64_t b = 0; b < n / 256; b++) ((tela_block_q4_K *)(void *)row)[b].d = 0x3C00, ((tela_block_q4_K *)(void *)row)[b].dmin = 0x3800;
+            for (int64_t b = 0; b < n / 256; b++) {
+                uint8_t *k = row + (size_t)b * sizeof(tela_block_q4_K);
+                memcpy(k + offsetof(tela_block_q4_K, d), &one, 2);
+                memcpy(k + offsetof(tela_block_q4_K, dmin), &half, 2);
+            }
         } else if (type == TELA_TYPE_Q6_K) {
             for (int64_t b = 0; b < n / 256; b++) {
-                tela_block_q6_K *k = (tela_block_q6_K *)(void *)row + b;
-                memset(k->scales, r % 2 ? 0x80 : 0x7F, sizeof k->scales);
-                k->d = 0x3C00;
+                uint8_t *k = row + (size_t)b * sizeof(tela_block_q6_K);
+                memset(k + offsetof(tela_block_q6_K, scales), r % 2 ? 0x80 : 0x7F, 16);
+                memcpy(k + offsetof(tela_block_q6_K, d), &one, 2);
             }
         } else { /* Q8_0 (levels -1 as 0xFF: set them to -128 / 127) and Q4_0 (nibbles 15) */
             const size_t bs = type == TELA_TYPE_Q8_0 ? 34 : 18;
             for (int64_t b = 0; b < n / 32; b++) {
                 uint8_t *blk = row + (size_t)b * bs;
-                const uint16_t d = 0x3C00;
-                memcpy(blk, &d, 2);
+                memcpy(blk, &one, 2);
                 if (type == TELA_TYPE_Q8_0) memset(blk + 2, r % 2 ? 0x80 : 0x7F, 32);
             }
         }
