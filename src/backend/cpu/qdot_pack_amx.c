@@ -12,7 +12,9 @@
  * instruction, where VPDPBUSD does 16 x 4.
  *
  * Q8_0/Q4_0 levels are made signed when unpacked (TDPBSSD); their float
- * step is per 32-element block, as in the VNNI tiles.
+ * step is per 32-element block, as in the VNNI tiles. F16/BF16 weights
+ * have their own, opt-in route on the bf16 tiles (near f32, not the same
+ * bits: "F16, BF16" below).
  *
  * Results are the VNNI tiles' (and so the scalar vec_dot's) bit for bit:
  * each sub-block's sum is an exact int32 in C; the sub-block scales are
@@ -60,7 +62,6 @@ bool tela_qdot_amx_active(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/qdot_pack_k.h"
