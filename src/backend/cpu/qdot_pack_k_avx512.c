@@ -209,31 +209,6 @@ static void q6_K_pack(const void *vw, size_t ws, int64_t n_rows, int64_t n, int6
     }
 }
 
-/* The 6-bit levels of 32-element group gq (0..3) of half hh, step s: the
- * low nibble from ql (high nibbles for gq >= 2), bits 2gq..2gq+1 of qh moved
- * to bits 4..5. */
-INL __m512i q6_levels(const uint8_t *wb, int hh, int gq, int s, __m512i m0f, __m512i m30) {
-    __m512i a = _mm512_loadu_si512(wb + Q6K_VEC(hh, s, gq & 1));
-    if (gq >= 2) a = _mm512_srli_epi16(a, 4);
-    __m512i h = _mm512_loadu_si512(wb + Q6K_VEC(hh, s, 2));
-    h = gq == 0 ? _mm512_slli_epi16(h, 4) : gq == 1 ? _mm512_slli_epi16(h, 2) : gq == 2 ? h : _mm512_srli_epi16(h, 2);
-    /* (a & 0x0F) | (h & 0x30): select a where m0f is set, then drop bits 6-7 */
-    return _mm512_and_si512(_mm512_ternarylogic_epi32(a, h, m0f, 0xE4), _mm512_or_si512(m0f, m30));
-}
-
-/* The levels of a whole group, unpacked once per column panel when many
- * columns will reuse them: per super-block the 64 vectors (hh, gq, s) of
- * q6_levels in that order (4096 bytes). */
-TGT void tela_pk_q6_K_unpack(const uint8_t *w, int64_t nsb, uint8_t *dst) {
-    const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    for (int64_t b = 0; b < nsb; b++)
-        for (int hh = 0; hh < 2; hh++)
-            UNROLL for (int gq = 0; gq < 4; gq++)
-                UNROLL for (int s = 0; s < 8; s++)
-                    _mm512_store_si512(dst + ((b * 2 + hh) * 4 + gq) * 512 + s * 64,
-                                       q6_levels(w + (size_t)b * Q6K_SB, hh, gq, s, m0f, m30));
-}
-
 /* One group, one column (decode): the super-block's vectors in the order
  * they are stored, all four 32-element groups gq of a step (hh, s) from its
  * three vectors, so the group is read as one forward stream. Reading it gq
@@ -309,7 +284,7 @@ INL void q6_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
                     UNROLL for (int s4 = 0; s4 < 4; s4++) {
                         const int s = 4 * half + s4;
                         const __m512i wv = lv ? _mm512_load_si512(lv + ((b * 2 + hh) * 4 + gq) * 512 + s * 64)
-                                              : q6_levels(wb, hh, gq, s, m0f, m30);
+                                              : tela_pk_q6_levels(wb, hh, gq, s, m0f, m30);
                         UNROLL for (int c = 0; c < C; c++)
                             acc[c] = _mm512_dpbusd_epi32(acc[c], wv, bcast4(xb + c * xs + X_QS + 128 * hh + 32 * gq + 4 * s));
                     }
