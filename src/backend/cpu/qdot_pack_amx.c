@@ -181,7 +181,9 @@ static TGT void q4_K_unpack(const uint8_t *w, int64_t nsb, uint8_t *ub) {
 
 /* m (<= 16) columns at x (xs apart) against one unpacked group: f[c] gets
  * column c's 16 rows. */
-static TGT void q4_K_amx_tile(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, int m, __m512 *f) {
+static TGT void q4_K_amx_tile(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, const float *unused, int m,
+                              __m512 *f) {
+    (void)unused; /* the activation scales are in the Q8_K rows */
     _Alignas(64) int32_t c[8][16][16];
     for (int i = 0; i < m; i++) f[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++, ub += U4_SB) {
@@ -235,7 +237,9 @@ static TGT void q6_K_unpack(const uint8_t *w, int64_t nsb, uint8_t *ub) {
     }
 }
 
-static TGT void q6_K_amx_tile(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, int m, __m512 *f) {
+static TGT void q6_K_amx_tile(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, const float *unused, int m,
+                              __m512 *f) {
+    (void)unused;
     _Alignas(64) int32_t c[16][16][16];
     for (int i = 0; i < m; i++) f[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++, ub += U6_SB) {
@@ -325,59 +329,8 @@ static TGT void q8_amx_tile(const uint8_t *ub, int64_t nb, const uint8_t *x, siz
     }
 }
 
-static TGT bool amx_gemm_q8(const void *packed, int q4, int64_t n_rows, int64_t g0, int64_t g1, const void *vx,
-                            size_t xs, int64_t n_cols, int64_t n, float *out, int64_t os) {
-    if (n_cols < TELA_AMX_MIN_COLS || g1 <= g0 || n < 32 || !tela_qdot_amx_active()) return false;
-    const int64_t nb = n / 32;
-    const size_t gb = ((size_t)nb * 32 + 63) / 64 * 64 + (size_t)nb * (q4 ? 256 : 512);
-    int64_t pc = (int64_t)(((size_t)1 << 20) / xs) / 16 * 16;
-    if (pc < 16) pc = 16;
-    if (pc > n_cols) pc = n_cols;
-    uint8_t *ub = aligned_alloc(64, U8_BLK * (size_t)nb);
-    float *dx = malloc(sizeof(float) * (size_t)(pc * nb));
-    if (!ub || !dx) {
-        free(ub);
-        free(dx);
-        return false;
-    }
-    const uint8_t *pw = packed, *x = vx;
-    int cur = 16;
-    amx_configure(cur, 32);
-    for (int64_t p0 = 0; p0 < n_cols; p0 += pc) {
-        const int64_t p1 = p0 + pc < n_cols ? p0 + pc : n_cols;
-        for (int64_t c = p0; c < p1; c++)
-            for (int64_t b = 0; b < nb; b++) {
-                uint16_t h;
-                memcpy(&h, x + (size_t)c * xs + (size_t)b * Q8_X_BLOCK, 2);
-                dx[(c - p0) * nb + b] = _cvtsh_ss(h);
-            }
-        for (int64_t g = g0; g < g1; g++) {
-            q8_unpack(pw + (size_t)g * gb, nb, q4, ub);
-            for (int64_t c0 = p0; c0 < p1; c0 += 16) {
-                const int m = p1 - c0 < 16 ? (int)(p1 - c0) : 16;
-                if (m != cur) amx_configure(cur = m, 32);
-                __m512 f[16];
-                q8_amx_tile(ub, nb, x + (size_t)c0 * xs, xs, dx + (c0 - p0) * nb, m, f);
-                for (int i = 0; i < m; i++)
-                    store_rows(out + (c0 + i) * os + g * TELA_PK_ROWS, f[i], n_rows - g * TELA_PK_ROWS);
-            }
-        }
-    }
-    AMX_RELEASE();
-    free(ub);
-    free(dx);
-    return true;
-}
-
-bool tela_qdot_amx_gemm_q8_0(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
-                             int64_t n_cols, int64_t n, float *out, int64_t os) {
-    return amx_gemm_q8(packed, 0, n_rows, g0, g1, x, xs, n_cols, n, out, os);
-}
-
-bool tela_qdot_amx_gemm_q4_0(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
-                             int64_t n_cols, int64_t n, float *out, int64_t os) {
-    return amx_gemm_q8(packed, 1, n_rows, g0, g1, x, xs, n_cols, n, out, os);
-}
+static TGT void q8_0_unpack(const uint8_t *grp, int64_t nb, uint8_t *ub) { q8_unpack(grp, nb, 0, ub); }
+static TGT void q4_0_unpack(const uint8_t *grp, int64_t nb, uint8_t *ub) { q8_unpack(grp, nb, 1, ub); }
 
 /* ------------------------------------------- F16, BF16 (opt-in: float) */
 
@@ -547,31 +500,56 @@ bool tela_qdot_amx_gemm_bf16(const void *packed, int64_t n_rows, int64_t g0, int
 
 /* ------------------------------------------------------------ the gemms */
 
-typedef void (*unpack_fn)(const uint8_t *w, int64_t nsb, uint8_t *ub);
-typedef void (*amx_tile_fn)(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, int m, __m512 *f);
+/* What the driver needs of a weight type: elements per unit (a
+ * super-block or a block), bytes of a packed group and of an unpacked unit,
+ * A's bytes per product (the tile configuration), the unpacking and the
+ * tile; block_scales: the tiles take the columns' block scales as floats
+ * (Q8_0 activations carry them as fp16; Q8_K rows as f32, read in place). */
+typedef struct {
+    int64_t unit;
+    size_t (*group_bytes)(int64_t n);
+    size_t ub_unit;
+    int k;
+    void (*unpack)(const uint8_t *w, int64_t units, uint8_t *ub);
+    void (*tile)(const uint8_t *ub, int64_t units, const uint8_t *x, size_t xs, const float *dx, int m, __m512 *f);
+    bool block_scales;
+} amx_kind;
 
 /* Groups [g0, g1) x all columns: panels of columns, each group unpacked
  * once per panel, then its tiles of 16 columns (the last one narrower). */
-static TGT bool amx_gemm(const void *packed, size_t gb, size_t ub_sb, int k, unpack_fn unpack, amx_tile_fn tile,
-                         int64_t n_rows, int64_t g0, int64_t g1, const void *vx, size_t xs, int64_t n_cols,
-                         int64_t n, float *out, int64_t os) {
-    if (n_cols < TELA_AMX_MIN_COLS || g1 <= g0 || !tela_qdot_amx_active()) return false;
-    const int64_t nsb = n / 256;
-    uint8_t *ub = aligned_alloc(64, ub_sb * (size_t)(nsb > 0 ? nsb : 1));
-    if (!ub) return false;
+static TGT bool amx_gemm(const amx_kind *kd, const void *packed, int64_t n_rows, int64_t g0, int64_t g1,
+                         const void *vx, size_t xs, int64_t n_cols, int64_t n, float *out, int64_t os) {
+    if (n_cols < TELA_AMX_MIN_COLS || g1 <= g0 || n < kd->unit || !tela_qdot_amx_active()) return false;
+    const int64_t units = n / kd->unit;
+    const size_t gb = kd->group_bytes(n);
+    int64_t pc = panel_cols(xs);
+    if (pc > n_cols) pc = n_cols;
+    uint8_t *ub = aligned_alloc(64, kd->ub_unit * (size_t)units);
+    float *dx = kd->block_scales ? malloc(sizeof(float) * (size_t)(pc * units)) : NULL;
+    if (!ub || (kd->block_scales && !dx)) {
+        free(ub);
+        free(dx);
+        return false;
+    }
     const uint8_t *pw = packed, *x = vx;
     int cur = 16;
-    amx_configure(cur, k);
-    const int64_t pc = panel_cols(xs);
+    amx_configure(cur, kd->k);
     for (int64_t p0 = 0; p0 < n_cols; p0 += pc) {
         const int64_t p1 = p0 + pc < n_cols ? p0 + pc : n_cols;
+        if (dx) /* the panel's block scales: column c's block b at dx[(c - p0) * units + b] */
+            for (int64_t c = p0; c < p1; c++)
+                for (int64_t b = 0; b < units; b++) {
+                    uint16_t h;
+                    memcpy(&h, x + (size_t)c * xs + (size_t)b * Q8_X_BLOCK, 2);
+                    dx[(c - p0) * units + b] = _cvtsh_ss(h);
+                }
         for (int64_t g = g0; g < g1; g++) {
-            unpack(pw + (size_t)g * gb, nsb, ub);
+            kd->unpack(pw + (size_t)g * gb, units, ub);
             for (int64_t c0 = p0; c0 < p1; c0 += 16) {
                 const int m = p1 - c0 < 16 ? (int)(p1 - c0) : 16;
-                if (m != cur) amx_configure(cur = m, k);
+                if (m != cur) amx_configure(cur = m, kd->k);
                 __m512 f[16];
-                tile(ub, nsb, x + (size_t)c0 * xs, xs, m, f);
+                kd->tile(ub, units, x + (size_t)c0 * xs, xs, dx ? dx + (c0 - p0) * units : NULL, m, f);
                 for (int i = 0; i < m; i++)
                     store_rows(out + (c0 + i) * os + g * TELA_PK_ROWS, f[i], n_rows - g * TELA_PK_ROWS);
             }
@@ -579,19 +557,39 @@ static TGT bool amx_gemm(const void *packed, size_t gb, size_t ub_sb, int k, unp
     }
     AMX_RELEASE();
     free(ub);
+    free(dx);
     return true;
 }
 
+static size_t q4_K_gb(int64_t n) { return (size_t)(n / 256) * Q4K_SB; }
+static size_t q6_K_gb(int64_t n) { return (size_t)(n / 256) * Q6K_SB; }
+/* the Q8_0/Q4_0 group: its scale area (32 bytes a block, padded to 64), then the levels */
+static size_t q8_0_gb(int64_t n) { return ((size_t)(n / 32) * 32 + 63) / 64 * 64 + (size_t)(n / 32) * 512; }
+static size_t q4_0_gb(int64_t n) { return ((size_t)(n / 32) * 32 + 63) / 64 * 64 + (size_t)(n / 32) * 256; }
+
+static const amx_kind k_q4_K = {256, q4_K_gb, U4_SB, 32, q4_K_unpack, q4_K_amx_tile, false};
+static const amx_kind k_q6_K = {256, q6_K_gb, U6_SB, 16, q6_K_unpack, q6_K_amx_tile, false};
+static const amx_kind k_q8_0 = {32, q8_0_gb, U8_BLK, 32, q8_0_unpack, q8_amx_tile, true};
+static const amx_kind k_q4_0 = {32, q4_0_gb, U8_BLK, 32, q4_0_unpack, q8_amx_tile, true};
+
 bool tela_qdot_amx_gemm_q4_K(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
                              int64_t n_cols, int64_t n, float *out, int64_t os) {
-    return amx_gemm(packed, (size_t)(n / 256) * Q4K_SB, U4_SB, 32, q4_K_unpack, q4_K_amx_tile, n_rows, g0, g1, x, xs,
-                    n_cols, n, out, os);
+    return amx_gemm(&k_q4_K, packed, n_rows, g0, g1, x, xs, n_cols, n, out, os);
 }
 
 bool tela_qdot_amx_gemm_q6_K(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
                              int64_t n_cols, int64_t n, float *out, int64_t os) {
-    return amx_gemm(packed, (size_t)(n / 256) * Q6K_SB, U6_SB, 16, q6_K_unpack, q6_K_amx_tile, n_rows, g0, g1, x, xs,
-                    n_cols, n, out, os);
+    return amx_gemm(&k_q6_K, packed, n_rows, g0, g1, x, xs, n_cols, n, out, os);
+}
+
+bool tela_qdot_amx_gemm_q8_0(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os) {
+    return amx_gemm(&k_q8_0, packed, n_rows, g0, g1, x, xs, n_cols, n, out, os);
+}
+
+bool tela_qdot_amx_gemm_q4_0(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
+                             int64_t n_cols, int64_t n, float *out, int64_t os) {
+    return amx_gemm(&k_q4_0, packed, n_rows, g0, g1, x, xs, n_cols, n, out, os);
 }
 
 #endif /* __x86_64__ */
