@@ -83,7 +83,12 @@ static tela_status dev_alloc(cuda_backend *b, size_t bytes, const char *what, vo
         return tela_errorf(TELA_ERR_NOMEM, "cuda:%d: %s needs %.1f MiB of GPU memory but only %.1f MiB of %.1f MiB are free",
                            b->device, what, mib(bytes), mib(fr), mib(tot));
     }
+    /* cudaMemset runs on the legacy default stream, which the execs'
+     * non-blocking streams do not wait for: unless it has finished here, it
+     * may clear the buffer after an exec's first upload into it (the
+     * intermittent test_cuda_gdn failure: a state read as zeros) */
     e = cudaMemset(p, 0, bytes ? bytes : 1);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(0);
     if (e != cudaSuccess) {
         cudaFree(p);
         return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: clearing %s: %s", b->device, what, cudaGetErrorString(e));
@@ -186,6 +191,10 @@ static tela_status cuda_prepare_mats(tela_backend *be, tela_mat *const *mats, co
         dst += tela_cuda_align(tela_cuda_layout_bytes(mats[i]->type, mats[i]->n_rows, mats[i]->n_cols));
     }
     if (verbose && total > ((size_t)256 << 20)) fprintf(stderr, "\n");
+    /* a copy from pageable memory may return before its data lands (dev_alloc) */
+    cudaError_t e = cudaStreamSynchronize(0);
+    if (e != cudaSuccess)
+        return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: uploading the weights: %s", b->device, cudaGetErrorString(e));
     b->weight_bytes += total;
     return TELA_OK;
 }
@@ -208,6 +217,7 @@ static tela_status cuda_make_const(tela_backend *be, const void *host, size_t by
     TELA_TRY(dev_alloc(b, bytes, "model constants", &p));
     TELA_TRY(be_track(b, p));
     cudaError_t e = cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(0); /* landed before any exec's stream reads it (dev_alloc) */
     if (e != cudaSuccess)
         return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: uploading constants: %s", b->device, cudaGetErrorString(e));
     *out = p;
@@ -290,6 +300,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *fs = getenv("TELA_CUDA_FM_SLICES");
     ex->fm_slices = fs && (!strcmp(fs, "1") || !strcmp(fs, "2") || !strcmp(fs, "4") || !strcmp(fs, "8")) ? atoi(fs) : 0;
     ex->gemv_fm_one = fm && !strcmp(fm, "1");
+    const char *f2 = getenv("TELA_CUDA_FM2");
+    ex->gemv_fm2 = !(f2 && !strcmp(f2, "0"));
     const char *fr = getenv("TELA_CUDA_FM_RB");
     ex->fm_rb = fr && (!strcmp(fr, "1") || !strcmp(fr, "2") || !strcmp(fr, "4")) ? atoi(fr) : 0;
     const char *gl = getenv("TELA_CUDA_GDN_LANES");
@@ -318,6 +330,7 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
         return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: cannot initialize cuBLAS", b->device);
     }
     cublasSetMathMode(ex->cublas, CUBLAS_DEFAULT_MATH);
+    tela_cuda_fm2_init(ex);
     *out = &ex->head;
     return TELA_OK;
 }

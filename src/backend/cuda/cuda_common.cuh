@@ -104,6 +104,8 @@ typedef struct cuda_exec {
                                     TELA_CUDA_GEMV_FM=0: the earlier kernels, and cuBLAS from 3 tokens) */
     bool gemv_fm_one;            /* ... of one token too (TELA_CUDA_GEMV_FM=1: every step's bits those of a verification
                                     pass, one-token products ~35% slower on the H200) */
+    bool gemv_fm2;               /* ... with the weights streamed through shared memory where K % 128 == 0 (default;
+                                    TELA_CUDA_FM2=0: the first tensor-core kernel) */
     int fm_slices, fm_rb;        /* TELA_CUDA_FM_SLICES=1|2|4|8, TELA_CUDA_FM_RB=1|2|4: their shape, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
@@ -219,6 +221,10 @@ static inline void tela_cuda_launch(cuda_exec *ex, void (*kernel)(P...), dim3 gr
 }
 
 /* ---- launchers (cuda_matvec.cu) ---- */
+
+/* Prepares the streamed tensor-core products for this exec's device (their
+ * shared memory), or turns them off where it cannot (cuda_matvec.cu). */
+void tela_cuda_fm2_init(cuda_exec *ex);
 
 /* Products y[t] (+)= W x[t] for t < n_tok, n_tok <= TELA_CUDA_GEMV_MAX_TOK,
  * weights in the GPU layout; x is quantized to 8 bits per 32 (quantized

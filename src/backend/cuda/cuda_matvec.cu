@@ -1002,22 +1002,30 @@ static int gemv_fs_wpr(const cuda_exec *ex, int64_t rows, int64_t K, bool sw) {
  * flight a lane, the first U issued before the PDL wait. */
 #define FM_WARPS 8
 
-/* d += A B for A's rows 0-7 (a0, a2: this lane's token, columns 2c..2c+1
- * and 2c+8..2c+9 of the MMA's 16; rows 8-15 zero) and B (b0, b1: this
- * lane's weight row, the same columns). Not volatile: a pure function of
- * its operands, which the compiler may schedule. */
+/* d += A B, one m16n8k16 MMA with f32 accumulation: A's fragment a[0..3]
+ * (rows g and g + 8, columns 2c..2c+1 and 2c+8..2c+9 of the 16, as PTX
+ * orders them) and B's b0, b1 (this lane's weight row, columns 2c..2c+1
+ * and 2c+8..2c+9). Not volatile: a pure function of its operands, which
+ * the compiler may schedule. */
 template <int TYPE>
-static __device__ __forceinline__ void fm_mma(float *d, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+static __device__ __forceinline__ void fm_mma4(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
     if (TYPE == TELA_TYPE_F16)
         asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
             "{%0,%1,%2,%3};\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     else
         asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
             "{%0,%1,%2,%3};\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The same with A's rows 8-15 zero (a0, a2: this lane's token). */
+template <int TYPE>
+static __device__ __forceinline__ void fm_mma(float *d, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+    const uint32_t a[4] = {a0, 0u, a2, 0u};
+    fm_mma4<TYPE>(d, a, b0, b1);
 }
 
 /* Two inputs as the hi and lo parts of the MMA's A operand (the scale of
@@ -1203,7 +1211,216 @@ static unsigned gemv_fill(gemv_params *p, const tela_mat *const *w, float *const
                           const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                           int rows_per_block);
 
-/* The float products of 1-8 tokens by the kernel above: false when it does
+/* Float weights (F16/BF16), 1 to 8 tokens, on the tensor cores with the
+ * weights streamed through shared memory ("fm2", the default where K is a
+ * multiple of 128; TELA_CUDA_FM2=0: the kernel above). The kernel above
+ * loads each MMA's B fragment straight from memory, so one load
+ * instruction takes 64 bytes from each of 8 rows, and a row's next bytes
+ * are asked for only a step later; on the H200 it moved 1.6-1.8 TB/s where
+ * the one-token kernels, which ask for 512 contiguous bytes of a row at
+ * once, move 2.4-4.0 (docs/PERF-NOTES.md). Here each warp copies stages of
+ * 32 rows x 128 columns (256 contiguous bytes of each row, half a warp a
+ * row) into its own ring in shared memory with cp.async, two stages ahead,
+ * and feeds the MMAs with ldmatrix. The weights are B (8 rows an MMA, four
+ * MMAs a k-step); A holds each token's inputs split as hi (A's rows 0-7)
+ * and lo (rows 8-15, f16: scaled by 2^11), so one MMA takes both parts and
+ * the D rows g and g + 8 are token g's two sums. The SwiGLU pair streams
+ * 16 rows of each matrix a stage. Each output is one chain of MMAs in an
+ * order fixed by the matrix shape, so a product of n tokens gives each
+ * token the bits of its product alone, as the kernel above does. Blocks
+ * of FM2_WARPS warps: S warps (slices of K, contiguous runs of stages) for
+ * each tile of rows; the slices meet in shared memory in slice order. */
+#define FM2_WARPS 4
+#define FM2_ROWS 32                          /* stage rows a warp: four MMA column groups of 8 */
+#define FM2_COLS 128                         /* columns a stage: 256 bytes of each row */
+#define FM2_PITCH 272                        /* bytes a stage row takes in shared memory: ldmatrix's 8 rows fall
+                                                on 8 distinct 16-byte bank groups */
+#define FM2_STAGE (FM2_ROWS * FM2_PITCH)
+#define FM2_NST 3                            /* stages in a warp's ring: two in flight while one is used */
+#define FM2_SMEM (FM2_WARPS * FM2_NST * FM2_STAGE)
+
+static __device__ __forceinline__ void fm2_copy16(uint32_t dst, const void *src, bool live) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0)
+                 : "memory");
+}
+static __device__ __forceinline__ void fm2_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+static __device__ __forceinline__ void fm2_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+static __device__ __forceinline__ void fm2_ldmatrix4(uint32_t addr, uint32_t *r) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* Copies stage `st` (columns 128 st ..) of the warp's 32 rows into ring
+ * slot `dst` (a shared address): instruction j takes rows 2j and 2j + 1,
+ * 256 contiguous bytes each; rows past the end are zero-filled. */
+template <bool SW>
+static __device__ __forceinline__ void fm2_issue(const gemv_params &p, const gemv_target &tg, int64_t r0, int lane,
+                                                 int st, uint32_t dst) {
+    const int64_t n8 = tg.w.n_cols / 8;
+    const int half = lane >> 4, ch = lane & 15;
+#pragma unroll
+    for (int j = 0; j < FM2_ROWS / 2; j++) {
+        const int r = 2 * j + half;
+        const int64_t row = r0 + (SW ? (r & 15) : r);
+        const bool live = row < tg.w.n_rows;
+        const uint4 *base = (const uint4 *)(SW && r >= 16 ? p.w_up.p : tg.w.p);
+        const uint4 *src = base + (live ? row * n8 + (int64_t)st * (FM2_COLS / 8) + ch : 0);
+        fm2_copy16(dst + r * FM2_PITCH + 16 * ch, src, live);
+    }
+}
+
+template <int TYPE, bool SW, int S>
+static __global__ void __launch_bounds__(FM2_WARPS * 32, 2) gemv_fm2_kernel(const gemv_params p) {
+    constexpr int G = FM2_WARPS / S, RO = SW ? FM2_ROWS / 2 : FM2_ROWS; /* row tiles a block, output rows a tile */
+    extern __shared__ __align__(16) uint8_t fm2_ring[];
+    __shared__ float part[FM2_WARPS][8][FM2_ROWS], pss[FM2_WARPS][8];
+    const int ti = gemv_target_of(p);
+    const gemv_target &tg = p.t[ti];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, slice = warp % S, tile = warp / S;
+    const int g = lane >> 2, c = lane & 3;
+    const int64_t r0 = ((int64_t)(blockIdx.x - p.block0[ti]) * G + tile) * RO;
+    const int K = (int)tg.w.n_cols, nst = K / FM2_COLS;
+    const int st0 = slice * nst / S, st1 = (slice + 1) * nst / S, n = st1 - st0; /* this warp's stages */
+    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(fm2_ring) + warp * (FM2_NST * FM2_STAGE);
+    /* ldmatrix: lane l gives row l % 8 of matrix l / 8 = (column group 2h + l / 16, k half (l / 8) % 2) */
+    const uint32_t lm = (uint32_t)(((lane & 7) + 8 * (lane >> 4)) * FM2_PITCH + 16 * ((lane >> 3) & 1));
+    early_begin(p);
+#pragma unroll
+    for (int s = 0; s < FM2_NST - 1; s++) {
+        if (s < n) fm2_issue<SW>(p, tg, r0, lane, st0 + s, ring + s * FM2_STAGE);
+        fm2_commit();
+    }
+    early_end(p);
+    const bool tok = g < p.n_tok; /* this lane's A rows are token g's */
+    const float *xr = p.x + (size_t)(tok ? g : 0) * p.x_stride + 2 * c;
+    const float *nw = p.norm_w ? p.norm_w + 2 * c : NULL;
+    float acc[4][4], ss = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[q][i] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        __syncwarp(); /* every lane is done with the slot the next copy overwrites */
+        if (j + FM2_NST - 1 < n)
+            fm2_issue<SW>(p, tg, r0, lane, st0 + j + FM2_NST - 1, ring + ((j + FM2_NST - 1) % FM2_NST) * FM2_STAGE);
+        fm2_commit();
+        fm2_wait<FM2_NST - 1>(); /* this lane's copies of stage j have landed */
+        __syncwarp();            /* ... and every lane's */
+        const uint32_t slot = ring + (j % FM2_NST) * FM2_STAGE + lm;
+        const int col0 = (st0 + j) * FM2_COLS;
+#pragma unroll
+        for (int kk = 0; kk < FM2_COLS / 16; kk++) {
+            const int col = col0 + 16 * kk;
+            uint32_t a[4] = {0u, 0u, 0u, 0u};
+            if (tok) {
+                float2 xa = *(const float2 *)(xr + col), xb = *(const float2 *)(xr + col + 8);
+                if (nw) {
+                    ss += xa.x * xa.x + xa.y * xa.y + xb.x * xb.x + xb.y * xb.y;
+                    const float2 wa = *(const float2 *)(nw + col), wb = *(const float2 *)(nw + col + 8);
+                    xa.x *= wa.x, xa.y *= wa.y, xb.x *= wb.x, xb.y *= wb.y;
+                }
+                fm_split<TYPE>(xa.x, xa.y, &a[0], &a[1]);
+                fm_split<TYPE>(xb.x, xb.y, &a[2], &a[3]);
+            }
+            uint32_t b[8];
+            fm2_ldmatrix4(slot + 32 * kk, b);
+            fm2_ldmatrix4(slot + 16 * FM2_PITCH + 32 * kk, b + 4);
+#pragma unroll
+            for (int q = 0; q < 4; q++) fm_mma4<TYPE>(acc[q], a, b[2 * q], b[2 * q + 1]);
+        }
+    }
+    fm2_wait<0>();
+    /* lane (g, c) holds token g's sums of stage rows 8q + 2c and 8q + 2c + 1 */
+    const float ls = TYPE == TELA_TYPE_F16 ? 1.0f / 2048.0f : 1.0f;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        part[warp][g][8 * q + 2 * c] = acc[q][0] + acc[q][2] * ls;
+        part[warp][g][8 * q + 2 * c + 1] = acc[q][1] + acc[q][3] * ls;
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    if (c == 0) pss[warp][g] = ss;
+    __syncthreads();
+    /* the outputs of the block's tiles, 8 tokens x RO rows each */
+    for (int o = threadIdx.x; o < G * 8 * RO; o += FM2_WARPS * 32) {
+        const int tl = o / (8 * RO), t = (o / RO) % 8, r = o % RO;
+        const int64_t row = ((int64_t)(blockIdx.x - p.block0[ti]) * G + tl) * RO + r;
+        if (t >= p.n_tok || row >= tg.w.n_rows) continue;
+        float acc_g = 0.0f, acc_u = 0.0f, sq = 0.0f;
+#pragma unroll
+        for (int s = 0; s < S; s++) {
+            acc_g += part[tl * S + s][t][r];
+            if (SW) acc_u += part[tl * S + s][t][r + 16];
+            sq += pss[tl * S + s][t];
+        }
+        const float scale = p.norm_w ? rsqrtf(sq / (float)K + p.eps) : 1.0f;
+        float val = acc_g * scale;
+        if (SW) val = silu(val) * (acc_u * scale);
+        float *yp = tg.y + (size_t)t * tg.y_stride + row;
+        *yp = p.accumulate ? *yp + val : val;
+    }
+}
+
+/* Lets every instantiation of the kernel above take its ring of shared
+ * memory (beyond the default 48 KB), once per exec and before any graph
+ * capture; false when the device cannot (gemv_fm2 then declines). */
+template <int TYPE, bool SW>
+static bool fm2_allow(void) {
+    const gemv_kernel_fn k[3] = {gemv_fm2_kernel<TYPE, SW, 1>, gemv_fm2_kernel<TYPE, SW, 2>, gemv_fm2_kernel<TYPE, SW, 4>};
+    for (int i = 0; i < 3; i++)
+        if (cudaFuncSetAttribute((const void *)k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, FM2_SMEM) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+    return true;
+}
+
+void tela_cuda_fm2_init(cuda_exec *ex) {
+    if (!ex->gemv_fm2) return;
+    ex->gemv_fm2 = FM2_SMEM <= ex->be->smem_optin && fm2_allow<TELA_TYPE_F16, false>() &&
+                   fm2_allow<TELA_TYPE_F16, true>() && fm2_allow<TELA_TYPE_BF16, false>() &&
+                   fm2_allow<TELA_TYPE_BF16, true>();
+}
+
+template <int TYPE>
+static gemv_kernel_fn gemv_fm2_pick_t(bool sw, int S) {
+    if (sw) return S == 4 ? gemv_fm2_kernel<TYPE, true, 4> : S == 2 ? gemv_fm2_kernel<TYPE, true, 2> : gemv_fm2_kernel<TYPE, true, 1>;
+    return S == 4 ? gemv_fm2_kernel<TYPE, false, 4> : S == 2 ? gemv_fm2_kernel<TYPE, false, 2> : gemv_fm2_kernel<TYPE, false, 1>;
+}
+
+/* The kernel above for these products: false when it does not take them
+ * (K not a multiple of 128). Slices: the fewest (1, 2, 4, at most the
+ * row's stages) that give the grid 8 warps an SM, from the shape alone
+ * (TELA_CUDA_FM_SLICES sets them, up to 4). */
+static bool gemv_fm2(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
+                     const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
+                     const float *norm_w, float eps) {
+    const tela_type type = w[0]->type;
+    const int64_t K = w[0]->n_cols;
+    if (!ex->gemv_fm2 || K % FM2_COLS != 0) return false;
+    const bool sw = w_up != NULL;
+    const int ro = sw ? FM2_ROWS / 2 : FM2_ROWS;
+    int64_t tiles = 0;
+    for (int i = 0; i < n_w; i++) tiles += (w[i]->n_rows + ro - 1) / ro;
+    const int64_t want = (int64_t)ex->be->sm_count * 8;
+    int S = 1;
+    while (S < 4 && 2 * S <= K / FM2_COLS && (ex->fm_slices ? S < ex->fm_slices : tiles * S < want)) S *= 2;
+    gemv_kernel_fn fn = type == TELA_TYPE_F16 ? gemv_fm2_pick_t<TELA_TYPE_F16>(sw, S) : gemv_fm2_pick_t<TELA_TYPE_BF16>(sw, S);
+    gemv_params p;
+    const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, ro * (FM2_WARPS / S));
+    p.norm_w = norm_w;
+    p.eps = eps;
+    p.order = ex->gemv_order;
+    tela_cuda_launch(ex, fn, nb, FM2_WARPS * 32, FM2_SMEM, p);
+    tela_cuda_launched(ex, "gemv (float, tensor cores, streamed)");
+    return true;
+}
+
+/* The float products of 1-8 tokens by the kernels above (fm2 where it takes them): false when it does
  * not take them (type, K % 32, alignment of x). */
 static bool gemv_fm(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
                     const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
@@ -1213,6 +1430,7 @@ static bool gemv_fm(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
     if ((type != TELA_TYPE_F16 && type != TELA_TYPE_BF16) || K % 32 != 0 || n_tok < 1 || n_tok > 8 ||
         n_w > GEMV_MAX_TARGETS || x_stride % 4 != 0 || ((uintptr_t)x & 15) != 0 || ((uintptr_t)norm_w & 15) != 0)
         return false;
+    if (gemv_fm2(ex, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, norm_w, eps)) return true;
     int64_t rows = 0;
     for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
     int S = 8, RB = 1;
