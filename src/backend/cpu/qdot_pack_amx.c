@@ -37,9 +37,12 @@
 
 #include "util/cpu_features.h"
 
-/* Opt-in for now (TELA_AMX=1, or tela_qdot_amx_allow): these tiles have
- * been checked against vec_dot through a scalar model of the tile
- * instructions (tests/test_qdot_amx_model.c), not yet on a CPU with AMX.
+/* Opt-in (TELA_AMX=1, or tela_qdot_amx_allow): these tiles are checked
+ * against vec_dot through a scalar model of the tile instructions
+ * (tests/test_qdot_amx_model.c) and, on an Intel Xeon with AMX, on the
+ * real ones (scripts/test-amx.sh, 2026-12-05), but measured there at most
+ * ~13% faster than the VNNI tiles in pp512 on two cores, within the
+ * machine's noise (docs/BENCHMARKS.md): not worth a default yet.
  * 0: TELA_AMX not read yet, 1: off, 2: on. */
 static atomic_int g_amx_state;
 

@@ -1212,13 +1212,17 @@ static unsigned gemv_fill(gemv_params *p, const tela_mat *const *w, float *const
                           int rows_per_block);
 
 /* Float weights (F16/BF16), 1 to 8 tokens, on the tensor cores with the
- * weights streamed through shared memory ("fm2", the default where K is a
- * multiple of 128; TELA_CUDA_FM2=0: the kernel above). The kernel above
- * loads each MMA's B fragment straight from memory, so one load
- * instruction takes 64 bytes from each of 8 rows, and a row's next bytes
- * are asked for only a step later; on the H200 it moved 1.6-1.8 TB/s where
- * the one-token kernels, which ask for 512 contiguous bytes of a row at
- * once, move 2.4-4.0 (docs/PERF-NOTES.md). Here each warp copies stages of
+ * weights streamed through shared memory ("fm2"; opt-in, TELA_CUDA_FM2=1,
+ * where K is a multiple of 128). The kernel above loads each MMA's B
+ * fragment straight from memory, so one load instruction takes 64 bytes
+ * from each of 8 rows; on the H200 it moved 1.6-1.8 TB/s where the
+ * one-token kernels, which ask for 512 contiguous bytes of a row at once,
+ * move 2.4-4.0. This one was written to test whether that access pattern
+ * was the cause, and measured slower on the H100 (1B F16, one token a
+ * product: 381 tok/s against 600 for the kernel above; Nsight Compute: 6-12%
+ * of the warp slots busy, 60-69% of stalls on the long scoreboard, that is
+ * the inputs x read from L2 after each stage's wait, with L1 mostly given
+ * to the rings; docs/PERF-NOTES.md, GPU round 10). Each warp copies stages of
  * 32 rows x 128 columns (256 contiguous bytes of each row, half a warp a
  * row) into its own ring in shared memory with cp.async, two stages ahead,
  * and feeds the MMAs with ldmatrix. The weights are B (8 rows an MMA, four
