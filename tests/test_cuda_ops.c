@@ -103,13 +103,17 @@ static bool float_gemm(tela_type type, int n_tok) {
 }
 
 /* Whether a product of several tokens must give each token a one-token
- * product's bits: the quantized and F32 decode kernels; F16/BF16 only with
+ * product's bits: the quantized and F32 decode kernels; F16/BF16 with
  * TELA_CUDA_GEMV_FM=1, where one token takes the tensor-core kernel of
  * 2-8 tokens (by default it takes the faster early-load kernel, which
- * rounds otherwise). */
-static bool same_bits_expected(tela_type type) {
-    const char *fm = getenv("TELA_CUDA_GEMV_FM");
-    return (type != TELA_TYPE_F16 && type != TELA_TYPE_BF16) || (fm && !strcmp(fm, "1"));
+ * rounds otherwise), and single matrices (not the SwiGLU pair) with
+ * TELA_CUDA_GEMV_ROWS=4, where one token takes the 4-rows-a-warp kernel
+ * and several take its several-token form (the output heads' route). */
+static bool same_bits_expected(tela_type type, bool swiglu) {
+    const char *fm = getenv("TELA_CUDA_GEMV_FM"), *rows = getenv("TELA_CUDA_GEMV_ROWS");
+    if (type != TELA_TYPE_F16 && type != TELA_TYPE_BF16) return true;
+    if (fm && !strcmp(fm, "1")) return true;
+    return !swiglu && rows && !strcmp(rows, "4") && !(fm && !strcmp(fm, "0"));
 }
 
 static double bound(tela_type type, int n_tok, bool exact) {
@@ -152,7 +156,7 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
                 /* a product of several tokens gives each token the bits of a
                  * decode step of that token alone (speculative decoding's
                  * greedy identity rests on it) */
-                if (!exact && nt > 1 && nt <= 8 && same_bits_expected(type)) {
+                if (!exact && nt > 1 && nt <= 8 && same_bits_expected(type, false)) {
                     float *y1 = malloc((size_t)R * 4);
                     int same = 1;
                     for (int t = 0; t < nt; t++) {
@@ -231,7 +235,7 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
                     poison(dy, (size_t)nt * R);
                     tela_exec_norm_matmul_swiglu(gx, &norm, &w.m, &w2.m, dx, K, dy, R, nt);
                     down(y, dy, (size_t)nt * R * 4);
-                    if (!exact && nt > 1 && nt <= 8 && same_bits_expected(type)) { /* the bits of one-token steps, as above */
+                    if (!exact && nt > 1 && nt <= 8 && same_bits_expected(type, true)) { /* the bits of one-token steps, as above */
                         int same = 1;
                         for (int t = 0; t < nt; t++) {
                             poison(dy2, (size_t)R);

@@ -300,6 +300,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *fs = getenv("TELA_CUDA_FM_SLICES");
     ex->fm_slices = fs && (!strcmp(fs, "1") || !strcmp(fs, "2") || !strcmp(fs, "4") || !strcmp(fs, "8")) ? atoi(fs) : 0;
     ex->gemv_fm_one = fm && !strcmp(fm, "1");
+    const char *fn = getenv("TELA_CUDA_GEMV_FRN");
+    ex->gemv_frn = !(fn && !strcmp(fn, "0"));
     const char *f2 = getenv("TELA_CUDA_FM2");
     ex->gemv_fm2 = f2 && !strcmp(f2, "1"); /* opt-in: measured slower (docs/PERF-NOTES.md, GPU round 10) */
     const char *fr = getenv("TELA_CUDA_FM_RB");

@@ -104,6 +104,8 @@ typedef struct cuda_exec {
                                     TELA_CUDA_GEMV_FM=0: the earlier kernels, and cuBLAS from 3 tokens) */
     bool gemv_fm_one;            /* ... of one token too (TELA_CUDA_GEMV_FM=1: every step's bits those of a verification
                                     pass, one-token products ~35% slower on the H200) */
+    bool gemv_frn;               /* float products of 2-8 tokens with the heads' 4-rows-a-warp kernel, the bits of its
+                                    one-token form (default; TELA_CUDA_GEMV_FRN=0: the tensor-core kernel) */
     bool gemv_fm2;               /* ... with the weights streamed through shared memory where K % 128 == 0 (opt-in,
                                     TELA_CUDA_FM2=1: measured slower on the H100, docs/PERF-NOTES.md round 10) */
     int fm_slices, fm_rb;        /* TELA_CUDA_FM_SLICES=1|2|4|8, TELA_CUDA_FM_RB=1|2|4: their shape, 0 auto */

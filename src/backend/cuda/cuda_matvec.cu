@@ -859,6 +859,94 @@ static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, 6) gemv_fr_kernel(co
         if (r < rv) gemv_write<1>(p, tg, row0 + r, &acc[0][r], &acc[1][r], swiglu, &scale);
 }
 
+/* The eight weights of one 16-byte load as f32, in dot8's order (lo, hi of
+ * each pair): the conversion is exact, so dot8f over them is dot8. */
+template <int TYPE>
+static __device__ __forceinline__ void unpack8(const uint4 v, float *w) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (TYPE == TELA_TYPE_F16) {
+            const float2 h = __half22float2(*(const __half2 *)&u[i]);
+            w[2 * i] = h.x, w[2 * i + 1] = h.y;
+        } else {
+            w[2 * i] = __uint_as_float(u[i] << 16), w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        }
+    }
+}
+
+static __device__ __forceinline__ float dot8f(const float *w, const float *x, float s) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) s = fmaf(w[i], x[i], s);
+    return s;
+}
+
+/* Products of 2-8 tokens with a matrix that one token takes through the
+ * kernel above with R = 4 (the output heads: tens of thousands of rows),
+ * as in a verification pass. Each token's sums are formed exactly as that
+ * kernel forms one token's: the same lanes and columns, the same chain of
+ * fused multiply-adds, the same norm factor and reduction; so each token
+ * gets the bits of its decode step, and the weights are read and
+ * converted once for all the tokens. The tensor-core kernel below
+ * (gemv_fm_kernel), which took these before, moved the 1B's head at 1.82
+ * TB/s where the one-token form of this kernel moves 3.96 (H200,
+ * docs/PERF-NOTES.md); x and the norm weights are read again for each
+ * token, from L1. No SwiGLU pair (no such matrix is this large). */
+template <int TYPE, int NT>
+static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, 4) gemv_frn_kernel(const gemv_params p) {
+    TELA_PDL_ENTRY();
+    constexpr int R = 4;
+    const int ti = gemv_target_of(p);
+    const gemv_target &tg = p.t[ti];
+    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * GEMV_F_WARPS + threadIdx.x / 32) * R;
+    if (row0 >= tg.w.n_rows) return;
+    const int K = (int)tg.w.n_cols, lane = threadIdx.x & 31, n8 = K / 8;
+    const int rv = tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R; /* rows this warp has */
+    const uint4 *wb = (const uint4 *)tg.w.p + (size_t)row0 * n8;
+    float acc[NT][R], ss[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        ss[t] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+    }
+    for (int c0 = lane; c0 < n8; c0 += 32) {
+        uint4 v[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < rv) v[r] = ld_stream(wb + (size_t)r * n8 + c0);
+        float wf[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < rv) unpack8<TYPE>(v[r], wf[r]);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= p.n_tok) break;
+            const float4 a = x4(p, t, 8 * c0, &ss[t]), b = x4(p, t, 8 * c0 + 4, &ss[t]);
+            const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r < rv) acc[t][r] = dot8f(wf[r], xs, acc[t][r]);
+        }
+    }
+    float scale[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) scale[t] = p.norm_w ? rsqrtf(warp_sum(ss[t]) / (float)K + p.eps) : 1.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= rv) break;
+        float a_r[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) a_r[t] = acc[t][r];
+        gemv_write<NT>(p, tg, row0 + r, a_r, a_r, false, scale);
+    }
+}
+
+template <int TYPE>
+static gemv_kernel_fn gemv_frn_pick_t(int n_tok) {
+    return n_tok <= 2 ? gemv_frn_kernel<TYPE, 2> : n_tok <= 4 ? gemv_frn_kernel<TYPE, 4> : gemv_frn_kernel<TYPE, 8>;
+}
+
 static gemv_kernel_fn gemv_fr_pick(tela_type type, int R) {
     if (type == TELA_TYPE_F16) return R == 4 ? gemv_fr_kernel<TELA_TYPE_F16, 4> : R == 2 ? gemv_fr_kernel<TELA_TYPE_F16, 2> : gemv_fr_kernel<TELA_TYPE_F16, 1>;
     if (type == TELA_TYPE_BF16) return R == 4 ? gemv_fr_kernel<TELA_TYPE_BF16, 4> : R == 2 ? gemv_fr_kernel<TELA_TYPE_BF16, 2> : gemv_fr_kernel<TELA_TYPE_BF16, 1>;
@@ -1528,10 +1616,38 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
 static bool gemv_stream(cuda_exec *ex, const tela_mat *const *w, float *const *y, int n_w, const tela_mat *w_up,
                         const float *x, bool accumulate, const float *norm_w, float eps);
 
+/* The products of 2-8 tokens that gemv_frn_kernel takes: float weights
+ * whose one-token products take gemv_fr_kernel with 4 rows a warp (the
+ * same rule, so that the bits match), no SwiGLU pair, and not when
+ * TELA_CUDA_GEMV_FM=1 sends every float product to the tensor cores
+ * (TELA_CUDA_GEMV_FRN=0: the tensor-core kernel takes them too). */
+static bool gemv_frn(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
+                     const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
+                     const float *norm_w, float eps) {
+    const tela_type type = w[0]->type;
+    const int64_t K = w[0]->n_cols;
+    if (!ex->gemv_frn || (type != TELA_TYPE_F16 && type != TELA_TYPE_BF16) || w_up || ex->gemv_fm_one || n_tok < 2 || n_tok > 8 ||
+        n_w > GEMV_MAX_TARGETS || K % 8 != 0 || x_stride % 4 != 0 || ((uintptr_t)x & 15) != 0 ||
+        ((uintptr_t)norm_w & 15) != 0)
+        return false;
+    int64_t rows = 0;
+    for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
+    if (gemv_fr_rows(ex, rows, K) != 4) return false;
+    gemv_params p;
+    const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, GEMV_F_WARPS * 4);
+    p.norm_w = norm_w;
+    p.eps = eps;
+    tela_cuda_launch(ex, type == TELA_TYPE_F16 ? gemv_frn_pick_t<TELA_TYPE_F16>(n_tok) : gemv_frn_pick_t<TELA_TYPE_BF16>(n_tok),
+                     nb, 32 * GEMV_F_WARPS, 0, p);
+    tela_cuda_launched(ex, "gemv (float, several tokens, 4 rows a warp)");
+    return true;
+}
+
 void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
                     const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                     const float *norm_w, float eps) {
     if (n_tok == 1 && ex->gemv_stream && gemv_stream(ex, w, y, n_w, w_up, x, accumulate, norm_w, eps)) return;
+    if (gemv_frn(ex, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, norm_w, eps)) return;
     if (ex->gemv_fm && (n_tok > 1 || ex->gemv_fm_one) &&
         gemv_fm(ex, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, norm_w, eps))
         return;
