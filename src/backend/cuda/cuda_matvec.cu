@@ -796,22 +796,37 @@ static __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
     return v;
 }
 
+/* The eight weights of one 16-byte load as f32, lo and hi of each pair
+ * (exact conversions). */
 template <int TYPE>
-static __device__ __forceinline__ float dot8(const uint4 v, const float *x, float s) {
+static __device__ __forceinline__ void unpack8(const uint4 v, float *w) {
     const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float lo, hi;
         if (TYPE == TELA_TYPE_F16) {
             const float2 h = __half22float2(*(const __half2 *)&u[i]);
-            lo = h.x, hi = h.y;
+            w[2 * i] = h.x, w[2 * i + 1] = h.y;
         } else {
-            lo = __uint_as_float(u[i] << 16), hi = __uint_as_float(u[i] & 0xffff0000u);
+            w[2 * i] = __uint_as_float(u[i] << 16), w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
         }
-        s = fmaf(lo, x[2 * i], s);
-        s = fmaf(hi, x[2 * i + 1], s);
     }
+}
+
+/* s + w . x as a chain of eight fused multiply-adds in column order: the
+ * one order every float decode kernel sums a load's eight weights in (a
+ * several-token kernel that converts the weights once and calls this gets
+ * a one-token kernel's bits). */
+static __device__ __forceinline__ float dot8f(const float *w, const float *x, float s) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) s = fmaf(w[i], x[i], s);
     return s;
+}
+
+template <int TYPE>
+static __device__ __forceinline__ float dot8(const uint4 v, const float *x, float s) {
+    float w[8];
+    unpack8<TYPE>(v, w);
+    return dot8f(w, x, s);
 }
 
 template <int TYPE, int R>
@@ -857,28 +872,6 @@ static __global__ void __launch_bounds__(GEMV_F_WARPS * 32, 6) gemv_fr_kernel(co
 #pragma unroll
     for (int r = 0; r < R; r++)
         if (r < rv) gemv_write<1>(p, tg, row0 + r, &acc[0][r], &acc[1][r], swiglu, &scale);
-}
-
-/* The eight weights of one 16-byte load as f32, in dot8's order (lo, hi of
- * each pair): the conversion is exact, so dot8f over them is dot8. */
-template <int TYPE>
-static __device__ __forceinline__ void unpack8(const uint4 v, float *w) {
-    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if (TYPE == TELA_TYPE_F16) {
-            const float2 h = __half22float2(*(const __half2 *)&u[i]);
-            w[2 * i] = h.x, w[2 * i + 1] = h.y;
-        } else {
-            w[2 * i] = __uint_as_float(u[i] << 16), w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-        }
-    }
-}
-
-static __device__ __forceinline__ float dot8f(const float *w, const float *x, float s) {
-#pragma unroll
-    for (int i = 0; i < 8; i++) s = fmaf(w[i], x[i], s);
-    return s;
 }
 
 /* Products of 2-8 tokens with a matrix that one token takes through the
