@@ -11,7 +11,9 @@
  *    token (every decode step) the defaults are the early-load kernels
  *    (gemv_fs_kernel, gemv3_q_kernel): their first weight loads are issued
  *    before the PDL wait; the quantized ones read activations quantized
- *    by quantize_act_kernel. An opt-in experiment (gemv_stream_kernel)
+ *    by quantize_act_kernel, stored in the order their lanes read them
+ *    (act_pos8), and take the rows of some matrices with two warps each
+ *    (gemv3_split). An opt-in experiment (gemv_stream_kernel)
  *    streams the weights through shared memory with bulk copies.
  *  - gemm: prefill. Quantized weights are dequantized to f16 in panels of
  *    rows into scratch, the activations converted to f16 (bf16 for BF16
@@ -202,6 +204,68 @@ static __device__ __forceinline__ float warp_sum(float v) {
 #define GEMV_Q_ROWS 16
 #define GEMV_F_WARPS 4
 
+/* The quantized activations' layout (LT: the weight type that reads
+ * them, 0 for the plain order of the elements). A decode product's lane
+ * takes a unit of a row (64 elements of a K-quant row, 32 of Q8_0/Q4_0)
+ * and reads its activations as 16-byte pieces; in the plain order one
+ * load instruction of a warp touches 32 pieces 32-64 bytes apart (16
+ * cache lines), so L1 worked 4x per byte of activations (and they are
+ * more bytes than the weights: int8 against 4.5 bits). In a type's order,
+ * units are taken 32 at a time (a warp's round) and piece i of unit u
+ * lies at ((u / 32) * P + i) * 32 + u % 32 (in pieces of 16 bytes, P
+ * pieces a unit): a warp's load is 512 contiguous bytes. A token's pieces
+ * are padded to whole rounds. */
+static __host__ __device__ __forceinline__ int act_unit_pieces(int lt) {
+    return lt == TELA_TYPE_Q8_0 || lt == TELA_TYPE_Q4_0 ? 2 : 4;
+}
+
+static __host__ __device__ __forceinline__ int act_tok_bytes(int lt, int K) {
+    if (lt == 0) return K;
+    const int unit = 16 * act_unit_pieces(lt), units = K / unit;
+    return (units + 31) / 32 * 32 * unit;
+}
+
+/* The index (in 8-byte halves of pieces) of elements 8g..8g+7. */
+static __device__ __forceinline__ int act_pos8(int lt, int g) {
+    if (lt == 0) return g;
+    const int e = 8 * g;
+    int u, i;
+    if (lt == TELA_TYPE_Q8_0 || lt == TELA_TYPE_Q4_0) {
+        u = e >> 5, i = (e >> 4) & 1;
+    } else if (lt == TELA_TYPE_Q6_K) {
+        /* unit 4b + 2h + part: 32 elements at 128h + 32part, then 32 at +64 */
+        const int r = e & 127, sub = r >> 5;
+        u = 4 * (e >> 8) + 2 * ((e >> 7) & 1) + (sub & 1), i = 2 * (sub >> 1) + ((r >> 4) & 1);
+    } else {
+        u = e >> 6, i = (e >> 4) & 3;
+    }
+    return 2 * (((u >> 5) * act_unit_pieces(lt) + i) * 32 + (u & 31)) + (g & 1);
+}
+
+/* The other way: the plain index (in 8-byte halves) of the elements at
+ * half o of a type's order, -1 for the padding. */
+static __device__ __forceinline__ int act_src8(int lt, int o, int K) {
+    const int P = act_unit_pieces(lt), unit = 16 * P, pidx = o >> 1;
+    const int u = (pidx >> 5) / P * 32 + (pidx & 31), i = (pidx >> 5) % P;
+    if (u >= K / unit) return -1;
+    int e;
+    if (lt == TELA_TYPE_Q6_K) {
+        const int q = u & 3, a = 8 * (u >> 2) + 4 * (q >> 1) + (q & 1);
+        e = 32 * (i < 2 ? a : a + 2) + 16 * (i & 1);
+    } else {
+        e = unit * u + 16 * i;
+    }
+    return e / 8 + (o & 1);
+}
+
+/* Piece i of unit u of a token's activations (xt), at plain element
+ * offset e in the plain order. */
+template <int LT>
+static __device__ __forceinline__ int4 act_piece(const int8_t *xt, int u, int i, int e) {
+    if (LT == 0) return *(const int4 *)(xt + e);
+    return ((const int4 *)xt)[((u >> 5) * act_unit_pieces(LT) + i) * 32 + (u & 31)];
+}
+
 /* The activations of n_tok tokens quantized to int8 per 32 into shared
  * memory: xq [NT][K], xd [NT][K/32] (scales), xs [NT][K/32] (scale times
  * the sum of the 32 quants). Four threads per 32-block, eight elements
@@ -209,9 +273,10 @@ static __device__ __forceinline__ float warp_sum(float v) {
  * quantization per block is scale-invariant, so the norm's 1/rms factor is
  * applied to the products' results instead (gemv_write), and each thread
  * adds the squares of the x it reads to ss[t] (its own partial sum). */
-template <int NT>
+template <int NT, int LT = 0>
 static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n_tok, const float *nw, int8_t *xq,
                                   float *xd, float *xs, float *ss, int tid, int n_threads) {
+    const int xq_tok = act_tok_bytes(LT, K);
     const int n8 = K / 8;
     const bool vec = x_stride % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)nw & 15) == 0;
     for (int t = 0; t < NT; t++) {
@@ -259,7 +324,7 @@ static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n
                            (uint32_t)(q[3] & 0xff) << 24;
                 packed.y = (uint32_t)(q[4] & 0xff) | (uint32_t)(q[5] & 0xff) << 8 | (uint32_t)(q[6] & 0xff) << 16 |
                            (uint32_t)(q[7] & 0xff) << 24;
-                ((uint2 *)(xq + (size_t)t * K))[g] = packed;
+                ((uint2 *)(xq + (size_t)t * xq_tok))[act_pos8(LT, g)] = packed;
                 if ((tid & 3) == 0) {
                     xd[t * (K / 32) + g / 4] = d;
                     xs[t * (K / 32) + g / 4] = d * (float)sum;
@@ -293,10 +358,10 @@ struct qunits;
 template <>
 struct qunits<TELA_TYPE_Q4_K> {
     static __device__ __forceinline__ int count(int K) { return K / 64; }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+        dot_raw<NT, LT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 hdr, qa, qb; };
     static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
@@ -305,7 +370,7 @@ struct qunits<TELA_TYPE_Q4_K> {
         const uint8_t *blk = w.p + (row * nb + b) * 144;
         return {*(const uint4 *)blk, *(const uint4 *)(blk + 16 + 32 * q), *(const uint4 *)(blk + 32 + 32 * q)};
     }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
                                                    const float *xs, int K, int n_tok, float *acc) {
         const int b = u >> 2, q = u & 3;
@@ -319,8 +384,9 @@ struct qunits<TELA_TYPE_Q4_K> {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n_tok) break;
-            const int4 *x0 = (const int4 *)(xq + (size_t)t * K + a0 * 32);
-            const int4 xa0 = x0[0], xa1 = x0[1], xb0 = x0[2], xb1 = x0[3];
+            const int8_t *xt = xq + (size_t)t * act_tok_bytes(LT, K);
+            const int4 xa0 = act_piece<LT>(xt, u, 0, a0 * 32), xa1 = act_piece<LT>(xt, u, 1, a0 * 32 + 16);
+            const int4 xb0 = act_piece<LT>(xt, u, 2, a0 * 32 + 32), xb1 = act_piece<LT>(xt, u, 3, a0 * 32 + 48);
             const int xa[8] = {xa0.x, xa0.y, xa0.z, xa0.w, xa1.x, xa1.y, xa1.z, xa1.w};
             const int xb[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
             int s0 = 0, s1 = 0;
@@ -339,10 +405,10 @@ struct qunits<TELA_TYPE_Q4_K> {
 template <>
 struct qunits<TELA_TYPE_Q5_K> {
     static __device__ __forceinline__ int count(int K) { return K / 64; }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+        dot_raw<NT, LT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 hdr, h0, h1, qa, qb; };
     static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
@@ -352,7 +418,7 @@ struct qunits<TELA_TYPE_Q5_K> {
         return {*(const uint4 *)blk, *(const uint4 *)(blk + 16), *(const uint4 *)(blk + 32),
                 *(const uint4 *)(blk + 48 + 32 * q), *(const uint4 *)(blk + 64 + 32 * q)};
     }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
                                                    const float *xs, int K, int n_tok, float *acc) {
         const int b = u >> 2, q = u & 3;
@@ -373,8 +439,9 @@ struct qunits<TELA_TYPE_Q5_K> {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n_tok) break;
-            const int4 *x0 = (const int4 *)(xq + (size_t)t * K + a0 * 32);
-            const int4 xa0 = x0[0], xa1 = x0[1], xb0 = x0[2], xb1 = x0[3];
+            const int8_t *xt = xq + (size_t)t * act_tok_bytes(LT, K);
+            const int4 xa0 = act_piece<LT>(xt, u, 0, a0 * 32), xa1 = act_piece<LT>(xt, u, 1, a0 * 32 + 16);
+            const int4 xb0 = act_piece<LT>(xt, u, 2, a0 * 32 + 32), xb1 = act_piece<LT>(xt, u, 3, a0 * 32 + 48);
             const int xa[8] = {xa0.x, xa0.y, xa0.z, xa0.w, xa1.x, xa1.y, xa1.z, xa1.w};
             const int xb[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
             int s0 = 0, s1 = 0;
@@ -398,10 +465,10 @@ static __device__ __forceinline__ int sbyte4(uint4 s, int k) {
 template <>
 struct qunits<TELA_TYPE_Q6_K> {
     static __device__ __forceinline__ int count(int K) { return K / 64; }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+        dot_raw<NT, LT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 l0, l1, h0, h1, sc; uint16_t d; };
     static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
@@ -414,7 +481,7 @@ struct qunits<TELA_TYPE_Q6_K> {
                 *(const uint4 *)(blk + 128 + 32 * h), *(const uint4 *)(blk + 144 + 32 * h),
                 *(const uint4 *)(scp + i * 16), ld16(scp + tela_cuda_align((size_t)(R * nb * 16)) + i * 2)};
     }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
                                                    const float *xs, int K, int n_tok, float *acc) {
         const int b = u >> 2, q = u & 3, h = q >> 1, part = q & 1;
@@ -437,9 +504,9 @@ struct qunits<TELA_TYPE_Q6_K> {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n_tok) break;
-            const int4 *xA = (const int4 *)(xq + (size_t)t * K + aA * 32);
-            const int4 *xB = (const int4 *)(xq + (size_t)t * K + aB * 32);
-            const int4 a0 = xA[0], a1 = xA[1], b0 = xB[0], b1 = xB[1];
+            const int8_t *xt = xq + (size_t)t * act_tok_bytes(LT, K);
+            const int4 a0 = act_piece<LT>(xt, u, 0, aA * 32), a1 = act_piece<LT>(xt, u, 1, aA * 32 + 16);
+            const int4 b0 = act_piece<LT>(xt, u, 2, aB * 32), b1 = act_piece<LT>(xt, u, 3, aB * 32 + 16);
             const int xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             const int xb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
             int sA0 = 0, sA1 = 0, sB0 = 0, sB1 = 0;
@@ -460,10 +527,10 @@ struct qunits<TELA_TYPE_Q6_K> {
 template <>
 struct qunits<TELA_TYPE_Q8_0> {
     static __device__ __forceinline__ int count(int K) { return K / 32; }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+        dot_raw<NT, LT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 qa, qb; uint16_t d; };
     static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
@@ -471,7 +538,7 @@ struct qunits<TELA_TYPE_Q8_0> {
         const uint8_t *qs = w.p + row * K + 32 * u;
         return {*(const uint4 *)qs, *(const uint4 *)(qs + 16), ld16(w.p + tela_cuda_align((size_t)(R * K)) + 2 * (row * nb + u))};
     }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
                                                    const float *xs, int K, int n_tok, float *acc) {
         const int nb = K / 32;
@@ -481,8 +548,8 @@ struct qunits<TELA_TYPE_Q8_0> {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n_tok) break;
-            const int4 *x0 = (const int4 *)(xq + (size_t)t * K + u * 32);
-            const int4 a0 = x0[0], a1 = x0[1];
+            const int8_t *xt = xq + (size_t)t * act_tok_bytes(LT, K);
+            const int4 a0 = act_piece<LT>(xt, u, 0, u * 32), a1 = act_piece<LT>(xt, u, 1, u * 32 + 16);
             const int xa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             int s = 0;
 #pragma unroll
@@ -496,17 +563,17 @@ struct qunits<TELA_TYPE_Q8_0> {
 template <>
 struct qunits<TELA_TYPE_Q4_0> {
     static __device__ __forceinline__ int count(int K) { return K / 32; }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot(const wview w, int64_t row, int u, const int8_t *xq, const float *xd,
                                                const float *xs, int K, int n_tok, float *acc) {
-        dot_raw<NT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
+        dot_raw<NT, LT>(load(w, row, u), u, xq, xd, xs, K, n_tok, acc);
     }
     struct raw { uint4 qa; uint16_t d; };
     static __device__ __forceinline__ raw load(const wview w, int64_t row, int u) {
         const int64_t K = w.n_cols, nb = K / 32, R = w.n_rows;
         return {*(const uint4 *)(w.p + row * (K / 2) + 16 * u), ld16(w.p + tela_cuda_align((size_t)(R * K / 2)) + 2 * (row * nb + u))};
     }
-    template <int NT>
+    template <int NT, int LT = 0>
     static __device__ __forceinline__ void dot_raw(const raw r, int u, const int8_t *xq, const float *xd,
                                                    const float *xs, int K, int n_tok, float *acc) {
         const int nb = K / 32;
@@ -522,8 +589,8 @@ struct qunits<TELA_TYPE_Q4_0> {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n_tok) break;
-            const int4 *x0 = (const int4 *)(xq + (size_t)t * K + u * 32);
-            const int4 a0 = x0[0], a1 = x0[1];
+            const int8_t *xt = xq + (size_t)t * act_tok_bytes(LT, K);
+            const int4 a0 = act_piece<LT>(xt, u, 0, u * 32), a1 = act_piece<LT>(xt, u, 1, u * 32 + 16);
             int s = 0;
             s = __dp4a(lo[0], a0.x, s);
             s = __dp4a(lo[1], a0.y, s);
@@ -1707,14 +1774,30 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
 
 /* One block per token: the squares summed for the norm, then x * nw (or x)
  * quantized to int8 per 32 with the scale and the scaled sum of each 32. */
+template <int LT>
 static __global__ void __launch_bounds__(512) quantize_act_kernel(const float *x, int64_t x_stride, int K,
                                                                   const float *nw, float eps, int8_t *xq, float *xd,
-                                                                  float *xs, float *nscale) {
+                                                                  float *xs, float *nscale, int staged) {
     TELA_PDL_ENTRY();
+    extern __shared__ __align__(16) unsigned char act_stage[];
     const int t = blockIdx.x;
     float ss[1];
-    quantize_x<1>(x + (size_t)t * x_stride, x_stride, K, 1, nw, xq + (size_t)t * K, xd + (size_t)t * (K / 32),
-                  xs + (size_t)t * (K / 32), ss, threadIdx.x, blockDim.x);
+    const float *xt = x + (size_t)t * x_stride;
+    int8_t *out = xq + (size_t)t * act_tok_bytes(LT, K);
+    float *dt = xd + (size_t)t * (K / 32), *st = xs + (size_t)t * (K / 32);
+    if (LT != 0 && staged) {
+        /* quantized in the plain order into shared memory, then stored in
+         * the type's order with consecutive threads on consecutive 8 bytes */
+        quantize_x<1, 0>(xt, x_stride, K, 1, nw, (int8_t *)act_stage, dt, st, ss, threadIdx.x, blockDim.x);
+        __syncthreads();
+        const int n_out = act_tok_bytes(LT, K) / 8;
+        for (int o = threadIdx.x; o < n_out; o += blockDim.x) {
+            const int g = act_src8(LT, o, K);
+            if (g >= 0) ((uint2 *)out)[o] = ((const uint2 *)act_stage)[g];
+        }
+    } else {
+        quantize_x<1, LT>(xt, x_stride, K, 1, nw, out, dt, st, ss, threadIdx.x, blockDim.x);
+    }
     if (!nw) return;
     __shared__ float part[16];
     const float w = warp_sum(ss[0]);
@@ -1755,13 +1838,41 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int64_t row = r < rv ? row0 + r : row0;
-            qunits<TYPE>::template dot<NT>(tg.w, row, u, xq, xd, xs, K, p.n_tok, acc[r]);
-            if (swiglu) qunits<TYPE>::template dot<NT>(p.w_up, row, u, xq, xd, xs, K, p.n_tok, up[r]);
+            qunits<TYPE>::template dot<NT, TYPE>(tg.w, row, u, xq, xd, xs, K, p.n_tok, acc[r]);
+            if (swiglu) qunits<TYPE>::template dot<NT, TYPE>(p.w_up, row, u, xq, xd, xs, K, p.n_tok, up[r]);
         }
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
         if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], swiglu, scale);
+}
+
+/* The result of a row taken by S warps of a block (consecutive warps, part
+ * 0 first): each part's sums meet in shared memory and part 0 adds them in
+ * part order, the same order for every token count. Every thread of the
+ * block calls it. */
+template <int NT, int S>
+static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, const gemv_target &tg, int64_t row,
+                                                        bool live, const float *acc, const float *scale, int n_tok) {
+    __shared__ float part_sum[4][NT];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float v = warp_sum(acc[t]);
+        if (lane == 0) part_sum[warp][t] = v;
+    }
+    __syncthreads();
+    if (warp % S != 0 || !live || lane != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= n_tok) break;
+        float v = part_sum[warp][t];
+#pragma unroll
+        for (int i = 1; i < S; i++) v += part_sum[warp + i][t];
+        v *= scale[t];
+        float *yp = tg.y + (size_t)t * tg.y_stride + row;
+        *yp = p.accumulate ? *yp + v : v;
+    }
 }
 
 /* NT tokens (1, or 2, 4, 8 with one row a warp: verification passes and
@@ -1777,17 +1888,21 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
  * rounds (K > 32 units: the 8B's products, every down product) keeps its
  * lane's loads in flight through the arithmetic, where with D = 1 each
  * round waits the whole DRAM latency after the last. */
-template <int TYPE, int R, bool SW, int D, int NT>
+template <int TYPE, int R, bool SW, int D, int NT, int S = 1>
 static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
     gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd, const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
+    static_assert(S == 1 || (R == 1 && !SW), "split rows: one row a warp, not the SwiGLU pair");
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     const int K = (int)tg.w.n_cols;
-    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * 4 + threadIdx.x / 32) * R;
+    const int warp = threadIdx.x / 32, part = warp % S;
+    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * (4 / S) + warp / S) * R;
     const bool live = row0 < tg.w.n_rows;
     const int rv = !live ? 1 : tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R;
     const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
+    /* a lane's units: lane + 32 * (part + S * k), k = 0, 1, ... */
+    const int u_first = lane + 32 * part, u_step = 32 * S;
     raw a[D][R], b[D][SW ? R : 1];
     auto load_all = [&](int s, int u) {
 #pragma unroll
@@ -1800,34 +1915,38 @@ static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
     early_begin(p);
 #pragma unroll
     for (int s = 0; s < D; s++)
-        if (lane + 32 * s < n_units) load_all(s, lane + 32 * s);
+        if (u_first + u_step * s < n_units) load_all(s, u_first + u_step * s);
     early_end(p);
     const int n_tok = NT == 1 ? 1 : p.n_tok;
     float scale[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) scale[t] = nscale && t < n_tok ? nscale[t] : 1.0f;
-    if (!live) return;
+    if (S == 1 && !live) return;
     float acc[R][NT], up[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = up[r][t] = 0.0f;
-    for (int u0 = lane; u0 < n_units; u0 += 32 * D) {
+    for (int u0 = u_first; u0 < n_units; u0 += u_step * D) {
 #pragma unroll
         for (int s = 0; s < D; s++) {
-            const int u = u0 + 32 * s;
+            const int u = u0 + u_step * s;
             if (u >= n_units) break;
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                qunits<TYPE>::template dot_raw<NT>(a[s][r], u, xq, xd, xs, K, n_tok, acc[r]);
-                if (SW) qunits<TYPE>::template dot_raw<NT>(b[s][SW ? r : 0], u, xq, xd, xs, K, n_tok, up[r]);
+                qunits<TYPE>::template dot_raw<NT, TYPE>(a[s][r], u, xq, xd, xs, K, n_tok, acc[r]);
+                if (SW) qunits<TYPE>::template dot_raw<NT, TYPE>(b[s][SW ? r : 0], u, xq, xd, xs, K, n_tok, up[r]);
             }
-            if (u + 32 * D < n_units) load_all(s, u + 32 * D);
+            if (u + u_step * D < n_units) load_all(s, u + u_step * D);
         }
     }
+    if (S == 1) {
 #pragma unroll
-    for (int r = 0; r < R; r++)
-        if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], SW, scale);
+        for (int r = 0; r < R; r++)
+            if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], SW, scale);
+    } else {
+        gemv_split_write<NT, S>(p, tg, row0, live, acc[0], scale, n_tok);
+    }
 }
 
 typedef void (*gemv3_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
@@ -1846,58 +1965,60 @@ static int gemv3_rows_max(tela_type type, bool sw, int D) {
 }
 
 template <int TYPE, int RMAX, int RMAX_SW, int D>
-static gemv3_kernel_fn gemv3_pick_type(int R, bool sw) {
+static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int S) {
+    if (S == 2 && !sw) return gemv3_q_kernel<TYPE, 1, false, D, 1, 2>;
     if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1, 1> : gemv3_q_kernel<TYPE, 1, true, 1, 1>;
     if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D, 1>;
     if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D, 1>;
     return gemv3_q_kernel<TYPE, 1, false, D, 1>;
 }
 
-static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D) {
+static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S) {
     if (D == 2) {
         switch (type) {
-        case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw);
-        case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 2>(R, sw);
-        case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 2>(R, sw);
-        case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 2, 1, 2>(R, sw);
-        case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 2, 1, 2>(R, sw);
+        case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw, S);
+        case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 2>(R, sw, S);
+        case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 2>(R, sw, S);
+        case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 2, 1, 2>(R, sw, S);
+        case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 2, 1, 2>(R, sw, S);
         default: return NULL;
         }
     }
     switch (type) {
-    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1, 1>(R, sw);
-    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 1>(R, sw);
-    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw);
-    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw);
-    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw);
+    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1, 1>(R, sw, S);
+    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 1>(R, sw, S);
+    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw, S);
+    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw, S);
+    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw, S);
     default: return NULL;
     }
 }
 
 /* The kernel above for NT = 2, 4 or 8 tokens: one row a warp. */
 template <int TYPE, int NT>
-static gemv3_kernel_fn gemv3_pick_nt_type(bool sw, int D) {
+static gemv3_kernel_fn gemv3_pick_nt_type(bool sw, int D, int S) {
     if (sw) return gemv3_q_kernel<TYPE, 1, true, 1, NT>;
+    if (S == 2) return D == 2 ? gemv3_q_kernel<TYPE, 1, false, 2, NT, 2> : gemv3_q_kernel<TYPE, 1, false, 1, NT, 2>;
     return D == 2 ? gemv3_q_kernel<TYPE, 1, false, 2, NT> : gemv3_q_kernel<TYPE, 1, false, 1, NT>;
 }
 
 template <int NT>
-static gemv3_kernel_fn gemv3_pick_nt_of(tela_type type, bool sw, int D) {
+static gemv3_kernel_fn gemv3_pick_nt_of(tela_type type, bool sw, int D, int S) {
     switch (type) {
-    case TELA_TYPE_Q4_K: return gemv3_pick_nt_type<TELA_TYPE_Q4_K, NT>(sw, D);
-    case TELA_TYPE_Q5_K: return gemv3_pick_nt_type<TELA_TYPE_Q5_K, NT>(sw, D);
-    case TELA_TYPE_Q6_K: return gemv3_pick_nt_type<TELA_TYPE_Q6_K, NT>(sw, D);
-    case TELA_TYPE_Q8_0: return gemv3_pick_nt_type<TELA_TYPE_Q8_0, NT>(sw, D);
-    case TELA_TYPE_Q4_0: return gemv3_pick_nt_type<TELA_TYPE_Q4_0, NT>(sw, D);
+    case TELA_TYPE_Q4_K: return gemv3_pick_nt_type<TELA_TYPE_Q4_K, NT>(sw, D, S);
+    case TELA_TYPE_Q5_K: return gemv3_pick_nt_type<TELA_TYPE_Q5_K, NT>(sw, D, S);
+    case TELA_TYPE_Q6_K: return gemv3_pick_nt_type<TELA_TYPE_Q6_K, NT>(sw, D, S);
+    case TELA_TYPE_Q8_0: return gemv3_pick_nt_type<TELA_TYPE_Q8_0, NT>(sw, D, S);
+    case TELA_TYPE_Q4_0: return gemv3_pick_nt_type<TELA_TYPE_Q4_0, NT>(sw, D, S);
     default: return NULL;
     }
 }
 
-static gemv3_kernel_fn gemv3_pick_nt(tela_type type, int nt_tile, bool sw, int D) {
+static gemv3_kernel_fn gemv3_pick_nt(tela_type type, int nt_tile, bool sw, int D, int S) {
     switch (nt_tile) {
-    case 2: return gemv3_pick_nt_of<2>(type, sw, D);
-    case 4: return gemv3_pick_nt_of<4>(type, sw, D);
-    case 8: return gemv3_pick_nt_of<8>(type, sw, D);
+    case 2: return gemv3_pick_nt_of<2>(type, sw, D, S);
+    case 4: return gemv3_pick_nt_of<4>(type, sw, D, S);
+    case 8: return gemv3_pick_nt_of<8>(type, sw, D, S);
     default: return NULL;
     }
 }
@@ -1906,11 +2027,38 @@ static gemv3_kernel_fn gemv3_pick_nt(tela_type type, int nt_tile, bool sw, int D
  * (TELA_CUDA_GEMV_DEPTH=1|2 sets it), one for the SwiGLU pair (its two
  * matrices' units are already two in flight; with two rounds of them the
  * K-quant kernels spill 200-600 bytes a thread). */
-static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw) {
-    const int64_t units = type == TELA_TYPE_Q8_0 || type == TELA_TYPE_Q4_0 ? K / 32 : K / 64;
+static int64_t gemv3_units(tela_type type, int64_t K) {
+    return type == TELA_TYPE_Q8_0 || type == TELA_TYPE_Q4_0 ? K / 32 : K / 64;
+}
+
+static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw, int S) {
     if (sw) return 1;
     if (ex->gemv_depth > 0) return ex->gemv_depth;
-    return units > 32 ? 2 : 1;
+    return gemv3_units(type, K) / S > 32 ? 2 : 1;
+}
+
+/* Warps a row (S): two where each half of a row keeps a whole round of
+ * units a lane and the waves of half-row warps take less time than those
+ * of whole rows (a wave's time goes with its rows' length): the 8B's wo
+ * and down products, whose 1.3 waves spent up to half their time on the
+ * last, partly filled one (docs/PERF-NOTES.md, GPU round 9), become 2.6
+ * waves of half the length. Measured on the H200: the 8B shape (8 layers)
+ * Q4_K_M +7-10%; splitting rows of a grid that fits one wave (the 1B's
+ * and 2B's down) did not pay (-1 to -3%). The choice depends on the matrix alone, so a product of any
+ * token count adds each row's parts in the same order (the bits of a
+ * verification pass are a decode step's). TELA_CUDA_GEMV_SPLIT=1|2 sets
+ * it; not with several rows a warp (TELA_CUDA_GEMV_QROWS), the SwiGLU
+ * pair, or where one token or several take other kernels
+ * (TELA_CUDA_GEMV_EARLY=0, TELA_CUDA_GEMV_EARLY_NT=0). */
+static int gemv3_split(const cuda_exec *ex, tela_type type, int64_t K, int64_t rows, bool sw) {
+    if (sw || ex->gemv_q_rows > 1 || !ex->gemv_early || !ex->gemv_early_nt) return 1;
+    if (ex->gemv_split > 0) return ex->gemv_split;
+    if (gemv3_units(type, K) / 2 < 32) return 1;
+    /* waves of a grid of one-row warps (six blocks of four an SM, as the
+     * registers allow): split where two half-rows' waves take less time */
+    const int64_t wave = (int64_t)ex->be->sm_count * 24, w1 = (rows + wave - 1) / wave;
+    const int64_t w2 = (2 * rows + wave - 1) / wave;
+    return w2 < 2 * w1 ? 2 : 1;
 }
 
 /* Rows a warp for the kernel above: one while the grid would have fewer
@@ -1924,6 +2072,23 @@ static int gemv3_rows(const cuda_exec *ex, tela_type type, int64_t rows, bool sw
     int R = 1;
     while (R < rmax && rows / (2 * R) >= cap) R *= 2;
     return R;
+}
+
+typedef void (*quantize_act_fn)(const float *, int64_t, int, const float *, float, int8_t *, float *, float *, float *,
+                                int);
+
+/* Widest activations quantize_act_kernel stages in shared memory. */
+#define ACT_STAGE_MAX 32768
+
+/* quantize_act_kernel writing the order the products of this type read. */
+static quantize_act_fn quantize_act_for(tela_type type) {
+    switch (type) {
+    case TELA_TYPE_Q4_K: return quantize_act_kernel<TELA_TYPE_Q4_K>;
+    case TELA_TYPE_Q5_K: return quantize_act_kernel<TELA_TYPE_Q5_K>;
+    case TELA_TYPE_Q6_K: return quantize_act_kernel<TELA_TYPE_Q6_K>;
+    case TELA_TYPE_Q8_0: return quantize_act_kernel<TELA_TYPE_Q8_0>;
+    default: return quantize_act_kernel<TELA_TYPE_Q4_0>;
+    }
 }
 
 typedef void (*gemv2_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
@@ -1963,28 +2128,32 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     int64_t rows = 0;
     for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
     const int64_t K = w[0]->n_cols;
-    const int D3 = gemv3_depth(ex, w[0]->type, K, w_up != NULL);
-    const int R3 = n_tok == 1 && ex->gemv_early ? gemv3_rows(ex, w[0]->type, rows, w_up != NULL, D3) : 0;
+    const int S3 = gemv3_split(ex, w[0]->type, K, rows, w_up != NULL);
+    const int D3 = gemv3_depth(ex, w[0]->type, K, w_up != NULL, S3);
+    const int R3 = n_tok == 1 && ex->gemv_early ? (S3 > 1 ? 1 : gemv3_rows(ex, w[0]->type, rows, w_up != NULL, D3)) : 0;
     gemv_params p;
-    const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)K), sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
+    const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)act_tok_bytes(w[0]->type, (int)K));
+    const size_t sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
     unsigned char *buf = (unsigned char *)tela_cuda_act(ex, qb + 2 * sb + tela_cuda_align((size_t)n_tok * 4));
     if (!buf) return true; /* the failure is recorded */
     int8_t *xq = (int8_t *)buf;
     float *xd = (float *)(buf + qb), *xs = (float *)(buf + qb + sb), *ns = (float *)(buf + qb + 2 * sb);
-    tela_cuda_launch(ex, quantize_act_kernel, (unsigned)n_tok, 512, 0, x, x_stride, (int)K, norm_w, eps, xq, xd, xs, ns);
+    const int staged = ex->act_stage && K <= ACT_STAGE_MAX;
+    tela_cuda_launch(ex, quantize_act_for(w[0]->type), (unsigned)n_tok, 512, staged ? (size_t)K : 0, x, x_stride,
+                     (int)K, norm_w, eps, xq, xd, xs, ns, staged);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
     if (R3 > 0) {
-        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3);
+        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3 / S3);
         p.order = ex->gemv_order;
-        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
         tela_cuda_launched(ex, "gemv (quantized, early loads)");
         return true;
     }
     if (n_tok > 1 && ex->gemv_early_nt) {
         /* several tokens, with early loads: one row a warp */
-        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4);
+        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 / S3);
         p.order = ex->gemv_order;
-        tela_cuda_launch(ex, gemv3_pick_nt(w[0]->type, nt_tile, w_up != NULL, D3), blocks, 128, 0, p, xq, xd, xs,
+        tela_cuda_launch(ex, gemv3_pick_nt(w[0]->type, nt_tile, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs,
                          norm_w ? ns : NULL);
         tela_cuda_launched(ex, "gemv (quantized, several tokens, early loads)");
         return true;
