@@ -1,0 +1,210 @@
+/* test_shard.c: the tensor-parallel shard plan (model/shard.h) at the real
+ * Llama-3.x and Qwen3.5 shapes, checked against what the plan must mean,
+ * computed here independently of it:
+ *   - every sharded tensor's ranges over the ranks cover its rows or
+ *     columns exactly once (a partition), for 1, 2, 4 and 8 ranks;
+ *   - each rank's heads agree across tensors: the query heads of its wq
+ *     rows read only KV heads of its wk/wv rows and are its wo columns;
+ *     the value heads of its DeltaNet tensors (z, v part of qkv, conv,
+ *     beta/alpha/A/dt, out_proj columns) use only key heads of its q/k
+ *     rows, in both value-head orders (HF, and llama.cpp's tiled GGUF);
+ *   - a few ranges worked out by hand for the 8B and the 27B;
+ *   - the refusals (KV heads or key heads that do not divide) and the
+ *     block-boundary check of quantized column shards. */
+#include <stdbool.h>
+#include <string.h>
+
+#include "model/shard.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static const tela_shard_dims llama_8b = {4096, 14336, 128256, 32, 8, 128, 0, 0, 0, 0, 0, 0};
+static const tela_shard_dims llama_1b = {2048, 8192, 128256, 32, 8, 64, 0, 0, 0, 0, 0, 0};
+static const tela_shard_dims qwen_2b = {2048, 6144, 248320, 8, 2, 256, 1, 16, 16, 128, 128, 1};
+static const tela_shard_dims qwen_27b = {5120, 17408, 248320, 24, 4, 256, 1, 16, 48, 128, 128, 1};
+
+/* The length of a role's split axis, from the dims. */
+static int64_t axis_len(const tela_shard_dims *d, tela_shard_role role) {
+    switch (role) {
+    case TELA_ROLE_TOKEN_EMBD: case TELA_ROLE_OUTPUT: return d->n_vocab;
+    case TELA_ROLE_WQ: return (int64_t)d->n_head * d->head_dim * (d->q_gate ? 2 : 1);
+    case TELA_ROLE_WK: case TELA_ROLE_WV: return (int64_t)d->n_kv_head * d->head_dim;
+    case TELA_ROLE_WO: return (int64_t)d->n_head * d->head_dim;
+    case TELA_ROLE_FFN_GATE: case TELA_ROLE_FFN_UP: case TELA_ROLE_FFN_DOWN: return d->n_ff;
+    case TELA_ROLE_GDN_QKV: case TELA_ROLE_GDN_CONV:
+        return 2 * (int64_t)d->gdn_nk * d->gdn_dk + (int64_t)d->gdn_nv * d->gdn_dv;
+    case TELA_ROLE_GDN_Z: case TELA_ROLE_GDN_OUT: return (int64_t)d->gdn_nv * d->gdn_dv;
+    case TELA_ROLE_GDN_HEAD: return d->gdn_nv;
+    default: return 0;
+    }
+}
+
+static bool is_gdn(tela_shard_role r) { return r >= TELA_ROLE_GDN_QKV && r <= TELA_ROLE_GDN_OUT; }
+
+/* mark[i] = the rank holding unit i of the axis (-1: none, -2: twice) */
+static void test_partition(const char *what, const tela_shard_dims *d, int world) {
+    for (int role = TELA_ROLE_TOKEN_EMBD; role < TELA_ROLE_COUNT; role++) {
+        if (is_gdn(role) && !d->gdn_nk) continue;
+        const int64_t n = axis_len(d, role);
+        int *mark = malloc(sizeof(int) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) mark[i] = -1;
+        bool ok = true;
+        const tela_shard_axis want = role == TELA_ROLE_WO || role == TELA_ROLE_FFN_DOWN || role == TELA_ROLE_GDN_OUT
+                                         ? TELA_SHARD_COLS
+                                         : TELA_SHARD_ROWS;
+        for (int r = 0; r < world; r++) {
+            tela_shard s;
+            tela_shard_of(d, role, r, world, &s);
+            if (world == 1) {
+                ok = ok && s.axis == TELA_SHARD_WHOLE && s.n_ranges == 0;
+                continue;
+            }
+            ok = ok && s.axis == want && s.n_ranges >= 1;
+            for (int k = 0; k < s.n_ranges; k++) {
+                ok = ok && s.begin[k] >= 0 && s.count[k] > 0 && s.begin[k] + s.count[k] <= n;
+                if (k > 0) ok = ok && s.begin[k] > s.begin[k - 1] + s.count[k - 1]; /* ordered, not adjacent */
+                for (int64_t i = s.begin[k]; ok && i < s.begin[k] + s.count[k]; i++) mark[i] = mark[i] == -1 ? r : -2;
+            }
+        }
+        if (world > 1)
+            for (int64_t i = 0; i < n; i++) ok = ok && mark[i] >= 0;
+        CHECK_MSG(ok, "%s, %d ranks: role %d is not a partition of its %lld units", what, world, role, (long long)n);
+        free(mark);
+    }
+}
+
+/* Whether unit u of a shard's axis belongs to it. */
+static bool holds(const tela_shard *s, int64_t u) {
+    for (int k = 0; k < s->n_ranges; k++)
+        if (u >= s->begin[k] && u < s->begin[k] + s->count[k]) return true;
+    return false;
+}
+
+static void test_heads(const char *what, const tela_shard_dims *d, int world) {
+    for (int r = 0; r < world; r++) {
+        tela_shard q, k, v, o;
+        tela_shard_of(d, TELA_ROLE_WQ, r, world, &q);
+        tela_shard_of(d, TELA_ROLE_WK, r, world, &k);
+        tela_shard_of(d, TELA_ROLE_WV, r, world, &v);
+        tela_shard_of(d, TELA_ROLE_WO, r, world, &o);
+        const int qrows = d->head_dim * (d->q_gate ? 2 : 1), group = d->n_head / d->n_kv_head;
+        bool ok = true;
+        int n_q = 0;
+        for (int h = 0; h < d->n_head; h++) {
+            const bool mine = holds(&q, (int64_t)h * qrows);
+            n_q += mine;
+            /* the whole head: its rows, its wo columns, its KV head's rows */
+            for (int i = 0; i < qrows; i++) ok = ok && holds(&q, (int64_t)h * qrows + i) == mine;
+            for (int i = 0; i < d->head_dim; i++) ok = ok && holds(&o, (int64_t)h * d->head_dim + i) == mine;
+            if (mine) ok = ok && holds(&k, (int64_t)(h / group) * d->head_dim) && holds(&v, (int64_t)(h / group) * d->head_dim);
+        }
+        ok = ok && n_q == d->n_head / world;
+        CHECK_MSG(ok, "%s, rank %d of %d: attention heads disagree across wq, wk, wv, wo", what, r, world);
+        if (!d->gdn_nk) continue;
+        tela_shard qkv, conv, z, hd, out;
+        tela_shard_of(d, TELA_ROLE_GDN_QKV, r, world, &qkv);
+        tela_shard_of(d, TELA_ROLE_GDN_CONV, r, world, &conv);
+        tela_shard_of(d, TELA_ROLE_GDN_Z, r, world, &z);
+        tela_shard_of(d, TELA_ROLE_GDN_HEAD, r, world, &hd);
+        tela_shard_of(d, TELA_ROLE_GDN_OUT, r, world, &out);
+        const int64_t nk = d->gdn_nk, dk = d->gdn_dk, dv = d->gdn_dv, g = d->gdn_nv / d->gdn_nk;
+        ok = qkv.n_ranges == conv.n_ranges;
+        for (int i = 0; ok && i < qkv.n_ranges; i++) ok = qkv.begin[i] == conv.begin[i] && qkv.count[i] == conv.count[i];
+        int n_k = 0, n_v = 0;
+        for (int64_t kh = 0; kh < nk; kh++) {
+            const bool mine = holds(&qkv, kh * dk);
+            n_k += mine;
+            ok = ok && holds(&qkv, nk * dk + kh * dk) == mine && holds(&qkv, nk * dk + kh * dk + dk - 1) == mine;
+        }
+        for (int64_t vh = 0; vh < d->gdn_nv; vh++) {
+            const bool mine = holds(&hd, vh);
+            n_v += mine;
+            const int64_t kh = d->gdn_tiled ? vh % nk : vh / g; /* the key head this value head uses */
+            ok = ok && (!mine || holds(&qkv, kh * dk));
+            ok = ok && holds(&z, vh * dv) == mine && holds(&z, vh * dv + dv - 1) == mine;
+            ok = ok && holds(&out, vh * dv) == mine && holds(&qkv, 2 * nk * dk + vh * dv + dv - 1) == mine;
+        }
+        ok = ok && n_k == nk / world && n_v == d->gdn_nv / world;
+        CHECK_MSG(ok, "%s (%s value heads), rank %d of %d: DeltaNet heads disagree across its tensors", what,
+                  d->gdn_tiled ? "tiled" : "HF", r, world);
+    }
+}
+
+static void expect_range(const tela_shard_dims *d, tela_shard_role role, int rank, int world, int k, int64_t begin,
+                         int64_t count) {
+    tela_shard s;
+    tela_shard_of(d, role, rank, world, &s);
+    CHECK_MSG(k < s.n_ranges && s.begin[k] == begin && s.count[k] == count,
+              "role %d rank %d of %d: range %d is [%lld, +%lld), expected [%lld, +%lld)", role, rank, world, k,
+              k < s.n_ranges ? (long long)s.begin[k] : -1LL, k < s.n_ranges ? (long long)s.count[k] : -1LL,
+              (long long)begin, (long long)count);
+}
+
+int main(void) {
+    const tela_shard_dims *shapes[] = {&llama_8b, &llama_1b, &qwen_2b, &qwen_27b};
+    const char *names[] = {"Llama-3.1-8B", "Llama-3.2-1B", "Qwen3.5-2B", "Qwen3.5-27B"};
+    for (int i = 0; i < 4; i++)
+        for (int world = 1; world <= 8; world *= 2) {
+            if (tela_shard_plan_check(shapes[i], world) != TELA_OK) continue;
+            test_partition(names[i], shapes[i], world); /* world 1: every tensor whole */
+            if (world == 1) continue;
+            test_heads(names[i], shapes[i], world);
+            if (shapes[i]->gdn_nk) { /* the other value-head order */
+                tela_shard_dims hf = *shapes[i];
+                hf.gdn_tiled = 0;
+                test_partition(names[i], &hf, world);
+                test_heads(names[i], &hf, world);
+            }
+        }
+
+    /* by hand: the 8B over 2 and 4 GPUs */
+    expect_range(&llama_8b, TELA_ROLE_WQ, 1, 2, 0, 2048, 2048);
+    expect_range(&llama_8b, TELA_ROLE_WK, 1, 2, 0, 512, 512);
+    expect_range(&llama_8b, TELA_ROLE_WO, 0, 2, 0, 0, 2048);
+    expect_range(&llama_8b, TELA_ROLE_FFN_DOWN, 1, 2, 0, 7168, 7168);
+    expect_range(&llama_8b, TELA_ROLE_OUTPUT, 3, 4, 0, 96192, 32064);
+    /* the 27B's tiled value heads over 2: rank 0 has key heads 0-7 and value
+     * heads 0-7, 16-23, 32-39 */
+    expect_range(&qwen_27b, TELA_ROLE_GDN_Z, 0, 2, 0, 0, 1024);
+    expect_range(&qwen_27b, TELA_ROLE_GDN_Z, 0, 2, 1, 2048, 1024);
+    expect_range(&qwen_27b, TELA_ROLE_GDN_Z, 0, 2, 2, 4096, 1024);
+    expect_range(&qwen_27b, TELA_ROLE_GDN_QKV, 1, 2, 0, 1024, 1024);       /* q of key heads 8-15 */
+    expect_range(&qwen_27b, TELA_ROLE_GDN_QKV, 1, 2, 1, 3072, 1024);       /* their k */
+    expect_range(&qwen_27b, TELA_ROLE_GDN_QKV, 1, 2, 2, 4096 + 1024, 1024); /* value heads 8-15 */
+    expect_range(&qwen_27b, TELA_ROLE_GDN_HEAD, 1, 2, 2, 40, 8);
+    expect_range(&qwen_27b, TELA_ROLE_WQ, 1, 4, 0, 6 * 512, 6 * 512);      /* query and gate rows of heads 6-11 */
+
+    /* refusals */
+    CHECK(tela_shard_plan_check(&qwen_2b, 2) == TELA_OK);
+    CHECK(tela_shard_plan_check(&qwen_2b, 4) == TELA_ERR_UNSUPPORTED);
+    CHECK(strstr(tela_last_error(), "2 KV heads") != NULL);
+    CHECK(tela_shard_plan_check(&llama_8b, 3) == TELA_ERR_UNSUPPORTED);
+    CHECK(tela_shard_plan_check(&llama_8b, 8) == TELA_OK);
+    CHECK(tela_shard_plan_check(&llama_8b, 16) == TELA_ERR_UNSUPPORTED);
+    tela_shard_dims odd = qwen_27b;
+    odd.n_kv_head = 8, odd.n_head = 32, odd.gdn_nk = 12, odd.gdn_nv = 36;
+    CHECK(tela_shard_plan_check(&odd, 8) == TELA_ERR_UNSUPPORTED);
+    CHECK(strstr(tela_last_error(), "12 Gated DeltaNet key heads") != NULL);
+    CHECK(tela_shard_plan_check(&llama_8b, 0) == TELA_ERR_ARG);
+
+    /* quantized column shards on block boundaries */
+    tela_shard s;
+    tela_shard_of(&llama_8b, TELA_ROLE_FFN_DOWN, 1, 2, &s);
+    CHECK(tela_shard_check_type(&s, TELA_TYPE_Q4_K, "blk.0.ffn_down.weight") == TELA_OK);
+    tela_shard_dims narrow = llama_1b;
+    narrow.n_ff = 8192 + 64; /* 8256 / 2 = 4128 columns: not a multiple of 256 */
+    tela_shard_of(&narrow, TELA_ROLE_FFN_DOWN, 1, 2, &s);
+    CHECK(tela_shard_check_type(&s, TELA_TYPE_Q4_K, "blk.0.ffn_down.weight") == TELA_ERR_UNSUPPORTED);
+    CHECK(strstr(tela_last_error(), "blk.0.ffn_down.weight") && strstr(tela_last_error(), "4128"));
+    CHECK(tela_shard_check_type(&s, TELA_TYPE_Q8_0, "blk.0.ffn_down.weight") == TELA_OK);
+    tela_shard_of(&narrow, TELA_ROLE_FFN_UP, 1, 2, &s); /* whole rows: any type */
+    CHECK(tela_shard_check_type(&s, TELA_TYPE_Q4_K, "blk.0.ffn_up.weight") == TELA_OK);
+
+    /* names */
+    CHECK(tela_shard_role_of("attn_q.weight") == TELA_ROLE_WQ);
+    CHECK(tela_shard_role_of("ssm_out.weight") == TELA_ROLE_GDN_OUT);
+    CHECK(tela_shard_role_of("ssm_dt.bias") == TELA_ROLE_GDN_HEAD);
+    CHECK(tela_shard_role_of("attn_norm.weight") == TELA_ROLE_REPLICATED);
+    CHECK(tela_shard_role_of("attn_q_norm.weight") == TELA_ROLE_REPLICATED);
+    return test_finish();
+}
