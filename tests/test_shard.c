@@ -10,7 +10,10 @@
  *     rows, in both value-head orders (HF, and llama.cpp's tiled GGUF);
  *   - a few ranges worked out by hand for the 8B and the 27B;
  *   - the refusals (KV heads or key heads that do not divide) and the
- *     block-boundary check of quantized column shards. */
+ *     block-boundary check of quantized column shards;
+ *   - extraction: a rank's rows or columns cut from a stored tensor of
+ *     each weight type dequantize to exactly those rows and columns of the
+ *     whole tensor dequantized (quant/dequant.c, the reference). */
 #include <stdbool.h>
 #include <string.h>
 
@@ -140,7 +143,79 @@ static void expect_range(const tela_shard_dims *d, tela_shard_role role, int ran
               (long long)begin, (long long)count);
 }
 
+/* A shard cut from a random R x K tensor of `type` against the whole
+ * tensor, both dequantized. */
+static void test_extract_one(tela_type type, const tela_shard *s, int64_t R, int64_t K) {
+    const size_t row = tela_type_row_bytes(type, K);
+    float *x = malloc(sizeof(float) * (size_t)(R * K)), *full = malloc(sizeof(float) * (size_t)(R * K));
+    unsigned char *w = malloc((size_t)R * row);
+    for (int64_t i = 0; i < R * K; i++) x[i] = (float)((double)(test_rnd() >> 11) / 9007199254740992.0 - 0.5);
+    for (int64_t r = 0; r < R; r++) {
+        CHECK_OK(tela_quantize_row(type, x + r * K, w + (size_t)r * row, K));
+        CHECK_OK(tela_dequantize_row(type, w + (size_t)r * row, full + r * K, K));
+    }
+    int64_t n = 0;
+    for (int i = 0; i < s->n_ranges; i++) n += s->count[i];
+    const int64_t out_rows = s->axis == TELA_SHARD_ROWS ? n : R, out_cols = s->axis == TELA_SHARD_COLS ? n : K;
+    const size_t bytes = tela_shard_bytes(s, type, R, K);
+    CHECK(bytes == (size_t)out_rows * tela_type_row_bytes(type, out_cols));
+    unsigned char *part = malloc(bytes);
+    CHECK_OK(tela_shard_extract(s, type, R, K, w, part));
+    float *got = malloc(sizeof(float) * (size_t)out_cols);
+    bool same = true;
+    const size_t part_row = tela_type_row_bytes(type, out_cols);
+    for (int64_t r = 0; r < out_rows; r++) {
+        CHECK_OK(tela_dequantize_row(type, part + (size_t)r * part_row, got, out_cols));
+        /* the whole tensor's row and columns this output row holds */
+        int64_t src_row = r, c = 0;
+        if (s->axis == TELA_SHARD_ROWS)
+            for (int i = 0, left = (int)r; i < s->n_ranges; i++) {
+                if (left < s->count[i]) { src_row = s->begin[i] + left; break; }
+                left -= (int)s->count[i];
+            }
+        for (int i = 0; i < (s->axis == TELA_SHARD_COLS ? s->n_ranges : 1); i++) {
+            const int64_t c0 = s->axis == TELA_SHARD_COLS ? s->begin[i] : 0, nc = s->axis == TELA_SHARD_COLS ? s->count[i] : K;
+            for (int64_t j = 0; j < nc; j++, c++) same = same && got[c] == full[src_row * K + c0 + j];
+        }
+    }
+    CHECK_MSG(same, "extract %s: axis %d, %d ranges: values differ from the whole tensor's", tela_type_get_traits(type)->name,
+              (int)s->axis, s->n_ranges);
+    free(x), free(full), free(w), free(part), free(got);
+}
+
+static void test_extract(void) {
+    const tela_type types[] = {TELA_TYPE_F32, TELA_TYPE_F16, TELA_TYPE_BF16, TELA_TYPE_Q8_0, TELA_TYPE_Q4_K, TELA_TYPE_Q6_K};
+    /* a small Qwen3.5-like shape: 2 key heads, 4 tiled value heads of 256 */
+    const tela_shard_dims d = {1024, 1024, 40, 4, 2, 256, 1, 2, 4, 256, 256, 1};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        tela_shard s;
+        tela_shard_of(&d, TELA_ROLE_GDN_Z, 1, 2, &s);    /* rows: value heads 1 and 3 (two ranges) */
+        CHECK(s.n_ranges == 2);
+        test_extract_one(types[t], &s, 1024, 512);
+        tela_shard_of(&d, TELA_ROLE_GDN_OUT, 0, 2, &s);  /* columns: value heads 0 and 2 */
+        CHECK(s.n_ranges == 2);
+        test_extract_one(types[t], &s, 24, 1024);
+        tela_shard_of(&d, TELA_ROLE_OUTPUT, 2, 4, &s);   /* vocabulary rows [20, 30) */
+        test_extract_one(types[t], &s, 40, 256);
+        tela_shard_of(&d, TELA_ROLE_FFN_DOWN, 3, 4, &s); /* columns [768, 1024) */
+        test_extract_one(types[t], &s, 8, 1024);
+        tela_shard_of(&d, TELA_ROLE_FFN_DOWN, 0, 1, &s); /* world 1: whole */
+        test_extract_one(types[t], &s, 8, 1024);
+    }
+    /* a range outside the tensor, a column range that splits a block */
+    tela_shard bad = {TELA_SHARD_ROWS, 1, {30}, {20}};
+    unsigned char buf[64];
+    CHECK(tela_shard_extract(&bad, TELA_TYPE_F32, 40, 1, buf, buf) == TELA_ERR_ARG);
+    tela_shard split = {TELA_SHARD_COLS, 1, {128}, {128}};
+    CHECK(tela_shard_bytes(&split, TELA_TYPE_Q4_K, 1, 256) == 0);
+    unsigned char q4[144];
+    memset(q4, 0, sizeof q4);
+    CHECK(tela_shard_extract(&split, TELA_TYPE_Q4_K, 1, 256, q4, buf) == TELA_ERR_UNSUPPORTED);
+}
+
 int main(void) {
+    test_rng_seed(16);
+    test_extract();
     const tela_shard_dims *shapes[] = {&llama_8b, &llama_1b, &qwen_2b, &qwen_27b};
     const char *names[] = {"Llama-3.1-8B", "Llama-3.2-1B", "Qwen3.5-2B", "Qwen3.5-27B"};
     for (int i = 0; i < 4; i++)

@@ -148,3 +148,49 @@ tela_status tela_shard_check_type(const tela_shard *s, tela_type type, const cha
                                tr->name, (long long)tr->block_size);
     return TELA_OK;
 }
+
+size_t tela_shard_bytes(const tela_shard *s, tela_type type, int64_t n_rows, int64_t n_cols) {
+    const size_t row = tela_type_row_bytes(type, n_cols);
+    if (!row) return 0;
+    int64_t n = 0;
+    for (int i = 0; i < s->n_ranges; i++) n += s->count[i];
+    switch (s->axis) {
+    case TELA_SHARD_ROWS: return (size_t)n * row;
+    case TELA_SHARD_COLS: return (size_t)n_rows * tela_type_row_bytes(type, n);
+    default: return (size_t)n_rows * row;
+    }
+}
+
+tela_status tela_shard_extract(const tela_shard *s, tela_type type, int64_t n_rows, int64_t n_cols, const void *src,
+                               void *dst) {
+    const size_t row = tela_type_row_bytes(type, n_cols);
+    if (!row) return tela_errorf(TELA_ERR_ARG, "shard: rows of %lld elements of type %d", (long long)n_cols, (int)type);
+    const unsigned char *in = src;
+    unsigned char *out = dst;
+    if (s->axis == TELA_SHARD_WHOLE) {
+        memcpy(out, in, (size_t)n_rows * row);
+        return TELA_OK;
+    }
+    const int64_t len = s->axis == TELA_SHARD_ROWS ? n_rows : n_cols;
+    for (int i = 0; i < s->n_ranges; i++)
+        if (s->begin[i] < 0 || s->count[i] < 0 || s->begin[i] + s->count[i] > len)
+            return tela_errorf(TELA_ERR_ARG, "shard: range [%lld, +%lld) outside %lld", (long long)s->begin[i],
+                               (long long)s->count[i], (long long)len);
+    if (s->axis == TELA_SHARD_ROWS) {
+        for (int i = 0; i < s->n_ranges; i++) {
+            memcpy(out, in + (size_t)s->begin[i] * row, (size_t)s->count[i] * row);
+            out += (size_t)s->count[i] * row;
+        }
+        return TELA_OK;
+    }
+    TELA_TRY(tela_shard_check_type(s, type, "shard"));
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int i = 0; i < s->n_ranges; i++) {
+            /* whole blocks: the byte offset of a column is its row prefix's size */
+            const size_t off = s->begin[i] ? tela_type_row_bytes(type, s->begin[i]) : 0;
+            const size_t n = tela_type_row_bytes(type, s->count[i]);
+            memcpy(out, in + (size_t)r * row + off, n);
+            out += n;
+        }
+    return TELA_OK;
+}

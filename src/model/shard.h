@@ -77,4 +77,16 @@ tela_shard_role tela_shard_role_of(const char *name);
  * naming the tensor, the type and the column otherwise). */
 tela_status tela_shard_check_type(const tela_shard *s, tela_type type, const char *tensor);
 
+/* Bytes of a rank's part of a tensor of n_rows rows of n_cols elements
+ * of this type; 0 when a column range splits a block. */
+size_t tela_shard_bytes(const tela_shard *s, tela_type type, int64_t n_rows, int64_t n_cols);
+
+/* Copies a rank's part of a tensor stored row-major at src (n_rows rows of
+ * n_cols elements of this type, as in a GGUF file) into dst
+ * (tela_shard_bytes of it): the shard's rows in order, or of every row the
+ * shard's columns in order; the whole tensor for TELA_SHARD_WHOLE. What a
+ * loader uploads to each GPU, read straight from the mapped file. */
+tela_status tela_shard_extract(const tela_shard *s, tela_type type, int64_t n_rows, int64_t n_cols, const void *src,
+                               void *dst);
+
 #endif
