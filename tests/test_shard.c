@@ -11,12 +11,17 @@
  *   - a few ranges worked out by hand for the 8B and the 27B;
  *   - the refusals (KV heads or key heads that do not divide) and the
  *     block-boundary check of quantized column shards;
+ *   - the plan's lengths against real files (the demo models, the test
+ *     fixtures): every tensor it splits has, in the file, the rows or
+ *     columns the plan divides (names and layouts as llama.cpp writes them);
  *   - extraction: a rank's rows or columns cut from a stored tensor of
  *     each weight type dequantize to exactly those rows and columns of the
  *     whole tensor dequantized (quant/dequant.c, the reference). */
 #include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "format/gguf.h"
 #include "model/shard.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -213,7 +218,78 @@ static void test_extract(void) {
     CHECK(tela_shard_extract(&split, TELA_TYPE_Q4_K, 1, 256, q4, buf) == TELA_ERR_UNSUPPORTED);
 }
 
+static uint32_t meta_u32(const tela_gguf *g, const char *arch, const char *key, uint32_t dflt) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    uint32_t v;
+    return tela_gguf_get_u32(g, k, &v) == TELA_OK ? v : dflt;
+}
+
+/* Every tensor of a GGUF file that the plan splits has the length the plan
+ * divides, along the axis it divides. */
+static void test_file(const char *rel) {
+    const char *src = getenv("TELA_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", src ? src : ".", rel);
+    if (access(path, R_OK) != 0) {
+        printf("note: %s not found\n", path);
+        return;
+    }
+    tela_gguf *g = NULL;
+    CHECK_OK(tela_gguf_open(path, &g));
+    if (!g) return;
+    tela_gguf_str arch_s;
+    CHECK_OK(tela_gguf_get_str(g, "general.architecture", &arch_s));
+    char arch[32];
+    snprintf(arch, sizeof arch, "%.*s", (int)arch_s.len, arch_s.ptr);
+    const bool qwen = !strcmp(arch, "qwen35");
+    tela_shard_dims d = {0};
+    d.n_embd = meta_u32(g, arch, "embedding_length", 0);
+    d.n_ff = meta_u32(g, arch, "feed_forward_length", 0);
+    d.n_head = (int)meta_u32(g, arch, "attention.head_count", 0);
+    d.n_kv_head = (int)meta_u32(g, arch, "attention.head_count_kv", (uint32_t)d.n_head);
+    d.head_dim = (int)meta_u32(g, arch, "attention.key_length", d.n_head ? (uint32_t)(d.n_embd / d.n_head) : 0);
+    const tela_gguf_tensor *te = tela_gguf_find_tensor(g, "token_embd.weight");
+    d.n_vocab = te ? te->t.ne[1] : 0;
+    if (qwen) {
+        d.q_gate = 1, d.gdn_tiled = 1;
+        d.gdn_nk = (int)meta_u32(g, arch, "ssm.group_count", 0);
+        d.gdn_nv = (int)meta_u32(g, arch, "ssm.time_step_rank", 0);
+        d.gdn_dk = (int)meta_u32(g, arch, "ssm.state_size", 0);
+        d.gdn_dv = d.gdn_nv ? (int)(meta_u32(g, arch, "ssm.inner_size", 0) / (uint32_t)d.gdn_nv) : 0;
+    }
+    int checked = 0, gdn = 0;
+    bool ok = true;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const tela_tensor *t = &g->tensors[i].t;
+        const char *name = t->name;
+        if (!strncmp(name, "blk.", 4)) { /* "blk.N." */
+            const char *dot = strchr(name + 4, '.');
+            if (dot) name = dot + 1;
+        }
+        const tela_shard_role role = tela_shard_role_of(name);
+        if (role == TELA_ROLE_REPLICATED) continue;
+        const bool cols = role == TELA_ROLE_WO || role == TELA_ROLE_FFN_DOWN || role == TELA_ROLE_GDN_OUT;
+        const int64_t have = cols || t->n_dims == 1 ? t->ne[0] : t->ne[1];
+        if (have != axis_len(&d, role)) {
+            ok = false;
+            printf("%s: %s has %lld along the split axis, the plan divides %lld\n", rel, t->name, (long long)have,
+                   (long long)axis_len(&d, role));
+        }
+        checked++;
+        gdn += is_gdn(role);
+    }
+    CHECK_MSG(ok, "%s: tensors disagree with the plan's lengths", rel);
+    CHECK_MSG(checked > 0 && (!qwen || gdn > 0), "%s: %d tensors split (%d of the DeltaNet)", rel, checked, gdn);
+    tela_gguf_close(g);
+}
+
 int main(void) {
+    test_file("models/tela-kjv-f16.gguf");
+    test_file("models/tela-kjv-qwen35-f16.gguf");
+    test_file("tests/fixtures/llama/llama-gqa-f32.gguf");
+    test_file("tests/fixtures/qwen35/qwen35-asym-f32.gguf");
+    test_file("tests/fixtures/qwen35/qwen35-sym-f16.gguf");
     test_rng_seed(16);
     test_extract();
     const tela_shard_dims *shapes[] = {&llama_8b, &llama_1b, &qwen_2b, &qwen_27b};
