@@ -295,8 +295,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_wpr = gw && (!strcmp(gw, "1") || !strcmp(gw, "2") || !strcmp(gw, "4")) ? atoi(gw) : 0;
     const char *gd = getenv("TELA_CUDA_GEMV_DEPTH");
     ex->gemv_depth = gd && (!strcmp(gd, "1") || !strcmp(gd, "2")) ? atoi(gd) : 0;
-    const char *ast = getenv("TELA_CUDA_ACT_STAGE");
-    ex->act_stage = !(ast && !strcmp(ast, "0"));
     const char *gsp = getenv("TELA_CUDA_GEMV_SPLIT");
     ex->gemv_split = gsp && (!strcmp(gsp, "1") || !strcmp(gsp, "2")) ? atoi(gsp) : 0;
     const char *fm = getenv("TELA_CUDA_GEMV_FM");

@@ -99,8 +99,6 @@ typedef struct cuda_exec {
     bool carveout;               /* with the streamed products: kernels launched with the largest shared-memory carveout
                                     (TELA_CUDA_CARVEOUT=0: not) */
     int gemv_depth;              /* TELA_CUDA_GEMV_DEPTH=1|2: rounds of loads in flight of the quantized ones, 0 auto */
-    bool act_stage;              /* quantized activations reordered through shared memory (default; TELA_CUDA_ACT_STAGE=0:
-                                    stored straight in the products' order) */
     int gemv_split;              /* TELA_CUDA_GEMV_SPLIT=1|2: warps a row of the quantized ones with early loads, 0 auto */
     int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of the float ones with early loads, 0 auto */
     bool gemv_fm;                /* float decode products of 2-8 tokens on the tensor cores (default on sm_80 and newer;

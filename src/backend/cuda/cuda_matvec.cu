@@ -242,22 +242,6 @@ static __device__ __forceinline__ int act_pos8(int lt, int g) {
     return 2 * (((u >> 5) * act_unit_pieces(lt) + i) * 32 + (u & 31)) + (g & 1);
 }
 
-/* The other way: the plain index (in 8-byte halves) of the elements at
- * half o of a type's order, -1 for the padding. */
-static __device__ __forceinline__ int act_src8(int lt, int o, int K) {
-    const int P = act_unit_pieces(lt), unit = 16 * P, pidx = o >> 1;
-    const int u = (pidx >> 5) / P * 32 + (pidx & 31), i = (pidx >> 5) % P;
-    if (u >= K / unit) return -1;
-    int e;
-    if (lt == TELA_TYPE_Q6_K) {
-        const int q = u & 3, a = 8 * (u >> 2) + 4 * (q >> 1) + (q & 1);
-        e = 32 * (i < 2 ? a : a + 2) + 16 * (i & 1);
-    } else {
-        e = unit * u + 16 * i;
-    }
-    return e / 8 + (o & 1);
-}
-
 /* Piece i of unit u of a token's activations (xt), at plain element
  * offset e in the plain order. */
 template <int LT>
@@ -1777,27 +1761,12 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
 template <int LT>
 static __global__ void __launch_bounds__(512) quantize_act_kernel(const float *x, int64_t x_stride, int K,
                                                                   const float *nw, float eps, int8_t *xq, float *xd,
-                                                                  float *xs, float *nscale, int staged) {
+                                                                  float *xs, float *nscale) {
     TELA_PDL_ENTRY();
-    extern __shared__ __align__(16) unsigned char act_stage[];
     const int t = blockIdx.x;
     float ss[1];
-    const float *xt = x + (size_t)t * x_stride;
-    int8_t *out = xq + (size_t)t * act_tok_bytes(LT, K);
-    float *dt = xd + (size_t)t * (K / 32), *st = xs + (size_t)t * (K / 32);
-    if (LT != 0 && staged) {
-        /* quantized in the plain order into shared memory, then stored in
-         * the type's order with consecutive threads on consecutive 8 bytes */
-        quantize_x<1, 0>(xt, x_stride, K, 1, nw, (int8_t *)act_stage, dt, st, ss, threadIdx.x, blockDim.x);
-        __syncthreads();
-        const int n_out = act_tok_bytes(LT, K) / 8;
-        for (int o = threadIdx.x; o < n_out; o += blockDim.x) {
-            const int g = act_src8(LT, o, K);
-            if (g >= 0) ((uint2 *)out)[o] = ((const uint2 *)act_stage)[g];
-        }
-    } else {
-        quantize_x<1, LT>(xt, x_stride, K, 1, nw, out, dt, st, ss, threadIdx.x, blockDim.x);
-    }
+    quantize_x<1, LT>(x + (size_t)t * x_stride, x_stride, K, 1, nw, xq + (size_t)t * act_tok_bytes(LT, K),
+                      xd + (size_t)t * (K / 32), xs + (size_t)t * (K / 32), ss, threadIdx.x, blockDim.x);
     if (!nw) return;
     __shared__ float part[16];
     const float w = warp_sum(ss[0]);
@@ -2042,9 +2011,10 @@ static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw, 
  * of whole rows (a wave's time goes with its rows' length): the 8B's wo
  * and down products, whose 1.3 waves spent up to half their time on the
  * last, partly filled one (docs/PERF-NOTES.md, GPU round 9), become 2.6
- * waves of half the length. Measured on the H200: the 8B shape (8 layers)
- * Q4_K_M +7-10%; splitting rows of a grid that fits one wave (the 1B's
- * and 2B's down) did not pay (-1 to -3%). The choice depends on the matrix alone, so a product of any
+ * waves of half the length. Measured: the 8B shape (8 layers) Q4_K_M
+ * +7-10% on the H200 (with q+k+v split too, which this rule leaves
+ * whole), +5-8% on an H100 with this rule; splitting rows of a grid that
+ * fits one wave (the 1B's and 2B's down) did not pay (-1 to -3%). The choice depends on the matrix alone, so a product of any
  * token count adds each row's parts in the same order (the bits of a
  * verification pass are a decode step's). TELA_CUDA_GEMV_SPLIT=1|2 sets
  * it; not with several rows a warp (TELA_CUDA_GEMV_QROWS), the SwiGLU
@@ -2074,11 +2044,7 @@ static int gemv3_rows(const cuda_exec *ex, tela_type type, int64_t rows, bool sw
     return R;
 }
 
-typedef void (*quantize_act_fn)(const float *, int64_t, int, const float *, float, int8_t *, float *, float *, float *,
-                                int);
-
-/* Widest activations quantize_act_kernel stages in shared memory. */
-#define ACT_STAGE_MAX 32768
+typedef void (*quantize_act_fn)(const float *, int64_t, int, const float *, float, int8_t *, float *, float *, float *);
 
 /* quantize_act_kernel writing the order the products of this type read. */
 static quantize_act_fn quantize_act_for(tela_type type) {
@@ -2138,9 +2104,8 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     if (!buf) return true; /* the failure is recorded */
     int8_t *xq = (int8_t *)buf;
     float *xd = (float *)(buf + qb), *xs = (float *)(buf + qb + sb), *ns = (float *)(buf + qb + 2 * sb);
-    const int staged = ex->act_stage && K <= ACT_STAGE_MAX;
-    tela_cuda_launch(ex, quantize_act_for(w[0]->type), (unsigned)n_tok, 512, staged ? (size_t)K : 0, x, x_stride,
-                     (int)K, norm_w, eps, xq, xd, xs, ns, staged);
+    tela_cuda_launch(ex, quantize_act_for(w[0]->type), (unsigned)n_tok, 512, 0, x, x_stride, (int)K, norm_w, eps, xq,
+                     xd, xs, ns);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
     if (R3 > 0) {
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3 / S3);
