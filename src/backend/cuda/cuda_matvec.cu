@@ -2456,8 +2456,36 @@ void tela_cuda_chain_flush(cuda_exec *ex) {
         tela_cuda_check(ex, cudaErrorLaunchOutOfResources, "chained products: no block fits an SM");
         return;
     }
-    tela_cuda_launch(ex, kernel, (unsigned)(ex->be->sm_count * per_sm), CHAIN_WARPS * 32, smem, p);
-    tela_cuda_launched(ex, "chained products");
+    /* a cooperative launch: the driver guarantees every block resident at
+     * once, also beside another exec's chain on another stream (two chains
+     * each holding part of the GPU would wait on each other's barriers);
+     * with programmatic dependent launch where the driver takes both */
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(ex->be->sm_count * per_sm));
+    cfg.blockDim = dim3(CHAIN_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ex->stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    static int pdl_ok = -1; /* whether the driver takes a cooperative launch with the PDL attribute */
+    const bool pdl = ex->pdl && !ex->after_copy && pdl_ok != 0;
+    cfg.numAttrs = pdl ? 2 : 1;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
+    if (e != cudaSuccess && pdl && pdl_ok < 0) {
+        cudaGetLastError();
+        pdl_ok = 0;
+        cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, kernel, p);
+    } else if (e == cudaSuccess && pdl) {
+        pdl_ok = 1;
+    }
+    ex->after_copy = false;
+    if (e != cudaSuccess) tela_cuda_check(ex, e, "chained products: launch");
+    else tela_cuda_launched(ex, "chained products");
 }
 
 bool tela_cuda_chain_init(cuda_exec *ex) {
