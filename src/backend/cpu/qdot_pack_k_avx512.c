@@ -77,6 +77,29 @@ INL __m512i zero_idiom(void) {
  * {1to16} memory operand). */
 INL __m512i bcast4(const uint8_t *p) { return _mm512_set1_epi32((int)rd32(p)); }
 
+/* acc + VPDPBUSD(w, the 4 activation bytes at p broadcast), the broadcast
+ * as the instruction's {1to16} memory operand: GCC 12 keeps it a separate
+ * VPBROADCASTD (one more instruction for every product of a decode tile). */
+INL __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const uint32_t *)(const void *)p));
+    return acc;
+}
+
+/* acc + VPDPBUSD(w, x at p broadcast) in a tile of C columns: with the
+ * broadcast folded into the instruction for one column (decode: +12-16% on
+ * the Q6_K head and FFN on the AMD EPYC VM, docs/PERF-NOTES.md), as a
+ * separate broadcast for several (the folded form measured 5-10% slower
+ * in prefill there). */
+INL __m512i dot_x(__m512i acc, __m512i w, const uint8_t *p, const int C) {
+    return C == 1 ? dpbusd_bcast(acc, w, p) : _mm512_dpbusd_epi32(acc, w, bcast4(p));
+}
+
+/* The same for VPDPWSSD (int16 pairs). */
+INL __m512i dpwssd_bcast(__m512i acc, __m512i w, const uint8_t *p) {
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const uint32_t *)(const void *)p));
+    return acc;
+}
+
 /* Stores a group's 16 results for one column, only rows < valid. */
 INL void store_rows(float *out, __m512 v, int valid) {
     if (valid >= PR)
@@ -152,7 +175,7 @@ INL void q4_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
                     const __m512i v = _mm512_loadu_si512(wb + Q4K_Q + (c4 * 8 + s) * 64);
                     const __m512i wv = _mm512_and_si512(hi ? _mm512_srli_epi16(v, 4) : v, m4);
                     UNROLL for (int c = 0; c < C; c++)
-                        acc[c] = _mm512_dpbusd_epi32(acc[c], wv, bcast4(xb + c * xs + X_QS + 64 * c4 + 32 * hi + 4 * s));
+                        acc[c] = dot_x(acc[c], wv, xb + c * xs + X_QS + 64 * c4 + 32 * hi + 4 * s, C);
                 }
                 const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + Q4K_SC + 16 * (2 * c4 + hi))));
                 UNROLL for (int c = 0; c < C; c++) tot[c] = _mm512_add_epi32(tot[c], _mm512_mullo_epi32(acc[c], sc));
@@ -164,7 +187,8 @@ INL void q4_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
         UNROLL for (int j = 0; j < 8; j++) {
             const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + Q4K_M + 16 * j)));
             const __m512i mv = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
-            UNROLL for (int c = 0; c < C; c++) acc[c] = _mm512_dpwssd_epi32(acc[c], mv, bcast4(xb + c * xs + X_BSUMS + 4 * j));
+            UNROLL for (int c = 0; c < C; c++) acc[c] = C == 1 ? dpwssd_bcast(acc[c], mv, xb + c * xs + X_BSUMS + 4 * j)
+                                                : _mm512_dpwssd_epi32(acc[c], mv, bcast4(xb + c * xs + X_BSUMS + 4 * j));
         }
         /* The scalar k_step, 16 rows at a time. */
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + Q4K_D)));
@@ -240,7 +264,7 @@ INL void q6_K_dec(const uint8_t *w, const uint8_t *x, int64_t nsb, __m512 *f) {
                         _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(l1, 4), _mm512_srli_epi16(h, 2), m0f, 0xE4),
                                          m3f)};
                     UNROLL for (int gq = 0; gq < 4; gq++)
-                        acc[gq] = _mm512_dpbusd_epi32(acc[gq], lv[gq], bcast4(xb + X_QS + 128 * hh + 32 * gq + 4 * s));
+                        acc[gq] = dpbusd_bcast(acc[gq], lv[gq], xb + X_QS + 128 * hh + 32 * gq + 4 * s);
                 }
                 UNROLL for (int gq = 0; gq < 4; gq++) {
                     const __m512i sc = half ? _mm512_srai_epi32(pair[gq], 16)
@@ -252,7 +276,7 @@ INL void q6_K_dec(const uint8_t *w, const uint8_t *x, int64_t nsb, __m512 *f) {
         __m512i off = zero_idiom();
         UNROLL for (int q = 0; q < 8; q++) {
             const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wb + Q6K_SC + q * 32)));
-            off = _mm512_dpwssd_epi32(off, pair, bcast4(xb + X_BSUMS + 4 * q));
+            off = dpwssd_bcast(off, pair, xb + X_BSUMS + 4 * q);
         }
         const __m512 d = _mm512_loadu_ps((const float *)(const void *)(wb + Q6K_D));
         const __m512i isum = _mm512_sub_epi32(tot, _mm512_slli_epi32(off, 5));
