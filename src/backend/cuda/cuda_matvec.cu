@@ -2362,6 +2362,8 @@ static size_t chain_smem(tela_type type, int K) {
 
 /* Whether a one-token product joins the chain: the switch is on, the type
  * is quantized, and the activations fit the shared memory. */
+static_assert(CHAIN_MAX_K + 2 * (CHAIN_MAX_K / 32) * 4 <= 48 * 1024, "a chain's activations fit the default shared memory");
+
 static bool chain_takes(const cuda_exec *ex, tela_type type, int64_t K, int n_w) {
     if (!ex->chain_on || n_w > GEMV_MAX_TARGETS || K > CHAIN_MAX_K) return false;
     switch (type) {
@@ -2436,18 +2438,10 @@ void tela_cuda_chain_flush(cuda_exec *ex) {
     c->p.n = 0;
     c->smem = 0;
     ex->chain_pending = false;
-    /* three blocks an SM (80 registers a thread) or, TELA_CUDA_CHAIN=2, two (128) */
+    /* three blocks an SM (80 registers a thread) or, TELA_CUDA_CHAIN=2, two
+     * (128); their shared memory stays under the 48 KB a block gets without
+     * asking (CHAIN_MAX_K's activations: 40 KB) */
     void (*kernel)(chain_params) = ex->chain_on == 2 ? chain_kernel<2> : chain_kernel<3>;
-    static bool attr_set[2];
-    if (!attr_set[ex->chain_on == 2]) {
-        /* the largest dynamic shared memory any chain asks for (CHAIN_MAX_K's activations) */
-        const int most = (int)chain_smem(TELA_TYPE_Q4_K, CHAIN_MAX_K);
-        if (!tela_cuda_check(ex, cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      most),
-                             "chained products: shared memory"))
-            return;
-        attr_set[ex->chain_on == 2] = true;
-    }
     int per_sm = 0;
     if (!tela_cuda_check(ex, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, CHAIN_WARPS * 32, smem),
                          "chained products: occupancy"))
@@ -2491,8 +2485,11 @@ void tela_cuda_chain_flush(cuda_exec *ex) {
 bool tela_cuda_chain_init(cuda_exec *ex) {
     ex->chain = calloc(1, sizeof(cuda_chain));
     if (!ex->chain) return false;
+    /* the counter's low 31 bits must start small (a barrier flips bit 31),
+     * and be zero before any chain runs on the exec's (non-blocking) stream */
     return tela_cuda_check(ex, cudaMalloc(&ex->chain_bar, 256), "chained products: barrier") &&
-           tela_cuda_check(ex, cudaMemset(ex->chain_bar, 0, 256), "chained products: barrier");
+           tela_cuda_check(ex, cudaMemset(ex->chain_bar, 0, 256), "chained products: barrier") &&
+           tela_cuda_check(ex, cudaDeviceSynchronize(), "chained products: barrier");
 }
 
 void tela_cuda_chain_free(cuda_exec *ex) {
