@@ -2151,15 +2151,16 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
  * computed there too), its warps take rows gw, gw + GW, ... of the stage
  * (GW warps in the grid) with their loads D rounds of units ahead across
  * the rows, and the stages are separated by a barrier of the whole grid
- * (every block resident: the grid is sized by the occupancy). What it
+ * (every block resident: the grid is sized by the occupancy and launched
+ * cooperatively). What it
  * removes: a launch and a quantize_act kernel a product, the partial last
  * wave of each product, and the drain at each product's end, where the
  * next product's loads could not start (the weights of a stage are asked
  * for before its barrier). A Llama layer's wo, SwiGLU pair, down and the
  * next layer's q/k/v become one launch. Same arithmetic per row as the
- * early-load kernel (the same activations' quantization and unit order),
- * so the same bits, except for rows that kernel splits between two warps
- * (gemv3_split), whose two halves it adds in another order. */
+ * early-load kernel (chain_run says how), so the same bits: a verification
+ * pass of several tokens still gives each token a decode step's bits.
+ * Measured: not yet (docs/PERF-NOTES.md, GPU round 12). */
 #define CHAIN_WARPS 8
 #define CHAIN_MAX 8
 #define CHAIN_MAX_K 32768
