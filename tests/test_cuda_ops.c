@@ -11,7 +11,9 @@
  *     gives each token the bits of a one-token product (quantized and F32
  *     weights; F16/BF16 with TELA_CUDA_GEMV_FM=1);
  *   - a chain of one-token quantized products, each reading the one
- *     before's output with no download in between;
+ *     before's output with no download in between; and the chained
+ *     products (TELA_CUDA_CHAIN=1|2, one persistent kernel) bit for bit
+ *     against the early-load kernels on such a chain;
  *   - embedding rows, RMSNorm, RoPE (both pair conventions), add, argmax
  *     (ties go to the lower index);
  *   - attention over f16 and f32 caches: decode steps at short and long
