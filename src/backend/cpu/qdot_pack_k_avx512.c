@@ -100,6 +100,11 @@ INL __m512i dpwssd_bcast(__m512i acc, __m512i w, const uint8_t *p) {
     return acc;
 }
 
+/* dot_x for VPDPWSSD (the mins' and offsets' int16 pairs). */
+INL __m512i dot_pairs_x(__m512i acc, __m512i w, const uint8_t *p, const int C) {
+    return C == 1 ? dpwssd_bcast(acc, w, p) : _mm512_dpwssd_epi32(acc, w, bcast4(p));
+}
+
 /* Stores a group's 16 results for one column, only rows < valid. */
 INL void store_rows(float *out, __m512 v, int valid) {
     if (valid >= PR)
@@ -187,8 +192,7 @@ INL void q4_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
         UNROLL for (int j = 0; j < 8; j++) {
             const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wb + Q4K_M + 16 * j)));
             const __m512i mv = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
-            UNROLL for (int c = 0; c < C; c++) acc[c] = C == 1 ? dpwssd_bcast(acc[c], mv, xb + c * xs + X_BSUMS + 4 * j)
-                                                : _mm512_dpwssd_epi32(acc[c], mv, bcast4(xb + c * xs + X_BSUMS + 4 * j));
+            UNROLL for (int c = 0; c < C; c++) acc[c] = dot_pairs_x(acc[c], mv, xb + c * xs + X_BSUMS + 4 * j, C);
         }
         /* The scalar k_step, 16 rows at a time. */
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wb + Q4K_D)));
