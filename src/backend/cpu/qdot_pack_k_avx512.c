@@ -122,10 +122,13 @@ static int64_t panel_cols(size_t x_row) {
     return c < MAX_COLS ? MAX_COLS : c;
 }
 
-/* Prefetch distance, in super-blocks, of the tiles of several columns:
- * there each weight line is used by C products, ~C cycles a vector, which
- * leaves the hardware prefetchers behind (perf: the 8-column Q4_K tile
- * stalled on its weight loads, compute and memory in series). 0: off. */
+/* Prefetch distance, in super-blocks, of every tile. With several columns
+ * each weight line is used by C products, ~C cycles a vector, which leaves
+ * the hardware prefetchers behind (perf: the 8-column Q4_K tile stalled on
+ * its weight loads, compute and memory in series). Decoding (one column)
+ * streams faster with it too: on the AMD EPYC (Zen 5) VM, 2 threads, 1B
+ * Q4_K_M tg64 went from 53-61 to 60-70 tok/s, the Q6_K head from ~40 to
+ * ~60 GB/s (docs/PERF-NOTES.md). 0: off. */
 #define PF_SB 2
 
 /* Prefetches bytes [0, n) of p, a line at a time. */
@@ -170,7 +173,7 @@ INL void q4_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
     UNROLL for (int c = 0; c < C; c++) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *wb = w + (size_t)b * Q4K_SB, *xb = x + (size_t)b * X_BYTES;
-        if (PF_SB && C > 1) prefetch_lines(wb + PF_SB * Q4K_SB, Q4K_SB);
+        if (PF_SB) prefetch_lines(wb + PF_SB * Q4K_SB, Q4K_SB);
         __m512i tot[MAX_COLS], acc[MAX_COLS];
         UNROLL for (int c = 0; c < C; c++) tot[c] = _mm512_setzero_si512();
         for (int c4 = 0; c4 < 4; c4++) {
@@ -248,6 +251,9 @@ INL void q6_K_dec(const uint8_t *w, const uint8_t *x, int64_t nsb, __m512 *f) {
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *wb = w + (size_t)b * Q6K_SB, *xb = x + (size_t)b * X_BYTES;
         __m512i tot = _mm512_setzero_si512();
+        /* the super-block PF_SB ahead: its scales now, its level vectors
+         * step by step below */
+        if (PF_SB) prefetch_lines(wb + PF_SB * Q6K_SB, Q6K_Q);
         UNROLL for (int hh = 0; hh < 2; hh++) {
             __m512i pair[4];
             UNROLL for (int gq = 0; gq < 4; gq++)
@@ -257,6 +263,7 @@ INL void q6_K_dec(const uint8_t *w, const uint8_t *x, int64_t nsb, __m512 *f) {
                 UNROLL for (int gq = 0; gq < 4; gq++) acc[gq] = zero_idiom();
                 UNROLL for (int s4 = 0; s4 < 4; s4++) {
                     const int s = 4 * half + s4;
+                    if (PF_SB) prefetch_lines(wb + PF_SB * Q6K_SB + Q6K_VEC(hh, s, 0), 192);
                     const __m512i l0 = _mm512_loadu_si512(wb + Q6K_VEC(hh, s, 0));
                     const __m512i l1 = _mm512_loadu_si512(wb + Q6K_VEC(hh, s, 1));
                     const __m512i h = _mm512_loadu_si512(wb + Q6K_VEC(hh, s, 2));
