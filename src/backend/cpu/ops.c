@@ -790,10 +790,10 @@ static inline __attribute__((always_inline)) void attention_few_rows(const int n
             *(tela_v16f *)(sr + p) = e;
         }
     }
-    for (int64_t p = 0; p < n_keys; p++)
-        ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) sum[r] += s[r * n_pad + p];
     /* 3. weighted values, 64 dimensions of every row at a time, the value
-     * rows walked in runs of consecutive cache rows */
+     * rows walked in runs of consecutive cache rows; the first 64 also add
+     * up the sums (the same chains over p in order, hidden under the FMAs
+     * instead of a pass of their own) */
     const int64_t run = a->blocks ? a->block_size : n_keys;
     for (int d0 = 0; d0 < a->v_dim; d0 += 64) {
         __m512 acc[4][4];
@@ -805,6 +805,7 @@ static inline __attribute__((always_inline)) void attention_few_rows(const int n
             for (; p < end; p++, off += a->v_stride) {
                 const __m512 v0 = load16_kv(a, vbase, off), v1 = load16_kv(a, vbase, off + 16),
                              v2 = load16_kv(a, vbase, off + 32), v3 = load16_kv(a, vbase, off + 48);
+                if (d0 == 0) ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) sum[r] += s[r * n_pad + p];
                 ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) {
                     const __m512 w = _mm512_set1_ps(s[r * n_pad + p]);
                     acc[r][0] = _mm512_fmadd_ps(w, v0, acc[r][0]);
