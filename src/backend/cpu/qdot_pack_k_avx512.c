@@ -263,7 +263,7 @@ INL void q6_K_dec(const uint8_t *w, const uint8_t *x, int64_t nsb, __m512 *f) {
                 UNROLL for (int gq = 0; gq < 4; gq++) acc[gq] = zero_idiom();
                 UNROLL for (int s4 = 0; s4 < 4; s4++) {
                     const int s = 4 * half + s4;
-                    if (PF_SB) prefetch_lines(wb + PF_SB * Q6K_SB + Q6K_VEC(hh, s, 0), 192);
+                    if (PF_SB) prefetch_lines(wb + PF_SB * Q6K_SB + Q6K_VEC(hh, s, 0), 3 * 64); /* the step's 3 vectors */
                     const __m512i l0 = _mm512_loadu_si512(wb + Q6K_VEC(hh, s, 0));
                     const __m512i l1 = _mm512_loadu_si512(wb + Q6K_VEC(hh, s, 1));
                     const __m512i h = _mm512_loadu_si512(wb + Q6K_VEC(hh, s, 2));
@@ -308,7 +308,7 @@ INL void q6_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
     UNROLL for (int c = 0; c < C; c++) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *wb = w + (size_t)b * Q6K_SB, *xb = x + (size_t)b * X_BYTES;
-        if (PF_SB && C > 1 && !lv) prefetch_lines(wb + PF_SB * Q6K_SB, Q6K_SB);
+        if (PF_SB && !lv) prefetch_lines(wb + PF_SB * Q6K_SB, Q6K_SB); /* (one column without lv: q6_K_dec) */
         __m512i tot[MAX_COLS], acc[MAX_COLS];
         UNROLL for (int c = 0; c < C; c++) tot[c] = _mm512_setzero_si512();
         for (int hh = 0; hh < 2; hh++) {

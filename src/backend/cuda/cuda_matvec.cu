@@ -2361,10 +2361,10 @@ static size_t chain_smem(tela_type type, int K) {
     return (size_t)((act_tok_bytes(type, K) + 15) & ~15) + 2 * (size_t)(K / 32) * 4;
 }
 
-/* Whether a one-token product joins the chain: the switch is on, the type
- * is quantized, and the activations fit the shared memory. */
 static_assert(CHAIN_MAX_K + 2 * (CHAIN_MAX_K / 32) * 4 <= 48 * 1024, "a chain's activations fit the default shared memory");
 
+/* Whether a one-token product joins the chain: the switch is on, the type
+ * is quantized, and the activations fit the shared memory. */
 static bool chain_takes(const cuda_exec *ex, tela_type type, int64_t K, int n_w) {
     if (!ex->chain_on || n_w > GEMV_MAX_TARGETS || K > CHAIN_MAX_K) return false;
     switch (type) {
