@@ -47,6 +47,7 @@ typedef struct {
 
 static int kv_f16; /* the pass with f16 KV caches (sessions and the batched state alike) */
 static const char *batch_device; /* NULL: the default (the CPU in test_batch.c) */
+static int batch_tp;             /* the model's tensor_parallel (test_llama_tp.c) */
 static double batch_tol;         /* 0: rows bit-identical; else the largest difference relative to the range */
 static double batch_worst;       /* the largest difference seen */
 
@@ -73,6 +74,7 @@ static void check_model(const char *path) {
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = 2;
     mp.device = batch_device;
+    mp.tensor_parallel = batch_tp;
     tela_model *m = NULL;
     if (tela_model_load(path, &mp, &m) != TELA_OK) {
         CHECK_MSG(0, "%s: %s", path, tela_last_error());
@@ -160,7 +162,7 @@ static void check_model(const char *path) {
     seq *a = &sq[0];
     seq b = *a;
     b.slot = 3;
-    const int full = a->n_done / BS;
+    const int full = a->n_done / BS - 1; /* the last full block is copied too, so that copied rows are read */
     for (int i = 0; i < (a->n_done + 3 + 5 + BS - 1) / BS; i++) {
         if (i < full) continue; /* full blocks are shared */
         b.blocks[i] = pool[next_block++];
@@ -232,7 +234,7 @@ static void check_model(const char *path) {
 /* The models: Llama (F32, and the demo's Q8_0: the packed kernels) and
  * Qwen3.5 (Gated DeltaNet slots, asymmetric and symmetric heads), with f32
  * and f16 KV caches (kv_types: 2, or 1 for f16 only). */
-static int check_models(int kv_types) {
+static inline int check_models(int kv_types) {
     const char *src = getenv("TELA_SOURCE_DIR");
     char path[1024];
     const char *models[] = {"tests/fixtures/llama/llama-gqa-f32.gguf", "models/tela-kjv-q8_0.gguf",

@@ -95,6 +95,10 @@ typedef struct tela_model_params {
     size_t n_skip_layers;
     int32_t mtp_draft_vocab;     /* with load_mtp: MTP drafts only among the first N token ids (a head of N
                                     rows, prepared beside the full one); 0 = the whole vocabulary */
+    int tensor_parallel;         /* ranks each layer is split across, Megatron-style (docs/MULTI-GPU.md);
+                                    0 or 1 = none. The Llama architecture only, and so far the ranks run one
+                                    after another on the one device (a check of the split computation, no
+                                    faster): spreading them over GPUs with NCCL is not built yet */
 } tela_model_params;
 
 TELA_API tela_model_params tela_model_default_params(void);

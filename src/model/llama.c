@@ -24,7 +24,17 @@
  * The rotation angle of pair i at position p is p * base^(-2i/n_rot) /
  * factor[i]; the factors come from the GGUF tensor rope_freqs.weight, or
  * from config.json's Llama-3 rope scaling (computed as transformers does),
- * or are all 1. */
+ * or are all 1.
+ *
+ * Tensor parallelism (tela_model_params.tensor_parallel = N, issue 16,
+ * docs/MULTI-GPU.md): each layer is split over N ranks by model/shard.c's
+ * plan: rank r holds the query heads of its KV heads (rows of wq, wk, wv;
+ * columns of wo) and 1/N of the FFN (rows of gate and up; columns of
+ * down), and its own KV cache of its KV heads. The products through wo and
+ * down then give partial sums of the residual update, which are added up
+ * (the all-reduce) before the residual add. The ranks run one after
+ * another on the model's one device for now; the embedding and the head
+ * are whole on every rank. */
 #include "backend/cpu/ops.h" /* the naive oracle runs on the host */
 #include "model/model.h"
 #include "util/error.h"
@@ -54,7 +64,10 @@ typedef struct llama_model {
     tela_mat tok_embd, output;
     float *output_norm;
     const float *output_norm_b;
-    llama_layer *layers;
+    llama_layer *layers;     /* rank 0's (the whole layers without tensor parallelism) */
+    int world;               /* ranks each layer is split across (1: none) */
+    llama_layer **rank_layers; /* [world]: rank r's parts of the layers; [0] == layers */
+    int r_head, r_kv_head, r_ff; /* a rank's query heads, KV heads and FFN width */
     const bool *skip;        /* [n_layer] layers bypassed, or NULL */
     int *kv_slot;            /* [n_layer] the layer's index in the KV cache (-1: skipped) */
     int n_kv_layers;
@@ -66,8 +79,10 @@ typedef struct llama_state {
     tela_exec *ex;
     int32_t n_ctx;
     int n_batch;
-    tela_kv_cache *kv;
+    tela_kv_cache **kv;      /* [world]: each rank's KV heads */
+    int n_kv;
     float *x, *xb, *q, *k, *v, *att, *gate, *cs;
+    float *part;             /* with tensor parallelism: the ranks' partial sums of a residual update */
     tela_model_io io;        /* the step's tokens and positions, logits, greedy pick */
 } llama_state;
 
@@ -131,7 +146,40 @@ static tela_status load_layer_vec(tela_model *m, const char *pattern, int l, int
     return tela_model_get_vec(m, name, n, false, out);
 }
 
+/* Rank r's part of a layer matrix (the whole matrix at world 1). */
+static tela_status load_layer_shard(tela_model *m, const llama_model *L, const char *pattern, int l, int r,
+                                    tela_shard_role role, int64_t rows, int64_t cols, tela_mat *out) {
+    char name[128];
+    snprintf(name, sizeof name, pattern, l);
+    const tela_shard_dims d = {.n_embd = L->n_embd, .n_ff = L->n_ff, .n_vocab = L->n_vocab, .n_head = L->n_head,
+                               .n_kv_head = L->n_kv_head, .head_dim = L->head_dim};
+    tela_shard sh;
+    tela_shard_of(&d, role, r, L->world, &sh);
+    return tela_model_get_mat_shard(m, name, rows, cols, &sh, out);
+}
+
+/* The split of the layers over L->world ranks: the plan's checks, and
+ * the sizes of a rank's part. */
+static tela_status plan_ranks(tela_model *m, llama_model *L) {
+    L->world = m->tp_world > 1 ? m->tp_world : 1;
+    if (L->world > 1) {
+        if (L->v_dim != L->head_dim)
+            return tela_errorf(TELA_ERR_UNSUPPORTED,
+                               "%s: tensor parallelism needs value heads as wide as key heads (%d, %d)", m->path,
+                               L->v_dim, L->head_dim);
+        const tela_shard_dims d = {.n_embd = L->n_embd, .n_ff = L->n_ff, .n_vocab = L->n_vocab,
+                                   .n_head = L->n_head, .n_kv_head = L->n_kv_head, .head_dim = L->head_dim};
+        tela_status s = tela_shard_plan_check(&d, L->world);
+        if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
+    }
+    L->r_head = L->n_head / L->world;
+    L->r_kv_head = L->n_kv_head / L->world;
+    L->r_ff = L->n_ff / L->world;
+    return TELA_OK;
+}
+
 static tela_status load_weights(tela_model *m, llama_model *L, const llama_names *nm, bool tied) {
+    TELA_TRY(plan_ranks(m, L));
     TELA_TRY(tela_model_get_mat(m, nm->tok_embd, L->n_vocab, L->n_embd, false, &L->tok_embd));
     TELA_TRY(tela_model_get_vec(m, nm->output_norm, L->n_embd, false, &L->output_norm));
     if (tied) {
@@ -139,21 +187,41 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
     } else {
         TELA_TRY(tela_model_get_mat(m, nm->output, L->n_vocab, L->n_embd, false, &L->output));
     }
-    L->layers = tela_model_alloc(m, (size_t)L->n_layer * sizeof *L->layers);
-    if (!L->layers) return TELA_ERR_NOMEM;
+    L->rank_layers = tela_model_alloc(m, (size_t)L->world * sizeof *L->rank_layers);
+    if (!L->rank_layers) return TELA_ERR_NOMEM;
+    for (int r = 0; r < L->world; r++) {
+        L->rank_layers[r] = tela_model_alloc(m, (size_t)L->n_layer * sizeof *L->layers);
+        if (!L->rank_layers[r]) return TELA_ERR_NOMEM;
+    }
+    L->layers = L->rank_layers[0];
     int64_t q_dim = (int64_t)L->n_head * L->head_dim, k_dim = (int64_t)L->n_kv_head * L->head_dim;
     int64_t v_dim = (int64_t)L->n_kv_head * L->v_dim, o_in = (int64_t)L->n_head * L->v_dim;
     for (int l = 0; l < L->n_layer; l++) {
-        llama_layer *ly = &L->layers[l];
-        TELA_TRY(load_layer_vec(m, nm->attn_norm, l, L->n_embd, &ly->attn_norm));
-        TELA_TRY(load_layer_vec(m, nm->ffn_norm, l, L->n_embd, &ly->ffn_norm));
-        TELA_TRY(load_layer_mat(m, nm->wq, l, q_dim, L->n_embd, &ly->wq));
-        TELA_TRY(load_layer_mat(m, nm->wk, l, k_dim, L->n_embd, &ly->wk));
-        TELA_TRY(load_layer_mat(m, nm->wv, l, v_dim, L->n_embd, &ly->wv));
-        TELA_TRY(load_layer_mat(m, nm->wo, l, L->n_embd, o_in, &ly->wo));
-        TELA_TRY(load_layer_mat(m, nm->w_gate, l, L->n_ff, L->n_embd, &ly->ffn.w_gate));
-        TELA_TRY(load_layer_mat(m, nm->w_up, l, L->n_ff, L->n_embd, &ly->ffn.w_up));
-        TELA_TRY(load_layer_mat(m, nm->w_down, l, L->n_embd, L->n_ff, &ly->ffn.w_down));
+        llama_layer *ly0 = &L->layers[l];
+        TELA_TRY(load_layer_vec(m, nm->attn_norm, l, L->n_embd, &ly0->attn_norm));
+        TELA_TRY(load_layer_vec(m, nm->ffn_norm, l, L->n_embd, &ly0->ffn_norm));
+        if (L->world == 1) {
+            TELA_TRY(load_layer_mat(m, nm->wq, l, q_dim, L->n_embd, &ly0->wq));
+            TELA_TRY(load_layer_mat(m, nm->wk, l, k_dim, L->n_embd, &ly0->wk));
+            TELA_TRY(load_layer_mat(m, nm->wv, l, v_dim, L->n_embd, &ly0->wv));
+            TELA_TRY(load_layer_mat(m, nm->wo, l, L->n_embd, o_in, &ly0->wo));
+            TELA_TRY(load_layer_mat(m, nm->w_gate, l, L->n_ff, L->n_embd, &ly0->ffn.w_gate));
+            TELA_TRY(load_layer_mat(m, nm->w_up, l, L->n_ff, L->n_embd, &ly0->ffn.w_up));
+            TELA_TRY(load_layer_mat(m, nm->w_down, l, L->n_embd, L->n_ff, &ly0->ffn.w_down));
+            continue;
+        }
+        for (int r = 0; r < L->world; r++) { /* the norms are whole on every rank */
+            llama_layer *ly = &L->rank_layers[r][l];
+            ly->attn_norm = ly0->attn_norm;
+            ly->ffn_norm = ly0->ffn_norm;
+            TELA_TRY(load_layer_shard(m, L, nm->wq, l, r, TELA_ROLE_WQ, q_dim, L->n_embd, &ly->wq));
+            TELA_TRY(load_layer_shard(m, L, nm->wk, l, r, TELA_ROLE_WK, k_dim, L->n_embd, &ly->wk));
+            TELA_TRY(load_layer_shard(m, L, nm->wv, l, r, TELA_ROLE_WV, v_dim, L->n_embd, &ly->wv));
+            TELA_TRY(load_layer_shard(m, L, nm->wo, l, r, TELA_ROLE_WO, L->n_embd, o_in, &ly->wo));
+            TELA_TRY(load_layer_shard(m, L, nm->w_gate, l, r, TELA_ROLE_FFN_GATE, L->n_ff, L->n_embd, &ly->ffn.w_gate));
+            TELA_TRY(load_layer_shard(m, L, nm->w_up, l, r, TELA_ROLE_FFN_UP, L->n_ff, L->n_embd, &ly->ffn.w_up));
+            TELA_TRY(load_layer_shard(m, L, nm->w_down, l, r, TELA_ROLE_FFN_DOWN, L->n_embd, L->n_ff, &ly->ffn.w_down));
+        }
     }
     return TELA_OK;
 }
@@ -163,7 +231,7 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
 static tela_status prepare_backend(tela_model *m, llama_model *L) {
     TELA_TRY(tela_model_const(m, L->inv_freq, (size_t)(L->n_rot / 2) * sizeof(double), (const void **)&L->inv_freq_b));
     TELA_TRY(tela_model_const(m, L->output_norm, (size_t)L->n_embd * sizeof(float), (const void **)&L->output_norm_b));
-    const size_t cap = 2 + (size_t)L->n_layer * 7;
+    const size_t cap = 2 + (size_t)L->n_layer * 7 * (size_t)L->world;
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = malloc(cap * sizeof *uses);
     if (!list || !uses) {
@@ -179,15 +247,20 @@ static tela_status prepare_backend(tela_model *m, llama_model *L) {
     list[n++] = &L->output;
     for (int l = 0; l < L->n_layer && s == TELA_OK; l++) {
         if (L->skip && L->skip[l]) continue; /* a skipped layer's weights stay in the file */
-        llama_layer *ly = &L->layers[l];
+        llama_layer *ly0 = &L->layers[l];
         const size_t nb = (size_t)L->n_embd * sizeof(float);
-        s = tela_model_const(m, ly->attn_norm, nb, (const void **)&ly->attn_norm_b);
-        if (s == TELA_OK) s = tela_model_const(m, ly->ffn_norm, nb, (const void **)&ly->ffn.norm);
-        ly->ffn_norm_b = ly->ffn.norm;
-        tela_mat *mats[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->ffn.w_gate, &ly->ffn.w_up, &ly->ffn.w_down};
-        for (size_t i = 0; i < 7; i++) {
-            uses[n] = TELA_MAT_MATMUL;
-            list[n++] = mats[i];
+        s = tela_model_const(m, ly0->attn_norm, nb, (const void **)&ly0->attn_norm_b);
+        if (s == TELA_OK) s = tela_model_const(m, ly0->ffn_norm, nb, (const void **)&ly0->ffn.norm);
+        for (int r = 0; r < L->world; r++) {
+            llama_layer *ly = &L->rank_layers[r][l];
+            ly->attn_norm_b = ly0->attn_norm_b;
+            ly->ffn.norm = ly0->ffn.norm;
+            ly->ffn_norm_b = ly0->ffn.norm;
+            tela_mat *mats[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->ffn.w_gate, &ly->ffn.w_up, &ly->ffn.w_down};
+            for (size_t i = 0; i < 7; i++) {
+                uses[n] = TELA_MAT_MATMUL;
+                list[n++] = mats[i];
+            }
         }
     }
     if (s == TELA_OK) s = tela_model_prepare_mats(m, list, uses, n);
@@ -389,8 +462,9 @@ static void llama_state_free(void *p) {
     llama_state *s = p;
     if (!s) return;
     tela_backend *be = tela_exec_backend(s->ex);
-    tela_kv_free(s->kv);
-    float *bufs[] = {s->x, s->xb, s->q, s->k, s->v, s->att, s->gate, s->cs};
+    for (int r = 0; r < s->n_kv && s->kv; r++) tela_kv_free(s->kv[r]);
+    free(s->kv);
+    float *bufs[] = {s->x, s->xb, s->q, s->k, s->v, s->att, s->gate, s->cs, s->part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(be, bufs[i]);
     tela_model_io_free(&s->io);
     free(s);
@@ -406,12 +480,15 @@ static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const 
     const int pref = p->n_batch > 0 ? p->n_batch : tela_exec_preferred_batch(ex);
     s->n_batch = p->kv_block_size > 0 || p->n_ctx > pref ? pref : p->n_ctx;
     const bool paged = p->kv_block_size > 0;
-    const tela_kv_shape shape = {L->n_kv_layers, paged ? p->kv_rows : p->n_ctx, L->n_kv_head, L->head_dim,
+    const tela_kv_shape shape = {L->n_kv_layers, paged ? p->kv_rows : p->n_ctx, L->r_kv_head, L->head_dim,
                                  L->v_dim, p->kv_dtype, paged ? p->kv_block_size : 0, p->n_ctx};
-    tela_status st = tela_kv_create(ex, &shape, &s->kv);
+    tela_status st = TELA_OK;
+    s->kv = calloc((size_t)L->world, sizeof *s->kv);
+    if (!s->kv) st = tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    for (int r = 0; r < L->world && st == TELA_OK; r++, s->n_kv++) st = tela_kv_create(ex, &shape, &s->kv[r]);
     const size_t nb = (size_t)s->n_batch;
-    const size_t q_dim = (size_t)L->n_head * L->head_dim, k_dim = (size_t)L->n_kv_head * L->head_dim;
-    const size_t v_dim = (size_t)L->n_kv_head * L->v_dim, att_dim = (size_t)L->n_head * L->v_dim;
+    const size_t q_dim = (size_t)L->r_head * L->head_dim, k_dim = (size_t)L->r_kv_head * L->head_dim;
+    const size_t v_dim = (size_t)L->r_kv_head * L->v_dim, att_dim = (size_t)L->r_head * L->v_dim;
     const struct {
         float **buf;
         size_t floats;
@@ -420,11 +497,12 @@ static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const 
         {&s->x, nb * L->n_embd, "activations"}, {&s->xb, nb * L->n_embd, "activations"},
         {&s->q, nb * q_dim, "queries"},         {&s->k, nb * k_dim, "keys"},
         {&s->v, nb * v_dim, "values"},          {&s->att, nb * att_dim, "attention outputs"},
-        {&s->gate, nb * L->n_ff, "feed-forward activations"}, {&s->cs, nb * L->n_rot, "RoPE table"},
+        {&s->gate, nb * L->r_ff, "feed-forward activations"}, {&s->cs, nb * L->n_rot, "RoPE table"},
+        {&s->part, L->world > 1 ? nb * L->n_embd : 0, "partial sums"},
     };
     tela_backend *be = tela_exec_backend(ex);
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && st == TELA_OK; i++)
-        st = tela_backend_alloc(be, acts[i].floats * sizeof(float), acts[i].what, (void **)acts[i].buf);
+        if (acts[i].floats) st = tela_backend_alloc(be, acts[i].floats * sizeof(float), acts[i].what, (void **)acts[i].buf);
     if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, L->n_vocab, L->n_embd, s->n_batch);
     if (st != TELA_OK) {
         llama_state_free(s);
@@ -442,36 +520,76 @@ static uint64_t llama_state_bytes(const tela_model *m, const tela_state_params *
     const uint64_t rows = (uint64_t)(paged ? p->kv_rows : p->n_ctx);
     const uint64_t kv = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)L->n_kv_layers * rows * (uint64_t)L->n_kv_head *
                                                           (uint64_t)(L->head_dim + L->v_dim));
-    const uint64_t row = 2ull * L->n_embd + (uint64_t)L->n_head * (L->head_dim + L->v_dim) +
-                         (uint64_t)L->n_kv_head * (L->head_dim + L->v_dim) + 2ull * L->n_ff + (uint64_t)L->n_rot;
+    const uint64_t row = (L->world > 1 ? 3ull : 2ull) * L->n_embd + (uint64_t)L->r_head * (L->head_dim + L->v_dim) +
+                         (uint64_t)L->r_kv_head * (L->head_dim + L->v_dim) + 2ull * L->r_ff + (uint64_t)L->n_rot;
     return kv + nb * row * sizeof(float) + (uint64_t)L->n_vocab * sizeof(float);
 }
 
 static void llama_state_reset(const tela_model *m, void *state) {
     (void)m;
     llama_state *s = state;
-    tela_kv_clear(s->ex, s->kv);
+    for (int r = 0; r < s->n_kv; r++) tela_kv_clear(s->ex, s->kv[r]);
 }
 
 static size_t llama_state_size(const tela_model *m, const void *state, int32_t n_past) {
     (void)m;
     const llama_state *s = state;
-    return tela_kv_image_bytes(s->kv, n_past);
+    size_t n = 0;
+    for (int r = 0; r < s->n_kv; r++) n += tela_kv_image_bytes(s->kv[r], n_past);
+    return n;
 }
 
 static tela_status llama_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
     (void)m;
     const llama_state *s = state;
-    return tela_kv_save(s->ex, s->kv, n_past, dst);
+    unsigned char *p = dst;
+    for (int r = 0; r < s->n_kv; p += tela_kv_image_bytes(s->kv[r], n_past), r++) /* the ranks' images in order */
+        TELA_TRY(tela_kv_save(s->ex, s->kv[r], n_past, p));
+    return TELA_OK;
 }
 
 static tela_status llama_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
     (void)m;
     llama_state *s = state;
-    return tela_kv_load(s->ex, s->kv, n_past, src);
+    const unsigned char *p = src;
+    for (int r = 0; r < s->n_kv; p += tela_kv_image_bytes(s->kv[r], n_past), r++)
+        TELA_TRY(tela_kv_load(s->ex, s->kv[r], n_past, p));
+    return TELA_OK;
 }
 
 /* ------------------------------------------------------------ forward */
+
+/* Layer l split over the ranks, one rank after another: each adds its
+ * part of wo's product (its heads) into s->part, which is then added to
+ * the residual (the all-reduce, then the residual add); the same for the
+ * FFN's down product (its part of the inner dimension). */
+static void layer_ranks(const llama_model *L, llama_state *s, const tela_batch *b, int l, int kl) {
+    tela_exec *ex = s->ex;
+    const int nt = b->n_tok, E = L->n_embd;
+    const int64_t q_dim = (int64_t)L->r_head * L->head_dim, k_dim = (int64_t)L->r_kv_head * L->head_dim;
+    const int64_t v_dim = (int64_t)L->r_kv_head * L->v_dim, att_dim = (int64_t)L->r_head * L->v_dim;
+    const float scale = (float)(1.0 / sqrt((double)L->head_dim));
+    for (int r = 0; r < L->world; r++) {
+        const llama_layer *ly = &L->rank_layers[r][l];
+        const tela_norm_in norm = {ly->attn_norm_b, L->eps, s->xb};
+        const tela_matmul_target qkv[3] = {{&ly->wq, s->q, q_dim}, {&ly->wk, s->k, k_dim}, {&ly->wv, s->v, v_dim}};
+        tela_exec_norm_matmul_many(ex, &norm, qkv, 3, s->x, E, nt);
+        tela_exec_rope_store(ex, s->kv[r], kl, s->q, q_dim, L->r_head, s->k, k_dim, s->v, v_dim, b, s->cs, L->n_rot,
+                             L->rope_mode);
+        tela_exec_attention(ex, s->kv[r], kl, s->q, q_dim, s->att, att_dim, b, L->r_head, scale);
+        tela_exec_matmul(ex, &ly->wo, s->att, att_dim, s->part, E, nt, r > 0);
+    }
+    tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+    tela_exec_profile_phase(ex, "FFN");
+    for (int r = 0; r < L->world; r++) {
+        const tela_model_ffn *f = &L->rank_layers[r][l].ffn;
+        const tela_norm_in norm = {f->norm, L->eps, s->xb};
+        tela_exec_norm_matmul_swiglu(ex, &norm, &f->w_gate, &f->w_up, s->x, E, s->gate, L->r_ff, nt);
+        tela_exec_matmul(ex, &f->w_down, s->gate, L->r_ff, s->part, E, nt, r > 0);
+    }
+    tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+    tela_exec_profile_phase(ex, NULL);
+}
 
 /* One step over the batch's tokens (at most n_batch; the cache already
  * holds the positions before them). Leaves the final hidden states in s->x. */
@@ -492,13 +610,18 @@ static void forward_step(const llama_model *L, llama_state *s, const tela_batch 
             tela_model_probe(&s->io, l, s->x, nt, E);
             continue;
         }
+        if (L->world > 1) {
+            layer_ranks(L, s, b, l, kl);
+            tela_model_probe(&s->io, l, s->x, nt, E);
+            continue;
+        }
         /* attention */
         const tela_norm_in norm = {ly->attn_norm_b, L->eps, s->xb};
         const tela_matmul_target qkv[3] = {{&ly->wq, s->q, q_dim}, {&ly->wk, s->k, k_dim}, {&ly->wv, s->v, v_dim}};
         tela_exec_norm_matmul_many(ex, &norm, qkv, 3, s->x, E, nt);
-        tela_exec_rope_store(ex, s->kv, kl, s->q, q_dim, L->n_head, s->k, k_dim, s->v, v_dim, b, s->cs, L->n_rot,
+        tela_exec_rope_store(ex, s->kv[0], kl, s->q, q_dim, L->n_head, s->k, k_dim, s->v, v_dim, b, s->cs, L->n_rot,
                              L->rope_mode);
-        tela_exec_attention(ex, s->kv, kl, s->q, q_dim, s->att, att_dim, b, L->n_head, scale);
+        tela_exec_attention(ex, s->kv[0], kl, s->q, q_dim, s->att, att_dim, b, L->n_head, scale);
         tela_exec_matmul(ex, &ly->wo, s->att, att_dim, s->x, E, nt, true);
         /* feed-forward */
         tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, L->eps);
@@ -550,7 +673,8 @@ static tela_status llama_slot_load(const tela_model *m, void *state, int slot, c
 static tela_status llama_kv_copy_rows(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n) {
     (void)m;
     llama_state *s = state;
-    return tela_kv_copy_rows(s->ex, s->kv, dst, src, n);
+    for (int r = 0; r < s->n_kv; r++) TELA_TRY(tela_kv_copy_rows(s->ex, s->kv[r], dst, src, n));
+    return TELA_OK;
 }
 
 static tela_status llama_forward(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
@@ -607,6 +731,9 @@ static void naive_rope(float *v, int n_heads, int head_dim, const llama_model *L
  * accumulation. */
 static tela_status llama_forward_naive(const tela_model *m, const int32_t *tokens, int32_t n, float *logits) {
     const llama_model *L = m->impl;
+    if (L->world > 1)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: the naive forward pass needs the whole layers (no tensor "
+                           "parallelism)", m->path);
     const int E = L->n_embd, F = L->n_ff;
     const int QD = L->n_head * L->head_dim, KD = L->n_kv_head * L->head_dim, VD = L->n_kv_head * L->v_dim;
     const int AD = L->n_head * L->v_dim;
@@ -689,6 +816,7 @@ static int llama_layer_kind(const tela_model *m, int layer) {
 const tela_arch tela_arch_llama = {
     .name = "llama",
     .backends = 1u << TELA_BACKEND_CPU | 1u << TELA_BACKEND_CUDA,
+    .tensor_parallel = true,
     .hf_model_types = llama_hf_types,
     .load = llama_load,
     .free = llama_free,

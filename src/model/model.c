@@ -177,6 +177,9 @@ static tela_status model_load(tela_model *m) {
         }
     }
     TELA_TRY(choose_backend(m));
+    if (m->tp_world > 1 && !m->arch->tensor_parallel)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: tensor parallelism is not built for %s models yet (Llama only)",
+                           m->path, m->arch->name);
     TELA_TRY(m->arch->load(m));
     if (m->arch->mtp_layers) m->info.n_mtp_layers = m->arch->mtp_layers(m);
     TELA_TRY(load_vocab(m));
@@ -224,6 +227,12 @@ tela_status tela_model_load(const char *path, const tela_model_params *params, t
     m->load_mtp = p.load_mtp;
     m->mtp_draft_vocab = p.mtp_draft_vocab;
     m->device_req = p.device;
+    if (p.tensor_parallel < 0 || p.tensor_parallel > 64) {
+        tela_model_free(m);
+        return tela_errorf(TELA_ERR_ARG, "tela_model_load: tensor_parallel %d is not between 1 and 64",
+                           p.tensor_parallel);
+    }
+    m->tp_world = p.tensor_parallel > 1 ? p.tensor_parallel : 1;
     if (p.n_skip_layers > 0) {
         if (!p.skip_layers) {
             tela_model_free(m);

@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
+#include "model/shard.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct tela_arch tela_arch;
@@ -43,6 +44,7 @@ struct tela_model {
     int verbose;
     int load_mtp;
     int32_t mtp_draft_vocab;     /* tela_model_params.mtp_draft_vocab */
+    int tp_world;               /* tela_model_params.tensor_parallel (1: none) */
     tela_backend *be;           /* where the weights are and the forward pass runs */
     const char *device_req;     /* params.device during the load */
     int32_t *skip_req;          /* params.skip_layers (a copy) */
@@ -128,6 +130,7 @@ struct tela_arch {
     const char *name;                   /* GGUF general.architecture, e.g. "llama" */
     const char *const *hf_model_types;  /* config.json model_type values, NULL-terminated */
     unsigned backends;                  /* bit 1 << kind for each backend kind the forward pass runs on */
+    bool tensor_parallel;               /* load() splits the layers over m->tp_world ranks (else it must be 1) */
 
     /* Reads hyperparameters and weights (shapes and types checked) from the
      * model's source and gives the backend its copies (tela_model_const,
@@ -227,6 +230,13 @@ const tela_tensor *tela_model_find_tensor(const tela_model *m, const char *name)
  * tensor and the expected and found shapes. */
 tela_status tela_model_get_mat(const tela_model *m, const char *name, int64_t n_rows, int64_t n_cols, bool optional,
                                tela_mat *out);
+
+/* Rank's part of a 2-D weight (tela_model_get_mat, then the rows or
+ * columns of `shard` copied into memory the model owns; the view itself
+ * for TELA_SHARD_WHOLE). Errors name the tensor, e.g. a column split that
+ * falls inside a quantized block. */
+tela_status tela_model_get_mat_shard(tela_model *m, const char *name, int64_t n_rows, int64_t n_cols,
+                                     const tela_shard *shard, tela_mat *out);
 
 /* A 1-D tensor of n elements converted to f32 (norm weights, rope factors),
  * owned by the model. When optional and absent: *out = NULL and TELA_OK. */

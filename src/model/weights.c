@@ -71,6 +71,29 @@ tela_status tela_model_get_mat(const tela_model *m, const char *name, int64_t n_
     return TELA_OK;
 }
 
+tela_status tela_model_get_mat_shard(tela_model *m, const char *name, int64_t n_rows, int64_t n_cols,
+                                     const tela_shard *shard, tela_mat *out) {
+    TELA_TRY(tela_model_get_mat(m, name, n_rows, n_cols, false, out));
+    if (shard->axis == TELA_SHARD_WHOLE) return TELA_OK;
+    tela_status s = tela_shard_check_type(shard, out->type, name);
+    if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
+    const size_t bytes = tela_shard_bytes(shard, out->type, n_rows, n_cols);
+    void *part = tela_model_alloc(m, bytes);
+    if (!part) return TELA_ERR_NOMEM;
+    s = tela_shard_extract(shard, out->type, n_rows, n_cols, out->data, part);
+    if (s != TELA_OK) return tela_error_prefix(s, "%s: tensor '%s': ", m->path, name);
+    int64_t n = 0;
+    for (int i = 0; i < shard->n_ranges; i++) n += shard->count[i];
+    out->data = part;
+    if (shard->axis == TELA_SHARD_ROWS) {
+        out->n_rows = n;
+    } else {
+        out->n_cols = n;
+        out->row_bytes = tela_type_row_bytes(out->type, n);
+    }
+    return TELA_OK;
+}
+
 tela_status tela_model_const(tela_model *m, const void *host, size_t bytes, const void **out) {
     tela_status s = tela_backend_const(m->be, host, bytes, out);
     return s == TELA_OK ? s : tela_error_prefix(s, "%s: ", m->path);
