@@ -133,26 +133,23 @@ static const llama_names hf_names = {
     "model.layers.%d.mlp.down_proj.weight",
 };
 
-static tela_status load_layer_mat(const tela_model *m, const char *pattern, int l, int64_t rows, int64_t cols,
-                                  tela_mat *out) {
-    char name[128];
-    snprintf(name, sizeof name, pattern, l);
-    return tela_model_get_mat(m, name, rows, cols, false, out);
-}
-
 static tela_status load_layer_vec(tela_model *m, const char *pattern, int l, int64_t n, float **out) {
     char name[128];
     snprintf(name, sizeof name, pattern, l);
     return tela_model_get_vec(m, name, n, false, out);
 }
 
-/* Rank r's part of a layer matrix (the whole matrix at world 1). */
+static tela_shard_dims shard_dims(const llama_model *L) {
+    return (tela_shard_dims){.n_embd = L->n_embd, .n_ff = L->n_ff, .n_vocab = L->n_vocab, .n_head = L->n_head,
+                             .n_kv_head = L->n_kv_head, .head_dim = L->head_dim};
+}
+
+/* Rank r's part of a layer matrix (the whole matrix, as stored, at world 1). */
 static tela_status load_layer_shard(tela_model *m, const llama_model *L, const char *pattern, int l, int r,
                                     tela_shard_role role, int64_t rows, int64_t cols, tela_mat *out) {
     char name[128];
     snprintf(name, sizeof name, pattern, l);
-    const tela_shard_dims d = {.n_embd = L->n_embd, .n_ff = L->n_ff, .n_vocab = L->n_vocab, .n_head = L->n_head,
-                               .n_kv_head = L->n_kv_head, .head_dim = L->head_dim};
+    const tela_shard_dims d = shard_dims(L);
     tela_shard sh;
     tela_shard_of(&d, role, r, L->world, &sh);
     return tela_model_get_mat_shard(m, name, rows, cols, &sh, out);
@@ -167,8 +164,7 @@ static tela_status plan_ranks(tela_model *m, llama_model *L) {
             return tela_errorf(TELA_ERR_UNSUPPORTED,
                                "%s: tensor parallelism needs value heads as wide as key heads (%d, %d)", m->path,
                                L->v_dim, L->head_dim);
-        const tela_shard_dims d = {.n_embd = L->n_embd, .n_ff = L->n_ff, .n_vocab = L->n_vocab,
-                                   .n_head = L->n_head, .n_kv_head = L->n_kv_head, .head_dim = L->head_dim};
+        const tela_shard_dims d = shard_dims(L);
         tela_status s = tela_shard_plan_check(&d, L->world);
         if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
     }
@@ -200,16 +196,6 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
         llama_layer *ly0 = &L->layers[l];
         TELA_TRY(load_layer_vec(m, nm->attn_norm, l, L->n_embd, &ly0->attn_norm));
         TELA_TRY(load_layer_vec(m, nm->ffn_norm, l, L->n_embd, &ly0->ffn_norm));
-        if (L->world == 1) {
-            TELA_TRY(load_layer_mat(m, nm->wq, l, q_dim, L->n_embd, &ly0->wq));
-            TELA_TRY(load_layer_mat(m, nm->wk, l, k_dim, L->n_embd, &ly0->wk));
-            TELA_TRY(load_layer_mat(m, nm->wv, l, v_dim, L->n_embd, &ly0->wv));
-            TELA_TRY(load_layer_mat(m, nm->wo, l, L->n_embd, o_in, &ly0->wo));
-            TELA_TRY(load_layer_mat(m, nm->w_gate, l, L->n_ff, L->n_embd, &ly0->ffn.w_gate));
-            TELA_TRY(load_layer_mat(m, nm->w_up, l, L->n_ff, L->n_embd, &ly0->ffn.w_up));
-            TELA_TRY(load_layer_mat(m, nm->w_down, l, L->n_embd, L->n_ff, &ly0->ffn.w_down));
-            continue;
-        }
         for (int r = 0; r < L->world; r++) { /* the norms are whole on every rank */
             llama_layer *ly = &L->rank_layers[r][l];
             ly->attn_norm = ly0->attn_norm;
