@@ -27,9 +27,12 @@ static int32_t *ints(const cJSON *arr, int *n) {
     return v;
 }
 
+static int fixture_tp; /* the models' tensor_parallel (0: none) */
+
 static tela_model *load_on(const char *path, const char *device) {
     tela_model_params mp = tela_model_default_params();
     mp.device = device;
+    mp.tensor_parallel = fixture_tp;
     tela_model *m = NULL;
     tela_status s = tela_model_load(path, &mp, &m);
     CHECK_MSG(s == TELA_OK, "loading %s on %s: %s", path, device, tela_last_error());

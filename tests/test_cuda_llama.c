@@ -19,6 +19,8 @@
  *     continue, restore, continue gives identical logits.
  *   - A KV cache that does not fit fails with the numbers, and the model
  *     stays usable.
+ *   - Tensor parallelism's split layers (2 ranks on the one GPU) within
+ *     the same bounds of the reference on two of the fixtures.
  * Skipped (77) without CUDA or a GPU; parts skip without their files. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -139,6 +141,15 @@ int main(void) {
             check_fixture(dir, "llama-tied-f16.gguf", "llama-tied", fast ? 2e-2 : 1e-3, fast);
             check_shared("llama-d1", fast ? 2e-2 : 1e-4);
         }
+        /* the layers split over two ranks (tensor parallelism; the ranks
+         * share the one GPU): the same bounds */
+        fixture_tp = 2;
+        for (int fast = 0; fast < 2; fast++) {
+            tela_ops_set_exact_matmul(!fast);
+            check_fixture(dir, "llama-gqa-f32.gguf", "llama-gqa", fast ? 2e-2 : 1e-4, fast);
+            check_fixture(dir, "llama-tied-f16.gguf", "llama-tied", fast ? 2e-2 : 1e-3, fast);
+        }
+        fixture_tp = 0;
         tela_ops_set_exact_matmul(false);
     }
     char tmp[] = "/tmp/tela-cuda-XXXXXX";
