@@ -1,11 +1,12 @@
 /* test_cuda_fixture.h: what the CUDA end-to-end tests (test_cuda_llama.c,
- * test_cuda_qwen35.c) share: loading a model on a device, the error of a
+ * test_cuda_qwen35.c) and test_llama_tp.c (on the CPU) share: loading a model on a device, the error of a
  * logits row relative to the range of the reference row, and the parity
  * checks against the transformers references of tests/fixtures (every
  * position, then greedy tokens picked on the GPU) and of ../shared's d1
  * models (last positions); random-weight files made by tela-mkmodel and
  * tela quantize; cached decode against prefill, graphs against eager
- * launches, snapshots. Static functions: included by one test each. */
+ * launches, snapshots. Static inline functions (a test uses some of
+ * them): included by one test each. */
 #ifndef TELA_TEST_CUDA_FIXTURE_H
 #define TELA_TEST_CUDA_FIXTURE_H
 
@@ -20,16 +21,17 @@
 #include "tela/tela.h"
 #include "test.h"
 
-static int32_t *ints(const cJSON *arr, int *n) {
+static inline int32_t *ints(const cJSON *arr, int *n) {
     *n = cJSON_GetArraySize(arr);
     int32_t *v = malloc(sizeof(int32_t) * (size_t)(*n ? *n : 1));
     for (int i = 0; i < *n; i++) v[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
     return v;
 }
 
-static int fixture_tp; /* the models' tensor_parallel (0: none) */
+static int fixture_tp;                        /* the models' tensor_parallel (0: none) */
+static const char *fixture_device = "cuda";   /* where check_fixture runs them */
 
-static tela_model *load_on(const char *path, const char *device) {
+static inline tela_model *load_on(const char *path, const char *device) {
     tela_model_params mp = tela_model_default_params();
     mp.device = device;
     mp.tensor_parallel = fixture_tp;
@@ -40,7 +42,7 @@ static tela_model *load_on(const char *path, const char *device) {
 }
 
 
-static void check_fixture(const char *dir, const char *gguf, const char *ref_name, double tol, int fast) {
+static inline void check_fixture(const char *dir, const char *gguf, const char *ref_name, double tol, int fast) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s.json", dir, ref_name);
     char *json = test_read_file(path, NULL);
@@ -53,7 +55,7 @@ static void check_fixture(const char *dir, const char *gguf, const char *ref_nam
     float *ref_logits = (float *)test_read_file(path, &logits_len);
     int V = (int)cJSON_GetObjectItem(ref, "n_vocab")->valuedouble;
     snprintf(path, sizeof path, "%s/%s", dir, gguf);
-    tela_model *m = load_on(path, "cuda");
+    tela_model *m = load_on(path, fixture_device);
     if (!m || !ref_logits) goto done;
     const cJSON *prompts = cJSON_GetObjectItem(ref, "prompts");
     for (int pi = 0; pi < cJSON_GetArraySize(prompts); pi++) {
@@ -83,8 +85,8 @@ static void check_fixture(const char *dir, const char *gguf, const char *ref_nam
             if (mx - mn > max_range) max_range = mx - mn;
             if (!(e <= worst)) worst = e, worst_row = t;
         }
-        CHECK_MSG(worst <= tol, "cuda %s (%s) prompt %d: logits at position %d off by %g of the range (bound %g)", gguf,
-                  fast ? "fast" : "exact", pi, worst_row, worst, tol);
+        CHECK_MSG(worst <= tol, "%s %s (%s, %d ranks) prompt %d: logits at position %d off by %g of the range (bound %g)",
+                  fixture_device, gguf, fast ? "fast" : "exact", fixture_tp, pi, worst_row, worst, tol);
         tela_generate_params gp = tela_generate_default_params();
         gp.sampler.temperature = 0.0f;
         gp.max_tokens = n_greedy;
@@ -101,8 +103,8 @@ static void check_fixture(const char *dir, const char *gguf, const char *ref_nam
             }
             if (cJSON_GetArrayItem(gm, i)->valuedouble < (fast ? 2 * tol * max_range : 0.01)) break;
         }
-        CHECK_MSG(mismatch < 0, "cuda %s prompt %d: greedy step %d gives %d, reference %d", gguf, pi, mismatch,
-                  mismatch >= 0 ? out[mismatch] : 0, mismatch >= 0 ? greedy[mismatch] : 0);
+        CHECK_MSG(mismatch < 0, "%s %s (%d ranks) prompt %d: greedy step %d gives %d, reference %d", fixture_device, gguf,
+                  fixture_tp, pi, mismatch, mismatch >= 0 ? out[mismatch] : 0, mismatch >= 0 ? greedy[mismatch] : 0);
         tela_session_free(s);
         free(got);
         free(ids);
@@ -116,7 +118,7 @@ done:
 
 /* A d1 model from ../shared (name: "llama-d1", "qwen35-d1"): the
  * last-position logits of each prompt of refs-d1.json[name]. */
-static void check_shared(const char *name, double tol) {
+static inline void check_shared(const char *name, double tol) {
     const char *sh = getenv("TELA_SHARED_DIR");
     if (!sh) return;
     char path[1200];
@@ -163,7 +165,7 @@ static void check_shared(const char *name, double tol) {
 
 
 /* Logits of every position of a prompt evaluated in one call. */
-static float *eval_all(tela_model *m, const int32_t *ids, int n) {
+static inline float *eval_all(tela_model *m, const int32_t *ids, int n) {
     const int V = tela_model_get_info(m)->n_vocab;
     float *v = malloc(sizeof(float) * (size_t)n * V);
     tela_session *s = NULL;
@@ -173,7 +175,7 @@ static float *eval_all(tela_model *m, const int32_t *ids, int n) {
     return v;
 }
 
-static int run(const char *cmd) {
+static inline int run(const char *cmd) {
     int rc = system(cmd);
     CHECK_MSG(rc == 0, "command failed (%d): %s", rc, cmd);
     return rc;
@@ -183,7 +185,7 @@ static int run(const char *cmd) {
  * (f32, f16, bf16 from tela-mkmodel; the rest by 'tela quantize' of the
  * f32 file), made once in dir as STEM-TYPE.gguf; its path into path.
  * Returns 0 when it is there; nonzero without TELA_BIN or on a failure. */
-static int typed_model(const char *dir, const char *preset, const char *stem, const char *type, char *path,
+static inline int typed_model(const char *dir, const char *preset, const char *stem, const char *type, char *path,
                        size_t cap) {
     const char *bin = getenv("TELA_BIN");
     if (!bin) return 1;
@@ -209,7 +211,7 @@ static int typed_model(const char *dir, const char *preset, const char *stem, co
  * graphs and one without (TELA_CUDA_GRAPHS=0) give the same bits; a
  * snapshot after step snap_at, five more steps, a restore and the same
  * five steps again give the same bits. */
-static void check_decode_steps(tela_model *m, const int32_t *ids, int n, const float *full, int snap_at, double tol,
+static inline void check_decode_steps(tela_model *m, const int32_t *ids, int n, const float *full, int snap_at, double tol,
                                const char *label) {
     const int V = tela_model_get_info(m)->n_vocab;
     tela_session *a = NULL, *b = NULL;
