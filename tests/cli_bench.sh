@@ -4,7 +4,9 @@
 # the build and both tests (pp8, tg4); --json prints one object per test
 # with the fields llama-bench's JSON has (test, n_prompt, n_gen, avg_ts,
 # stddev_ts, threads, model_type, model_size) and the values asked for;
-# --help and bad options behave. Speed itself is not checked.
+# --tensor-parallel splits the F32 fixture over 2 ranks (and is refused,
+# with the counts, where the KV heads do not split); --help and bad
+# options behave. Speed itself is not checked.
 set -u
 TELA=${TELA_BIN:?TELA_BIN is not set}
 M=${TELA_SOURCE_DIR:?TELA_SOURCE_DIR is not set}/tests/fixtures/llama/llama-gqa-q8_0.gguf
@@ -48,6 +50,18 @@ PY
     then ok "json lines"; else bad "json output: $(cat "$tmp/out.json")"; fi
 else
     bad "tela bench --json failed: $(cat "$tmp/err.txt")"
+fi
+
+F32=${TELA_SOURCE_DIR}/tests/fixtures/llama/llama-gqa-f32.gguf
+if "$TELA" bench -m "$F32" --tensor-parallel 2 -p 8 -n 4 -r 1 -t 2 --device cpu >"$tmp/tp.txt" 2>"$tmp/err.txt"; then
+    grep -Eq '\| +tg4 \| +[0-9.]+ ± [0-9.]+ \|$' "$tmp/tp.txt" && ok "--tensor-parallel 2" || bad "no tg4 row with --tensor-parallel 2"
+else
+    bad "tela bench --tensor-parallel 2 failed: $(cat "$tmp/err.txt")"
+fi
+if "$TELA" bench -m "$F32" --tensor-parallel 3 -p 8 -n 4 -r 1 --device cpu >/dev/null 2>"$tmp/err.txt"; then
+    bad "--tensor-parallel 3 accepted (2 KV heads)"
+else
+    grep -q '2 KV heads do not split over 3 ranks' "$tmp/err.txt" && ok "--tensor-parallel 3 refused" || bad "--tensor-parallel 3 message: $(cat "$tmp/err.txt")"
 fi
 
 "$TELA" bench --help | grep -q 'usage: tela bench' && ok "--help" || bad "--help"

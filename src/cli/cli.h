@@ -91,6 +91,7 @@ typedef struct cli_gen_opts {
     tela_spec_params spec;      /* --spec, --draft-max, --spec-ngram-min/max */
     const char *draft_path;     /* --draft MODEL */
     int32_t draft_vocab;        /* --draft-vocab: tela_model_params.mtp_draft_vocab */
+    long long tensor_parallel;  /* --tensor-parallel (0: none) */
 } cli_gen_opts;
 
 /* The defaults, with the command's default reply length. */

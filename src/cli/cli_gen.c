@@ -288,6 +288,8 @@ void cli_gen_print_help(FILE *f) {
             "      --kv-type T          KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
             "                           (default: f16 on a GPU, f32 on the CPU)\n"
             "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
+            "      --tensor-parallel N  split each layer over N ranks (Llama; the ranks share the one device\n"
+            "                           for now: a check of the split, not faster)\n"
             "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"
             "                           (default: what is available; more fails with the numbers)\n"
             "      --profile[=json]     time every phase (operations per kind and weight type, sampling,\n"
@@ -307,7 +309,7 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
     }
     static const char *const with_value[] = {"-m", "--model", "--system", "--template-file", "-n", "--n-predict",
                                              "-t", "--threads", "-c", "--ctx-size", "--device", "--kv-type",
-                                             "--skip-layers", "--mem-budget", NULL};
+                                             "--skip-layers", "--mem-budget", "--tensor-parallel", NULL};
     int known = 0;
     for (const char *const *p = with_value; *p; p++) known |= !strcmp(a, *p);
     if (!known) return 0;
@@ -327,6 +329,8 @@ int cli_gen_parse_option(const char *cmd, int argc, char **argv, int *i, cli_gen
         o->mem_budget = val;
     } else if (IS("--skip-layers")) {
         if (cli_parse_skip_layers(cmd, val, o->skip_layers, &o->n_skip_layers)) return -1;
+    } else if (IS("--tensor-parallel")) {
+        if (cli_parse_int(a, val, 1, 64, &o->tensor_parallel)) return -1;
     } else if (IS("--kv-type")) {
         if (cli_parse_kv_type(cmd, val, &o->kv_type)) return -1;
     } else if (cli_parse_int(a, val, 0, INT32_MAX, &o->n_ctx)) { /* -c, --ctx-size */
@@ -369,6 +373,7 @@ int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
     mp.verbose = 1;
     mp.load_mtp = o->spec.method == TELA_SPEC_MTP;
     mp.mtp_draft_vocab = o->draft_vocab;
+    mp.tensor_parallel = (int)o->tensor_parallel;
     if (tela_model_load(o->model_path, &mp, &g->model) != TELA_OK) {
         fprintf(stderr, "tela %s: %s\n", cmd, tela_last_error());
         return -1;
@@ -379,6 +384,7 @@ int cli_gen_load(const char *cmd, const cli_gen_opts *o, cli_gen *g) {
     if (o->draft_path) {
         mp.skip_layers = NULL;
         mp.n_skip_layers = 0;
+        mp.tensor_parallel = 0; /* the draft model stays whole */
         if (tela_model_load(o->draft_path, &mp, &g->draft_model) != TELA_OK) {
             fprintf(stderr, "tela %s: the draft model: %s\n", cmd, tela_last_error());
             return -1;

@@ -34,6 +34,8 @@ static void usage(FILE *f) {
             "      --kv-type T      KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
             "                       (default: f16 on a GPU, f32 on the CPU)\n"
             "      --skip-layers L  bypass these decoder layers (comma-separated)\n"
+            "      --tensor-parallel N  split each layer over N ranks (Llama; the ranks share the one\n"
+            "                       device for now: a check of the split, not faster)\n"
             "      --mem-budget B   memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
             "      --profile[=json] time every phase over all the tests; a table (or JSON) on stderr\n"
             "  -np, --parallel P,.. also decode with P sequences at once through the batching engine:\n"
@@ -135,7 +137,7 @@ fail:
 
 int tela_cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *device = NULL, *mem_budget = NULL;
-    long long n_prompt[8] = {512}, n_gen[8] = {128}, depth[8] = {0}, n_threads = 0, reps = 5;
+    long long n_prompt[8] = {512}, n_gen[8] = {128}, depth[8] = {0}, n_threads = 0, reps = 5, tp = 0;
     int np_n = 1, ng_n = 1, nd_n = 1, json = 0, profile = 0;
     cli_bench_opts bo;
     memset(&bo, 0, sizeof bo);
@@ -183,6 +185,9 @@ int tela_cmd_bench(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
             if (parse_list(a, val, 0, 1 << 22, depth, 8, &nd_n)) return 2;
+            i++;
+        } else if (!strcmp(a, "--tensor-parallel")) {
+            if (cli_parse_int(a, val, 1, 64, &tp)) return 2;
             i++;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (cli_parse_int(a, val, 1, 1024, &n_threads)) return 2;
@@ -243,6 +248,7 @@ int tela_cmd_bench(int argc, char **argv) {
     mp.n_skip_layers = n_skip;
     mp.load_mtp = bo.spec.method == TELA_SPEC_MTP;
     mp.mtp_draft_vocab = bo.draft_vocab;
+    mp.tensor_parallel = (int)tp;
     tela_model *m = NULL;
     if (tela_model_load(model_path, &mp, &m) != TELA_OK) {
         fprintf(stderr, "tela bench: %s\n", tela_last_error());

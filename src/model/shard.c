@@ -11,25 +11,25 @@ tela_status tela_shard_plan_check(const tela_shard_dims *d, int world) {
     if (world == 1) return TELA_OK;
     if (d->n_kv_head % world)
         return tela_errorf(TELA_ERR_UNSUPPORTED,
-                           "tensor parallelism: %d KV heads do not split over %d GPUs (attention is split by KV head)",
+                           "tensor parallelism: %d KV heads do not split over %d ranks (attention is split by KV head)",
                            d->n_kv_head, world);
     if (d->n_head % d->n_kv_head)
         return tela_errorf(TELA_ERR_FORMAT, "tensor parallelism: %d query heads are not a multiple of %d KV heads",
                            d->n_head, d->n_kv_head);
     if (d->n_ff % world)
-        return tela_errorf(TELA_ERR_UNSUPPORTED, "tensor parallelism: the FFN's %lld rows do not split over %d GPUs",
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "tensor parallelism: the FFN's %lld rows do not split over %d ranks",
                            (long long)d->n_ff, world);
     if (d->gdn_nk > 0) {
         if (d->gdn_nk % world)
             return tela_errorf(TELA_ERR_UNSUPPORTED,
-                               "tensor parallelism: %d Gated DeltaNet key heads do not split over %d GPUs",
+                               "tensor parallelism: %d Gated DeltaNet key heads do not split over %d ranks",
                                d->gdn_nk, world);
         if (d->gdn_nv % d->gdn_nk || d->gdn_nv / d->gdn_nk > TELA_SHARD_MAX_RANGES - 2)
             return tela_errorf(TELA_ERR_UNSUPPORTED,
                                "tensor parallelism: %d Gated DeltaNet value heads for %d key heads", d->gdn_nv,
                                d->gdn_nk);
     }
-    if (d->n_vocab < world) return tela_errorf(TELA_ERR_ARG, "tensor parallelism: a vocabulary of %lld for %d GPUs",
+    if (d->n_vocab < world) return tela_errorf(TELA_ERR_ARG, "tensor parallelism: a vocabulary of %lld for %d ranks",
                                                (long long)d->n_vocab, world);
     return TELA_OK;
 }
@@ -143,7 +143,7 @@ tela_status tela_shard_check_type(const tela_shard *s, tela_type type, const cha
         if (s->begin[i] % tr->block_size || s->count[i] % tr->block_size)
             return tela_errorf(TELA_ERR_UNSUPPORTED,
                                "%s: a tensor-parallel shard's edge at column %lld splits a %s block of %lld "
-                               "(choose fewer GPUs or another quantization)",
+                               "(choose fewer ranks or another quantization)",
                                tensor, (long long)(s->begin[i] % tr->block_size ? s->begin[i] : s->begin[i] + s->count[i]),
                                tr->name, (long long)tr->block_size);
     return TELA_OK;
