@@ -210,8 +210,8 @@ void tela_model_probe(tela_model_io *io, int layer, const float *x, int n_tok, i
     if (io->probe_status == TELA_OK) io->probe(io->probe_user, layer, io->probe_buf, n_embd);
 }
 
-void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *norm, float eps, const float *x,
-                            float *xb, int n_embd, const tela_model_step *step, tela_model_io *io) {
+void tela_model_output_head(tela_exec *ex, const tela_mat *parts, int n_parts, const float *norm, float eps,
+                            const float *x, float *xb, int n_embd, const tela_model_step *step, tela_model_io *io) {
     if (step->rows == 0) return;
     const float *first = x + (size_t)(step->n_tok - step->rows) * n_embd;
     if (step->row_idx) { /* a batched step: the rows that want logits, gathered */
@@ -219,9 +219,12 @@ void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *
         first = xb;
     }
     const tela_norm_in nrm = {norm, eps, xb};
-    const tela_matmul_target t = {output, step->logits, io->n_vocab};
+    tela_matmul_target t[TELA_MODEL_MAX_RANKS];
+    int64_t col = 0;
+    for (int i = 0; i < n_parts && i < TELA_MODEL_MAX_RANKS; col += parts[i].n_rows, i++)
+        t[i] = (tela_matmul_target){&parts[i], step->logits + col, io->n_vocab};
     tela_exec_profile_phase(ex, "output head");
-    tela_exec_norm_matmul_many(ex, &nrm, &t, 1, first, n_embd, step->rows);
+    tela_exec_norm_matmul_many(ex, &nrm, t, n_parts, first, n_embd, step->rows);
     tela_exec_profile_phase(ex, NULL);
     if (step->pick)
         tela_exec_argmax(ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);

@@ -32,9 +32,10 @@
  * columns of wo) and 1/N of the FFN (rows of gate and up; columns of
  * down), and its own KV cache of its KV heads. The products through wo and
  * down then give partial sums of the residual update, which are added up
- * (the all-reduce) before the residual add. The ranks run one after
- * another on the model's one device for now; the embedding and the head
- * are whole on every rank. */
+ * (the all-reduce) before the residual add. The output head is split by
+ * vocabulary, each rank filling its columns of the logits. The ranks run
+ * one after another on the model's one device for now; the embedding is
+ * whole on every rank. */
 #include "backend/cpu/ops.h" /* the naive oracle runs on the host */
 #include "model/model.h"
 #include "util/error.h"
@@ -62,6 +63,8 @@ typedef struct llama_model {
     const double *inv_freq_b;
     tela_rope_mode rope_mode;
     tela_mat tok_embd, output;
+    tela_mat *heads;         /* the output head as the ranks hold it: world row ranges of the vocabulary
+                                in order (&output at world 1) */
     float *output_norm;
     const float *output_norm_b;
     llama_layer *layers;     /* rank 0's (the whole layers without tensor parallelism) */
@@ -183,6 +186,18 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
     } else {
         TELA_TRY(tela_model_get_mat(m, nm->output, L->n_vocab, L->n_embd, false, &L->output));
     }
+    L->heads = &L->output;
+    if (L->world > 1) { /* the head by vocabulary: rank r's rows of the logits */
+        L->heads = tela_model_alloc(m, (size_t)L->world * sizeof *L->heads);
+        if (!L->heads) return TELA_ERR_NOMEM;
+        const tela_shard_dims d = shard_dims(L);
+        for (int r = 0; r < L->world; r++) {
+            tela_shard sh;
+            tela_shard_of(&d, TELA_ROLE_OUTPUT, r, L->world, &sh);
+            TELA_TRY(tela_model_get_mat_shard(m, tied ? nm->tok_embd : nm->output, L->n_vocab, L->n_embd, &sh,
+                                              &L->heads[r]));
+        }
+    }
     L->rank_layers = tela_model_alloc(m, (size_t)L->world * sizeof *L->rank_layers);
     if (!L->rank_layers) return TELA_ERR_NOMEM;
     for (int r = 0; r < L->world; r++) {
@@ -217,7 +232,7 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
 static tela_status prepare_backend(tela_model *m, llama_model *L) {
     TELA_TRY(tela_model_const(m, L->inv_freq, (size_t)(L->n_rot / 2) * sizeof(double), (const void **)&L->inv_freq_b));
     TELA_TRY(tela_model_const(m, L->output_norm, (size_t)L->n_embd * sizeof(float), (const void **)&L->output_norm_b));
-    const size_t cap = 2 + (size_t)L->n_layer * 7 * (size_t)L->world;
+    const size_t cap = 1 + (size_t)L->world * (1 + (size_t)L->n_layer * 7);
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = malloc(cap * sizeof *uses);
     if (!list || !uses) {
@@ -229,8 +244,10 @@ static tela_status prepare_backend(tela_model *m, llama_model *L) {
     tela_status s = TELA_OK;
     uses[n] = TELA_MAT_ROWS;
     list[n++] = &L->tok_embd;
-    uses[n] = TELA_MAT_MATMUL;
-    list[n++] = &L->output;
+    for (int r = 0; r < L->world; r++) {
+        uses[n] = TELA_MAT_MATMUL;
+        list[n++] = &L->heads[r];
+    }
     for (int l = 0; l < L->n_layer && s == TELA_OK; l++) {
         if (L->skip && L->skip[l]) continue; /* a skipped layer's weights stay in the file */
         llama_layer *ly0 = &L->layers[l];
@@ -619,7 +636,7 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
     const llama_model *L = m->impl;
     llama_state *s = state;
     forward_step(L, s, &s->io.batch);
-    tela_model_output_head(s->ex, &L->output, L->output_norm_b, L->eps, s->x, s->xb, L->n_embd, step, &s->io);
+    tela_model_output_head(s->ex, L->heads, L->world, L->output_norm_b, L->eps, s->x, s->xb, L->n_embd, step, &s->io);
 }
 
 static tela_status llama_forward_batch(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,

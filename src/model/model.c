@@ -227,10 +227,10 @@ tela_status tela_model_load(const char *path, const tela_model_params *params, t
     m->load_mtp = p.load_mtp;
     m->mtp_draft_vocab = p.mtp_draft_vocab;
     m->device_req = p.device;
-    if (p.tensor_parallel < 0 || p.tensor_parallel > 64) {
+    if (p.tensor_parallel < 0 || p.tensor_parallel > TELA_MODEL_MAX_RANKS) {
         tela_model_free(m);
-        return tela_errorf(TELA_ERR_ARG, "tela_model_load: tensor_parallel %d is not between 1 and 64",
-                           p.tensor_parallel);
+        return tela_errorf(TELA_ERR_ARG, "tela_model_load: tensor_parallel %d is not between 1 and %d",
+                           p.tensor_parallel, TELA_MODEL_MAX_RANKS);
     }
     m->tp_world = p.tensor_parallel > 1 ? p.tensor_parallel : 1;
     if (p.n_skip_layers > 0) {

@@ -315,11 +315,17 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
 tela_status tela_model_run_batch(const tela_model *m, void *state, tela_model_step_fn fn, tela_model_io *io,
                                  const tela_seq_run *runs, int n_runs, float *logits, int32_t *picks);
 
+/* The most ranks tensor parallelism splits a model over
+ * (tela_model_params.tensor_parallel). */
+#define TELA_MODEL_MAX_RANKS 64
+
 /* The output head of a step of step->n_tok hidden states x (rows of
  * n_embd): logits = W_output rmsnorm(x) * norm for the rows step asks for,
- * and the greedy pick. xb is scratch of n_tok rows. */
-void tela_model_output_head(tela_exec *ex, const tela_mat *output, const float *norm, float eps, const float *x,
-                            float *xb, int n_embd, const tela_model_step *step, tela_model_io *io);
+ * and the greedy pick. W_output is n_parts matrices, the vocabulary's rows
+ * in order (tensor parallelism splits it by vocabulary; 1 otherwise), each
+ * filling its columns of the logits. xb is scratch of n_tok rows. */
+void tela_model_output_head(tela_exec *ex, const tela_mat *parts, int n_parts, const float *norm, float eps,
+                            const float *x, float *xb, int n_embd, const tela_model_step *step, tela_model_io *io);
 
 /* Hands the last of n_tok hidden-state rows (backend memory) to the probe
  * of a probed evaluation, as the state after `layer` (-1: the embedding). */

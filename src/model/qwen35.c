@@ -1295,7 +1295,7 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     forward_step(Q, s, &s->io.batch);
-    tela_model_output_head(s->ex, &Q->output, Q->output_norm_b, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
+    tela_model_output_head(s->ex, &Q->output, 1, Q->output_norm_b, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
     if (s->mtp_kv && !s->io.batch.seqs) mtp_catch_up(Q, s, &s->io.batch);
     else if (s->mtp_kv) mtp_catch_up_batch(Q, s, &s->io.batch);
 }
