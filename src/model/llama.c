@@ -505,7 +505,8 @@ static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const 
     };
     tela_backend *be = tela_exec_backend(ex);
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && st == TELA_OK; i++)
-        if (acts[i].floats) st = tela_backend_alloc(be, acts[i].floats * sizeof(float), acts[i].what, (void **)acts[i].buf);
+        if (acts[i].floats)
+            st = tela_backend_alloc(be, acts[i].floats * sizeof(float), acts[i].what, (void **)acts[i].buf);
     if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, L->n_vocab, L->n_embd, s->n_batch);
     if (st != TELA_OK) {
         llama_state_free(s);
