@@ -220,11 +220,12 @@ void tela_model_output_head(tela_exec *ex, const tela_mat *parts, int n_parts, c
     }
     const tela_norm_in nrm = {norm, eps, xb};
     tela_matmul_target t[TELA_MODEL_MAX_RANKS];
+    const int n = n_parts < TELA_MODEL_MAX_RANKS ? n_parts : TELA_MODEL_MAX_RANKS; /* (loading caps the ranks) */
     int64_t col = 0;
-    for (int i = 0; i < n_parts && i < TELA_MODEL_MAX_RANKS; col += parts[i].n_rows, i++)
+    for (int i = 0; i < n; col += parts[i].n_rows, i++)
         t[i] = (tela_matmul_target){&parts[i], step->logits + col, io->n_vocab};
     tela_exec_profile_phase(ex, "output head");
-    tela_exec_norm_matmul_many(ex, &nrm, t, n_parts, first, n_embd, step->rows);
+    tela_exec_norm_matmul_many(ex, &nrm, t, n, first, n_embd, step->rows);
     tela_exec_profile_phase(ex, NULL);
     if (step->pick)
         tela_exec_argmax(ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);

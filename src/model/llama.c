@@ -563,16 +563,22 @@ static tela_status llama_state_load(const tela_model *m, void *state, int32_t n_
 
 /* ------------------------------------------------------------ forward */
 
-/* Layer l split over the ranks, one rank after another: each adds its
- * part of wo's product (its heads) into s->part, which is then added to
- * the residual (the all-reduce, then the residual add); the same for the
- * FFN's down product (its part of the inner dimension). */
-static void layer_ranks(const llama_model *L, llama_state *s, const tela_batch *b, int l, int kl) {
+/* Decoder layer l: attention, then the feed-forward block, each adding
+ * its output to the residual stream s->x. Split over ranks (tensor
+ * parallelism), each rank in turn adds its part of wo's product (its
+ * heads) into s->part, which is then added to the residual (the
+ * all-reduce, then the residual add); the same for the FFN's down product
+ * (its part of the inner dimension). With one rank the products add into
+ * s->x directly. */
+static void layer(const llama_model *L, llama_state *s, const tela_batch *b, int l, int kl) {
     tela_exec *ex = s->ex;
     const int nt = b->n_tok, E = L->n_embd;
     const int64_t q_dim = (int64_t)L->r_head * L->head_dim, k_dim = (int64_t)L->r_kv_head * L->head_dim;
     const int64_t v_dim = (int64_t)L->r_kv_head * L->v_dim, att_dim = (int64_t)L->r_head * L->v_dim;
     const float scale = (float)(1.0 / sqrt((double)L->head_dim));
+    const bool split = L->world > 1;
+    float *update = split ? s->part : s->x;
+    /* attention */
     for (int r = 0; r < L->world; r++) {
         const llama_layer *ly = &L->rank_layers[r][l];
         const tela_norm_in norm = {ly->attn_norm_b, L->eps, s->xb};
@@ -581,17 +587,18 @@ static void layer_ranks(const llama_model *L, llama_state *s, const tela_batch *
         tela_exec_rope_store(ex, s->kv[r], kl, s->q, q_dim, L->r_head, s->k, k_dim, s->v, v_dim, b, s->cs, L->n_rot,
                              L->rope_mode);
         tela_exec_attention(ex, s->kv[r], kl, s->q, q_dim, s->att, att_dim, b, L->r_head, scale);
-        tela_exec_matmul(ex, &ly->wo, s->att, att_dim, s->part, E, nt, r > 0);
+        tela_exec_matmul(ex, &ly->wo, s->att, att_dim, update, E, nt, !split || r > 0);
     }
-    tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+    if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+    /* feed-forward */
     tela_exec_profile_phase(ex, "FFN");
     for (int r = 0; r < L->world; r++) {
         const tela_model_ffn *f = &L->rank_layers[r][l].ffn;
         const tela_norm_in norm = {f->norm, L->eps, s->xb};
         tela_exec_norm_matmul_swiglu(ex, &norm, &f->w_gate, &f->w_up, s->x, E, s->gate, L->r_ff, nt);
-        tela_exec_matmul(ex, &f->w_down, s->gate, L->r_ff, s->part, E, nt, r > 0);
+        tela_exec_matmul(ex, &f->w_down, s->gate, L->r_ff, update, E, nt, !split || r > 0);
     }
-    tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+    if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
     tela_exec_profile_phase(ex, NULL);
 }
 
@@ -600,35 +607,12 @@ static void layer_ranks(const llama_model *L, llama_state *s, const tela_batch *
 static void forward_step(const llama_model *L, llama_state *s, const tela_batch *b) {
     tela_exec *ex = s->ex;
     const int nt = b->n_tok, E = L->n_embd;
-    const int64_t q_dim = (int64_t)L->n_head * L->head_dim, k_dim = (int64_t)L->n_kv_head * L->head_dim;
-    const int64_t v_dim = (int64_t)L->n_kv_head * L->v_dim, att_dim = (int64_t)L->n_head * L->v_dim;
-    const float scale = (float)(1.0 / sqrt((double)L->head_dim));
-
     tela_exec_rope_table(ex, s->cs, b, L->inv_freq_b, L->n_rot);
     tela_exec_get_rows(ex, &L->tok_embd, b->tokens, nt, s->x, E);
     tela_model_probe(&s->io, -1, s->x, nt, E);
     for (int l = 0; l < L->n_layer; l++) {
-        const llama_layer *ly = &L->layers[l];
         const int kl = L->kv_slot[l];
-        if (kl < 0) { /* skipped: the residual stream passes unchanged */
-            tela_model_probe(&s->io, l, s->x, nt, E);
-            continue;
-        }
-        if (L->world > 1) {
-            layer_ranks(L, s, b, l, kl);
-            tela_model_probe(&s->io, l, s->x, nt, E);
-            continue;
-        }
-        /* attention */
-        const tela_norm_in norm = {ly->attn_norm_b, L->eps, s->xb};
-        const tela_matmul_target qkv[3] = {{&ly->wq, s->q, q_dim}, {&ly->wk, s->k, k_dim}, {&ly->wv, s->v, v_dim}};
-        tela_exec_norm_matmul_many(ex, &norm, qkv, 3, s->x, E, nt);
-        tela_exec_rope_store(ex, s->kv[0], kl, s->q, q_dim, L->n_head, s->k, k_dim, s->v, v_dim, b, s->cs, L->n_rot,
-                             L->rope_mode);
-        tela_exec_attention(ex, s->kv[0], kl, s->q, q_dim, s->att, att_dim, b, L->n_head, scale);
-        tela_exec_matmul(ex, &ly->wo, s->att, att_dim, s->x, E, nt, true);
-        /* feed-forward */
-        tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, L->eps);
+        if (kl >= 0) layer(L, s, b, l, kl); /* else skipped: the residual stream passes unchanged */
         tela_model_probe(&s->io, l, s->x, nt, E);
     }
 }
