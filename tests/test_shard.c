@@ -2,13 +2,16 @@
  * Llama-3.x and Qwen3.5 shapes, checked against what the plan must mean,
  * computed here independently of it:
  *   - every sharded tensor's ranges over the ranks cover its rows or
- *     columns exactly once (a partition), for 1, 2, 4 and 8 ranks;
+ *     columns exactly once (a partition; wk and wv rows world / n_kv_head
+ *     times with more ranks than KV heads), for 1 to 16 ranks;
  *   - each rank's heads agree across tensors: the query heads of its wq
  *     rows read only KV heads of its wk/wv rows and are its wo columns;
  *     the value heads of its DeltaNet tensors (z, v part of qkv, conv,
  *     beta/alpha/A/dt, out_proj columns) use only key heads of its q/k
  *     rows, in both value-head orders (HF, and llama.cpp's tiled GGUF);
  *   - a few ranges worked out by hand for the 8B and the 27B;
+ *   - more ranks than KV heads: each KV head copied to world / n_kv_head
+ *     ranks (those taking its query heads), worked out by hand for the 2B;
  *   - the refusals (KV heads or key heads that do not divide) and the
  *     block-boundary check of quantized column shards;
  *   - the plan's lengths against real files (the demo models, the test
@@ -49,13 +52,16 @@ static int64_t axis_len(const tela_shard_dims *d, tela_shard_role role) {
 
 static bool is_gdn(tela_shard_role r) { return r >= TELA_ROLE_GDN_QKV && r <= TELA_ROLE_GDN_OUT; }
 
-/* mark[i] = the rank holding unit i of the axis (-1: none, -2: twice) */
+/* mark[i] = how many ranks hold unit i of the axis: one each, except the
+ * rows of wk and wv with more ranks than KV heads, which world / n_kv_head
+ * ranks hold copies of */
 static void test_partition(const char *what, const tela_shard_dims *d, int world) {
     for (int role = TELA_ROLE_TOKEN_EMBD; role < TELA_ROLE_COUNT; role++) {
         if (is_gdn(role) && !d->gdn_nk) continue;
         const int64_t n = axis_len(d, role);
-        int *mark = malloc(sizeof(int) * (size_t)n);
-        for (int64_t i = 0; i < n; i++) mark[i] = -1;
+        const bool kv = role == TELA_ROLE_WK || role == TELA_ROLE_WV;
+        const int copies = kv && world > d->n_kv_head ? world / d->n_kv_head : 1;
+        int *mark = calloc((size_t)n, sizeof(int));
         bool ok = true;
         const tela_shard_axis want = role == TELA_ROLE_WO || role == TELA_ROLE_FFN_DOWN || role == TELA_ROLE_GDN_OUT
                                          ? TELA_SHARD_COLS
@@ -71,12 +77,14 @@ static void test_partition(const char *what, const tela_shard_dims *d, int world
             for (int k = 0; k < s.n_ranges; k++) {
                 ok = ok && s.begin[k] >= 0 && s.count[k] > 0 && s.begin[k] + s.count[k] <= n;
                 if (k > 0) ok = ok && s.begin[k] > s.begin[k - 1] + s.count[k - 1]; /* ordered, not adjacent */
-                for (int64_t i = s.begin[k]; ok && i < s.begin[k] + s.count[k]; i++) mark[i] = mark[i] == -1 ? r : -2;
+                for (int64_t i = s.begin[k]; ok && i < s.begin[k] + s.count[k]; i++) mark[i]++;
             }
+            if (kv) ok = ok && s.n_ranges == 1 && s.count[0] == (int64_t)tela_shard_kv_heads(d, world) * d->head_dim;
         }
         if (world > 1)
-            for (int64_t i = 0; i < n; i++) ok = ok && mark[i] >= 0;
-        CHECK_MSG(ok, "%s, %d ranks: role %d is not a partition of its %lld units", what, world, role, (long long)n);
+            for (int64_t i = 0; i < n; i++) ok = ok && mark[i] == copies;
+        CHECK_MSG(ok, "%s, %d ranks: role %d is not a partition of its %lld units (each held by %d)", what, world,
+                  role, (long long)n, copies);
         free(mark);
     }
 }
@@ -295,7 +303,7 @@ int main(void) {
     const tela_shard_dims *shapes[] = {&llama_8b, &llama_1b, &qwen_2b, &qwen_27b};
     const char *names[] = {"Llama-3.1-8B", "Llama-3.2-1B", "Qwen3.5-2B", "Qwen3.5-27B"};
     for (int i = 0; i < 4; i++)
-        for (int world = 1; world <= 8; world *= 2) {
+        for (int world = 1; world <= 16; world *= 2) {
             if (tela_shard_plan_check(shapes[i], world) != TELA_OK) continue;
             test_partition(names[i], shapes[i], world); /* world 1: every tensor whole */
             if (world == 1) continue;
@@ -325,13 +333,28 @@ int main(void) {
     expect_range(&qwen_27b, TELA_ROLE_GDN_HEAD, 1, 2, 2, 40, 8);
     expect_range(&qwen_27b, TELA_ROLE_WQ, 1, 4, 0, 6 * 512, 6 * 512);      /* query and gate rows of heads 6-11 */
 
+    /* more ranks than KV heads: the 2B's 2 KV heads over 4 ranks, each
+     * copied to two ranks, which take 2 of its 4 query heads each */
+    expect_range(&qwen_2b, TELA_ROLE_WK, 1, 4, 0, 0, 256);
+    expect_range(&qwen_2b, TELA_ROLE_WV, 2, 4, 0, 256, 256);
+    expect_range(&qwen_2b, TELA_ROLE_WQ, 2, 4, 0, 4 * 2 * 256, 2 * 2 * 256); /* heads 4 and 5: query and gate rows */
+    CHECK(tela_shard_kv_heads(&qwen_2b, 4) == 1 && tela_shard_kv_heads(&llama_8b, 4) == 2 &&
+          tela_shard_kv_heads(&llama_8b, 1) == 8);
+
     /* refusals */
     CHECK(tela_shard_plan_check(&qwen_2b, 2) == TELA_OK);
-    CHECK(tela_shard_plan_check(&qwen_2b, 4) == TELA_ERR_UNSUPPORTED);
+    CHECK(tela_shard_plan_check(&qwen_2b, 8) == TELA_OK);
+    CHECK(tela_shard_plan_check(&qwen_2b, 3) == TELA_ERR_UNSUPPORTED);
     CHECK(strstr(tela_last_error(), "2 KV heads") != NULL);
+    CHECK(tela_shard_plan_check(&qwen_2b, 16) == TELA_ERR_UNSUPPORTED); /* 8 query heads */
+    CHECK(strstr(tela_last_error(), "8 query heads") != NULL);
     CHECK(tela_shard_plan_check(&llama_8b, 3) == TELA_ERR_UNSUPPORTED);
     CHECK(tela_shard_plan_check(&llama_8b, 8) == TELA_OK);
-    CHECK(tela_shard_plan_check(&llama_8b, 16) == TELA_ERR_UNSUPPORTED);
+    CHECK(tela_shard_plan_check(&llama_8b, 16) == TELA_OK);
+    CHECK(tela_shard_plan_check(&llama_8b, 64) == TELA_ERR_UNSUPPORTED);
+    tela_shard_dims six = llama_8b; /* 8 KV heads do not copy evenly to 12 ranks */
+    six.n_head = 48, six.n_ff = 12 * 1024;
+    CHECK(tela_shard_plan_check(&six, 12) == TELA_ERR_UNSUPPORTED);
     tela_shard_dims odd = qwen_27b;
     odd.n_kv_head = 8, odd.n_head = 32, odd.gdn_nk = 12, odd.gdn_nv = 36;
     CHECK(tela_shard_plan_check(&odd, 8) == TELA_ERR_UNSUPPORTED);

@@ -231,13 +231,13 @@ void tela_model_output_head(tela_exec *ex, const tela_mat *parts, int n_parts, c
         tela_exec_argmax(ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
 }
 
-void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, float *x, float *xb, float *gate, int n_embd,
-                           int n_tok, float eps) {
+void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, const float *x, float *xb, float *gate, float *out,
+                           bool accumulate, int n_embd, int n_tok, float eps) {
     const int64_t n_ff = f->w_gate.n_rows;
     const tela_norm_in norm = {f->norm, eps, xb};
     tela_exec_profile_phase(ex, "FFN");
     tela_exec_norm_matmul_swiglu(ex, &norm, &f->w_gate, &f->w_up, x, n_embd, gate, n_ff, n_tok);
-    tela_exec_matmul(ex, &f->w_down, gate, n_ff, x, n_embd, n_tok, true);
+    tela_exec_matmul(ex, &f->w_down, gate, n_ff, out, n_embd, n_tok, accumulate);
     tela_exec_profile_phase(ex, NULL);
 }
 

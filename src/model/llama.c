@@ -29,7 +29,8 @@
  * Tensor parallelism (tela_model_params.tensor_parallel = N, issue 16,
  * docs/MULTI-GPU.md): each layer is split over N ranks by model/shard.c's
  * plan: rank r holds the query heads of its KV heads (rows of wq, wk, wv;
- * columns of wo) and 1/N of the FFN (rows of gate and up; columns of
+ * columns of wo; with more ranks than KV heads, a copy of the KV head its
+ * query heads read) and 1/N of the FFN (rows of gate and up; columns of
  * down), and its own KV cache of its KV heads. The products through wo and
  * down then give partial sums of the residual update, which are added up
  * (the all-reduce) before the residual add. The output head is split by
@@ -172,7 +173,8 @@ static tela_status plan_ranks(tela_model *m, llama_model *L) {
         if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
     }
     L->r_head = L->n_head / L->world;
-    L->r_kv_head = L->n_kv_head / L->world;
+    const tela_shard_dims d = shard_dims(L);
+    L->r_kv_head = tela_shard_kv_heads(&d, L->world); /* with more ranks than KV heads, copies */
     L->r_ff = L->n_ff / L->world;
     return TELA_OK;
 }
@@ -522,8 +524,8 @@ static uint64_t llama_state_bytes(const tela_model *m, const tela_state_params *
     if (p->n_batch > 0) n_batch = p->n_batch;
     const uint64_t nb = (uint64_t)(!paged && p->n_ctx < n_batch ? p->n_ctx : n_batch);
     const uint64_t rows = (uint64_t)(paged ? p->kv_rows : p->n_ctx);
-    const uint64_t kv = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)L->n_kv_layers * rows * (uint64_t)L->n_kv_head *
-                                                          (uint64_t)(L->head_dim + L->v_dim));
+    const uint64_t kv = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)L->n_kv_layers * rows * (uint64_t)L->world *
+                                                          (uint64_t)L->r_kv_head * (uint64_t)(L->head_dim + L->v_dim));
     const uint64_t row = (L->world > 1 ? 3ull : 2ull) * L->n_embd + (uint64_t)L->r_head * (L->head_dim + L->v_dim) +
                          (uint64_t)L->r_kv_head * (L->head_dim + L->v_dim) + 2ull * L->r_ff + (uint64_t)L->n_rot;
     return kv + nb * row * sizeof(float) + (uint64_t)L->n_vocab * sizeof(float);
@@ -591,15 +593,10 @@ static void layer(const llama_model *L, llama_state *s, const tela_batch *b, int
     }
     if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
     /* feed-forward */
-    tela_exec_profile_phase(ex, "FFN");
-    for (int r = 0; r < L->world; r++) {
-        const tela_model_ffn *f = &L->rank_layers[r][l].ffn;
-        const tela_norm_in norm = {f->norm, L->eps, s->xb};
-        tela_exec_norm_matmul_swiglu(ex, &norm, &f->w_gate, &f->w_up, s->x, E, s->gate, L->r_ff, nt);
-        tela_exec_matmul(ex, &f->w_down, s->gate, L->r_ff, update, E, nt, !split || r > 0);
-    }
+    for (int r = 0; r < L->world; r++)
+        tela_model_ffn_swiglu(ex, &L->rank_layers[r][l].ffn, s->x, s->xb, s->gate, update, !split || r > 0, E, nt,
+                              L->eps);
     if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
-    tela_exec_profile_phase(ex, NULL);
 }
 
 /* One step over the batch's tokens (at most n_batch; the cache already

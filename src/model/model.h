@@ -332,16 +332,18 @@ void tela_model_output_head(tela_exec *ex, const tela_mat *parts, int n_parts, c
 void tela_model_probe(tela_model_io *io, int layer, const float *x, int n_tok, int n_embd);
 
 /* A SwiGLU feed-forward block, as Llama and Qwen3.5 have it:
- *     x = x + W_down (silu(W_gate h) * W_up h),   h = rmsnorm(x) * norm
- * over n_tok rows of n_embd; xb (n_tok rows of n_embd) and gate (n_tok rows
- * of W_gate.n_rows) are scratch. norm: backend memory. */
+ *     out (+)= W_down (silu(W_gate h) * W_up h),   h = rmsnorm(x) * norm
+ * over n_tok rows of n_embd: out is x itself (the residual add, with
+ * accumulate) or, for a rank's part of a split layer, the ranks' partial
+ * sum (the first rank writes, the others add). xb (n_tok rows of n_embd)
+ * and gate (n_tok rows of W_gate.n_rows) are scratch. norm: backend memory. */
 typedef struct tela_model_ffn {
     const float *norm;
     tela_mat w_gate, w_up, w_down;
 } tela_model_ffn;
 
-void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, float *x, float *xb, float *gate, int n_embd,
-                           int n_tok, float eps);
+void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, const float *x, float *xb, float *gate, float *out,
+                           bool accumulate, int n_embd, int n_tok, float eps);
 
 /* Zeroed memory freed with the model. NULL (with an error set) on failure. */
 void *tela_model_alloc(tela_model *m, size_t bytes);

@@ -76,6 +76,20 @@
  * token, and chained steps from its own output g with the drafted token at
  * the positions after.
  *
+ * Tensor parallelism (tela_model_params.tensor_parallel = N, issue 16,
+ * docs/MULTI-GPU.md), as in llama.c: each layer split over N ranks by
+ * model/shard.c's plan. Rank r holds its query heads with their gates and
+ * its KV heads (a copy of one with more ranks than KV heads) and the
+ * columns of wo they feed; 1/N of the FFN; nk/N of the DeltaNet's key
+ * heads with the value heads that use them (rows of the q, k and v parts
+ * of W_qkv and of the conv, of W_z, W_beta, W_alpha, A and dt_bias;
+ * columns of W_out); the output head's rows of the vocabulary. Each rank
+ * runs its heads' conv and delta rule on its own part of the layer's conv
+ * and recurrent states, which lie rank after rank in the layer's state
+ * (and so in a slot's image); the products through wo, W_out and down give
+ * partial sums, added up (the all-reduce) before the residual add. Norms
+ * and the embedding are whole. The MTP block is not split.
+ *
  * Session state: per attention layer f32 K and V rows for every position;
  * per GDN layer the conv state ((K-1) x conv_dim floats) and the recurrent
  * state (nv x dk x dv floats). A snapshot is the K/V rows [0, n_past) plus
@@ -83,6 +97,7 @@
  * history, which is what makes hybrid models cheap to snapshot. */
 #include "backend/cpu/gdn.h" /* TELA_GDN_CHUNK */
 #include "model/model.h"
+#include "model/shard.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -138,9 +153,14 @@ typedef struct qwen35_model {
     bool v_tiled;                /* value head j uses key head j % nk (GGUF) instead of j / (nv / nk) */
     int n_attn, n_gdn;           /* layers of each kind */
     tela_mat tok_embd, output;
+    tela_mat *heads;             /* the output head as the ranks hold it: world row ranges of the vocabulary
+                                  * (&output without tensor parallelism) */
     float *output_norm;
     const float *output_norm_b;
-    qwen35_layer *layers;
+    qwen35_layer *layers;        /* rank 0's (the whole layers without tensor parallelism) */
+    int world;                   /* ranks each layer is split across (1: none) */
+    qwen35_layer **rank_layers;  /* [world]: rank r's parts of the layers; [0] == layers */
+    int r_head, r_kv_head, r_ff, r_nk, r_nv; /* a rank's query, KV, key and value heads, FFN width */
     const bool *skip;            /* [n_layer] layers bypassed, or NULL */
     int n_mtp;                   /* MTP blocks in the source */
     qwen35_mtp *mtp;             /* loaded ones (NULL unless load_mtp) */
@@ -157,6 +177,10 @@ static const char *const qwen35_hf_types[] = {"qwen3_5_text", "qwen3_5", NULL};
 static int64_t conv_dim(const qwen35_model *Q) { return 2 * (int64_t)Q->nk * Q->dk + (int64_t)Q->nv * Q->dv; }
 static int64_t value_dim(const qwen35_model *Q) { return (int64_t)Q->nv * Q->dv; }
 static int64_t kv_dim(const qwen35_model *Q) { return (int64_t)Q->n_kv_head * Q->head_dim; }
+/* the same for one rank's part of a layer (the whole layer at one rank) */
+static int64_t r_conv_dim(const qwen35_model *Q) { return 2 * (int64_t)Q->r_nk * Q->dk + (int64_t)Q->r_nv * Q->dv; }
+static int64_t r_value_dim(const qwen35_model *Q) { return (int64_t)Q->r_nv * Q->dv; }
+static int64_t r_kv_dim(const qwen35_model *Q) { return (int64_t)Q->r_kv_head * Q->head_dim; }
 
 /* --------------------------------------------------------------- names */
 
@@ -215,10 +239,39 @@ static const char *loc_name(const layer_loc *loc, const char *suffix, char *buf,
 
 /* ---------------------------------------------------------------- load */
 
-static tela_status get_mat(const tela_model *m, const layer_loc *loc, const char *suffix, int64_t rows, int64_t cols,
-                           tela_mat *out) {
+static tela_shard_dims shard_dims(const qwen35_model *Q) {
+    const bool gdn = Q->n_gdn > 0;
+    return (tela_shard_dims){.n_embd = Q->n_embd, .n_ff = Q->n_ff, .n_vocab = Q->n_vocab, .n_head = Q->n_head,
+                             .n_kv_head = Q->n_kv_head, .head_dim = Q->head_dim, .q_gate = 1,
+                             .gdn_nk = gdn ? Q->nk : 0, .gdn_nv = gdn ? Q->nv : 0, .gdn_dk = gdn ? Q->dk : 0,
+                             .gdn_dv = gdn ? Q->dv : 0, .gdn_tiled = Q->v_tiled};
+}
+
+/* Rank r's part of a matrix of this role (the whole matrix, as stored, at
+ * one rank; TELA_ROLE_REPLICATED: whole on every rank). */
+static tela_status get_mat(tela_model *m, const qwen35_model *Q, const layer_loc *loc, const char *suffix,
+                           tela_shard_role role, int r, int64_t rows, int64_t cols, tela_mat *out) {
     char name[160];
-    return tela_model_get_mat(m, loc_name(loc, suffix, name, sizeof name), rows, cols, false, out);
+    const tela_shard_dims d = shard_dims(Q);
+    tela_shard sh;
+    tela_shard_of(&d, role, r, Q->world, &sh);
+    return tela_model_get_mat_shard(m, loc_name(loc, suffix, name, sizeof name), rows, cols, &sh, out);
+}
+
+/* Rank r's rows of a float table of n rows of `width` (the table itself
+ * at one rank). */
+static tela_status rank_rows(tela_model *m, const qwen35_model *Q, tela_shard_role role, int r, float *whole, int64_t n,
+                             int64_t width, float **out) {
+    const tela_shard_dims d = shard_dims(Q);
+    tela_shard sh;
+    tela_shard_of(&d, role, r, Q->world, &sh);
+    *out = whole;
+    if (sh.axis == TELA_SHARD_WHOLE) return TELA_OK;
+    float *part = tela_model_alloc(m, tela_shard_bytes(&sh, TELA_TYPE_F32, n, width));
+    if (!part) return TELA_ERR_NOMEM;
+    TELA_TRY(tela_shard_extract(&sh, TELA_TYPE_F32, n, width, whole, part));
+    *out = part;
+    return TELA_OK;
 }
 
 /* A norm weight as f32; HF's are stored as (w - 1). */
@@ -269,51 +322,58 @@ static tela_status get_conv(tela_model *m, const layer_loc *loc, const qwen35_mo
     return TELA_OK;
 }
 
-static tela_status load_attn(tela_model *m, const qwen35_model *Q, const layer_loc *loc, qwen35_attn *a) {
+/* Rank r's part of a gated attention block (the whole block at one rank). */
+static tela_status load_attn(tela_model *m, const qwen35_model *Q, const layer_loc *loc, int r, qwen35_attn *a) {
     const qwen35_names *nm = loc->nm;
     const int64_t E = Q->n_embd, hd = Q->head_dim;
-    TELA_TRY(get_mat(m, loc, nm->wq, (int64_t)Q->n_head * hd * 2, E, &a->wq));
-    TELA_TRY(get_mat(m, loc, nm->wk, kv_dim(Q), E, &a->wk));
-    TELA_TRY(get_mat(m, loc, nm->wv, kv_dim(Q), E, &a->wv));
-    TELA_TRY(get_mat(m, loc, nm->wo, E, (int64_t)Q->n_head * hd, &a->wo));
+    TELA_TRY(get_mat(m, Q, loc, nm->wq, TELA_ROLE_WQ, r, (int64_t)Q->n_head * hd * 2, E, &a->wq));
+    TELA_TRY(get_mat(m, Q, loc, nm->wk, TELA_ROLE_WK, r, kv_dim(Q), E, &a->wk));
+    TELA_TRY(get_mat(m, Q, loc, nm->wv, TELA_ROLE_WV, r, kv_dim(Q), E, &a->wv));
+    TELA_TRY(get_mat(m, Q, loc, nm->wo, TELA_ROLE_WO, r, E, (int64_t)Q->n_head * hd, &a->wo));
     TELA_TRY(get_norm(m, loc, nm->q_norm, hd, nm->hf, &a->q_norm));
     TELA_TRY(get_norm(m, loc, nm->k_norm, hd, nm->hf, &a->k_norm));
     return TELA_OK;
 }
 
-static tela_status load_gdn(tela_model *m, const qwen35_model *Q, const layer_loc *loc, qwen35_gdn *g) {
+/* Rank r's part of a Gated DeltaNet block (the whole block at one rank):
+ * its key heads' rows and the value heads that use them. */
+static tela_status load_gdn(tela_model *m, const qwen35_model *Q, const layer_loc *loc, int r, qwen35_gdn *g) {
     const qwen35_names *nm = loc->nm;
     const int64_t E = Q->n_embd;
-    TELA_TRY(get_mat(m, loc, nm->w_qkv, conv_dim(Q), E, &g->w_qkv));
-    TELA_TRY(get_mat(m, loc, nm->w_z, value_dim(Q), E, &g->w_z));
-    TELA_TRY(get_mat(m, loc, nm->w_beta, Q->nv, E, &g->w_beta));
-    TELA_TRY(get_mat(m, loc, nm->w_alpha, Q->nv, E, &g->w_alpha));
-    TELA_TRY(get_mat(m, loc, nm->w_out, E, value_dim(Q), &g->w_out));
-    TELA_TRY(get_conv(m, loc, Q, &g->conv_w));
-    TELA_TRY(get_norm(m, loc, nm->ssm_a, Q->nv, false, &g->ssm_a));
-    TELA_TRY(get_norm(m, loc, nm->dt_bias, Q->nv, false, &g->dt_bias));
+    TELA_TRY(get_mat(m, Q, loc, nm->w_qkv, TELA_ROLE_GDN_QKV, r, conv_dim(Q), E, &g->w_qkv));
+    TELA_TRY(get_mat(m, Q, loc, nm->w_z, TELA_ROLE_GDN_Z, r, value_dim(Q), E, &g->w_z));
+    TELA_TRY(get_mat(m, Q, loc, nm->w_beta, TELA_ROLE_GDN_HEAD, r, Q->nv, E, &g->w_beta));
+    TELA_TRY(get_mat(m, Q, loc, nm->w_alpha, TELA_ROLE_GDN_HEAD, r, Q->nv, E, &g->w_alpha));
+    TELA_TRY(get_mat(m, Q, loc, nm->w_out, TELA_ROLE_GDN_OUT, r, E, value_dim(Q), &g->w_out));
+    float *conv_w = NULL, *ssm_a = NULL, *dt_bias = NULL;
+    TELA_TRY(get_conv(m, loc, Q, &conv_w));
+    TELA_TRY(get_norm(m, loc, nm->ssm_a, Q->nv, false, &ssm_a));
+    TELA_TRY(get_norm(m, loc, nm->dt_bias, Q->nv, false, &dt_bias));
     TELA_TRY(get_norm(m, loc, nm->ssm_norm, Q->dv, false, &g->norm));
     char name[160];
     for (int h = 0; h < Q->nv; h++) {
-        if (nm->hf) g->ssm_a[h] = -expf(g->ssm_a[h]); /* A_log -> A */
-        if (!isfinite(g->ssm_a[h]) || g->ssm_a[h] > 0.0f)
+        if (nm->hf) ssm_a[h] = -expf(ssm_a[h]); /* A_log -> A */
+        if (!isfinite(ssm_a[h]) || ssm_a[h] > 0.0f)
             return tela_errorf(TELA_ERR_FORMAT, "%s: tensor '%s': decay rate %g of value head %d is not <= 0",
-                               m->path, loc_name(loc, nm->ssm_a, name, sizeof name), (double)g->ssm_a[h], h);
+                               m->path, loc_name(loc, nm->ssm_a, name, sizeof name), (double)ssm_a[h], h);
     }
-    return TELA_OK;
+    TELA_TRY(rank_rows(m, Q, TELA_ROLE_GDN_CONV, r, conv_w, conv_dim(Q), Q->conv_k, &g->conv_w));
+    TELA_TRY(rank_rows(m, Q, TELA_ROLE_GDN_HEAD, r, ssm_a, Q->nv, 1, &g->ssm_a));
+    return rank_rows(m, Q, TELA_ROLE_GDN_HEAD, r, dt_bias, Q->nv, 1, &g->dt_bias);
 }
 
-/* The layer norms, the mixer and the MLP of a decoder layer. */
-static tela_status load_layer(tela_model *m, const qwen35_model *Q, const layer_loc *loc, qwen35_layer *ly) {
+/* The layer norms, the mixer and the MLP of a decoder layer: rank r's
+ * part (the whole layer at one rank; norms are whole on every rank). */
+static tela_status load_layer(tela_model *m, const qwen35_model *Q, const layer_loc *loc, int r, qwen35_layer *ly) {
     const qwen35_names *nm = loc->nm;
     TELA_TRY(get_norm(m, loc, nm->attn_norm, Q->n_embd, nm->hf, &ly->attn_norm));
     TELA_TRY(get_norm(m, loc, nm->post_norm, Q->n_embd, nm->hf, &ly->post_norm));
-    TELA_TRY(get_mat(m, loc, nm->w_gate, Q->n_ff, Q->n_embd, &ly->ffn.w_gate));
-    TELA_TRY(get_mat(m, loc, nm->w_up, Q->n_ff, Q->n_embd, &ly->ffn.w_up));
-    TELA_TRY(get_mat(m, loc, nm->w_down, Q->n_embd, Q->n_ff, &ly->ffn.w_down));
+    TELA_TRY(get_mat(m, Q, loc, nm->w_gate, TELA_ROLE_FFN_GATE, r, Q->n_ff, Q->n_embd, &ly->ffn.w_gate));
+    TELA_TRY(get_mat(m, Q, loc, nm->w_up, TELA_ROLE_FFN_UP, r, Q->n_ff, Q->n_embd, &ly->ffn.w_up));
+    TELA_TRY(get_mat(m, Q, loc, nm->w_down, TELA_ROLE_FFN_DOWN, r, Q->n_embd, Q->n_ff, &ly->ffn.w_down));
     TELA_TRY(tela_model_const(m, ly->post_norm, (size_t)Q->n_embd * sizeof(float), (const void **)&ly->ffn.norm));
-    if (ly->is_attn) return load_attn(m, Q, loc, &ly->attn);
-    return load_gdn(m, Q, loc, &ly->gdn);
+    if (ly->is_attn) return load_attn(m, Q, loc, r, &ly->attn);
+    return load_gdn(m, Q, loc, r, &ly->gdn);
 }
 
 static tela_status check_hparams(const tela_model *m, const qwen35_model *Q) {
@@ -375,8 +435,10 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
         TELA_TRY(tela_model_const(m, b->hnorm, E, (const void **)&b->hnorm_b));
         TELA_TRY(tela_model_const(m, b->out_norm, E, (const void **)&b->out_norm_b));
     }
-    for (int l = 0; l < Q->n_layer + (Q->mtp ? Q->n_mtp : 0); l++) {
-        qwen35_layer *ly = l < Q->n_layer ? &Q->layers[l] : &Q->mtp[l - Q->n_layer].layer;
+    const int n_mtp = Q->mtp ? Q->n_mtp : 0;
+    for (int i = 0; i < Q->world * Q->n_layer + n_mtp; i++) { /* every rank's layers, then the MTP blocks' */
+        const int r = i / Q->n_layer, l = i % Q->n_layer;
+        qwen35_layer *ly = r < Q->world ? &Q->rank_layers[r][l] : &Q->mtp[i - Q->world * Q->n_layer].layer;
         if (ly->slot < 0) continue; /* skipped */
         TELA_TRY(tela_model_const(m, ly->attn_norm, E, (const void **)&ly->attn_norm_b));
         if (ly->is_attn) {
@@ -385,8 +447,8 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
             TELA_TRY(tela_model_const(m, ly->attn.k_norm, hd, (const void **)&ly->attn.k_norm_b));
         } else {
             qwen35_gdn *g = &ly->gdn;
-            const size_t nv = (size_t)Q->nv * sizeof(float);
-            TELA_TRY(tela_model_const(m, g->conv_w, (size_t)conv_dim(Q) * Q->conv_k * sizeof(float),
+            const size_t nv = (size_t)Q->r_nv * sizeof(float);
+            TELA_TRY(tela_model_const(m, g->conv_w, (size_t)r_conv_dim(Q) * Q->conv_k * sizeof(float),
                                       (const void **)&g->conv_w_b));
             TELA_TRY(tela_model_const(m, g->ssm_a, nv, (const void **)&g->ssm_a_b));
             TELA_TRY(tela_model_const(m, g->dt_bias, nv, (const void **)&g->dt_bias_b));
@@ -400,7 +462,7 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
  * table, read by rows) for the backend (tela_model_prepare_mats). */
 static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     TELA_TRY(backend_consts(m, Q));
-    size_t cap = 3 + (size_t)(Q->n_layer + Q->n_mtp) * 9, n = 0;
+    size_t cap = 3 + (size_t)Q->world + (size_t)(Q->world * Q->n_layer + Q->n_mtp) * 9, n = 0;
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = calloc(cap, sizeof *uses); /* all TELA_MAT_MATMUL */
     if (!list || !uses) {
@@ -410,9 +472,10 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     }
     uses[n] = TELA_MAT_ROWS;
     list[n++] = &Q->tok_embd;
-    list[n++] = &Q->output;
-    for (int l = 0; l < Q->n_layer; l++)
-        if (Q->layers[l].slot >= 0) n += layer_mats(&Q->layers[l], list + n);
+    for (int r = 0; r < Q->world; r++) list[n++] = &Q->heads[r]; /* &Q->output at one rank */
+    for (int r = 0; r < Q->world; r++)
+        for (int l = 0; l < Q->n_layer; l++)
+            if (Q->layers[l].slot >= 0) n += layer_mats(&Q->rank_layers[r][l], list + n);
     for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
         n += layer_mats(&Q->mtp[i].layer, list + n);
         list[n++] = &Q->mtp[i].eh_proj;
@@ -441,8 +504,38 @@ static tela_status load_weights(tela_model *m, qwen35_model *Q, const qwen35_nam
     return pack_weights(m, Q);
 }
 
+/* The split of the layers over Q->world ranks: the plan's checks, the
+ * sizes of a rank's part, and room for the ranks' layers. */
+static tela_status plan_ranks(tela_model *m, qwen35_model *Q) {
+    Q->world = m->tp_world > 1 ? m->tp_world : 1;
+    const tela_shard_dims d = shard_dims(Q);
+    if (Q->world > 1) {
+        if (m->load_mtp && Q->n_mtp > 0)
+            return tela_errorf(TELA_ERR_UNSUPPORTED,
+                               "%s: tensor parallelism does not split the MTP block yet: use one or the other "
+                               "(load the model without its MTP block, i.e. no --spec mtp)",
+                               m->path);
+        tela_status s = tela_shard_plan_check(&d, Q->world);
+        if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
+    }
+    Q->r_head = Q->n_head / Q->world;
+    Q->r_kv_head = tela_shard_kv_heads(&d, Q->world);
+    Q->r_ff = Q->n_ff / Q->world;
+    Q->r_nk = Q->nk / Q->world;
+    Q->r_nv = Q->nv / Q->world;
+    Q->rank_layers = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->rank_layers);
+    if (!Q->rank_layers) return TELA_ERR_NOMEM;
+    Q->rank_layers[0] = Q->layers;
+    for (int r = 1; r < Q->world; r++) {
+        Q->rank_layers[r] = tela_model_alloc(m, (size_t)Q->n_layer * sizeof *Q->layers);
+        if (!Q->rank_layers[r]) return TELA_ERR_NOMEM;
+    }
+    return TELA_OK;
+}
+
 static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const qwen35_names *nm, bool tied) {
     char name[160];
+    TELA_TRY(plan_ranks(m, Q));
     snprintf(name, sizeof name, "%s%s", nm->hf ? nm->prefix : "", nm->tok_embd);
     TELA_TRY(tela_model_get_mat(m, name, Q->n_vocab, Q->n_embd, false, &Q->tok_embd));
     snprintf(name, sizeof name, "%s%s", nm->hf ? nm->prefix : "", nm->output_norm);
@@ -454,10 +547,30 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
     } else {
         TELA_TRY(tela_model_get_mat(m, nm->output, Q->n_vocab, Q->n_embd, false, &Q->output));
     }
+    Q->heads = &Q->output;
+    if (Q->world > 1) { /* the head by vocabulary: rank r's rows of the logits */
+        Q->heads = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->heads);
+        if (!Q->heads) return TELA_ERR_NOMEM;
+        const tela_shard_dims d = shard_dims(Q);
+        if (tied)
+            snprintf(name, sizeof name, "%s%s", nm->hf ? nm->prefix : "", nm->tok_embd);
+        else
+            snprintf(name, sizeof name, "%s", nm->output);
+        for (int r = 0; r < Q->world; r++) {
+            tela_shard sh;
+            tela_shard_of(&d, TELA_ROLE_OUTPUT, r, Q->world, &sh);
+            TELA_TRY(tela_model_get_mat_shard(m, name, Q->n_vocab, Q->n_embd, &sh, &Q->heads[r]));
+        }
+    }
     for (int l = 0; l < Q->n_layer; l++) {
         layer_loc loc;
         loc_layer(&loc, nm, l);
-        TELA_TRY(load_layer(m, Q, &loc, &Q->layers[l]));
+        for (int r = 0; r < Q->world; r++) {
+            qwen35_layer *ly = &Q->rank_layers[r][l];
+            ly->is_attn = Q->layers[l].is_attn;
+            ly->slot = Q->layers[l].slot;
+            TELA_TRY(load_layer(m, Q, &loc, r, ly));
+        }
     }
     if (!m->load_mtp || Q->n_mtp == 0) return TELA_OK;
 
@@ -480,16 +593,18 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
                 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
             };
             loc_layer(&loc, &mtp_hf, i);
-            TELA_TRY(load_layer(m, Q, &loc, &b->layer));
+            TELA_TRY(load_layer(m, Q, &loc, 0, &b->layer));
             layer_loc top = {&mtp_hf, "mtp."};
-            TELA_TRY(get_mat(m, &top, "fc.weight", Q->n_embd, 2 * (int64_t)Q->n_embd, &b->eh_proj));
+            TELA_TRY(get_mat(m, Q, &top, "fc.weight", TELA_ROLE_REPLICATED, 0, Q->n_embd, 2 * (int64_t)Q->n_embd,
+                             &b->eh_proj));
             TELA_TRY(get_norm(m, &top, "pre_fc_norm_embedding.weight", Q->n_embd, true, &b->enorm));
             TELA_TRY(get_norm(m, &top, "pre_fc_norm_hidden.weight", Q->n_embd, true, &b->hnorm));
             TELA_TRY(get_norm(m, &top, "norm.weight", Q->n_embd, true, &b->out_norm));
         } else {
             loc_layer(&loc, nm, Q->n_layer + i);
-            TELA_TRY(load_layer(m, Q, &loc, &b->layer));
-            TELA_TRY(get_mat(m, &loc, "nextn.eh_proj.weight", Q->n_embd, 2 * (int64_t)Q->n_embd, &b->eh_proj));
+            TELA_TRY(load_layer(m, Q, &loc, 0, &b->layer));
+            TELA_TRY(get_mat(m, Q, &loc, "nextn.eh_proj.weight", TELA_ROLE_REPLICATED, 0, Q->n_embd,
+                             2 * (int64_t)Q->n_embd, &b->eh_proj));
             TELA_TRY(get_norm(m, &loc, "nextn.enorm.weight", Q->n_embd, false, &b->enorm));
             TELA_TRY(get_norm(m, &loc, "nextn.hnorm.weight", Q->n_embd, false, &b->hnorm));
             TELA_TRY(tela_model_get_vec(m, loc_name(&loc, "nextn.shared_head_norm.weight", name, sizeof name),
@@ -746,11 +861,13 @@ typedef struct qwen35_state {
     int32_t n_ctx;
     int n_batch;
     int n_seq;                   /* state slots: 1 for a session */
-    tela_kv_cache *kv;           /* n_attn layers */
+    tela_kv_cache **kv;          /* [n_kv]: each rank's KV heads, n_attn layers (none without attention layers) */
+    int n_kv;
     size_t conv_floats;          /* per GDN layer: (conv_k - 1) * conv_dim */
     size_t rec_floats;           /* per GDN layer: nv * dk * dv */
-    float *conv, *rec;           /* [n_seq][n_gdn][...] */
+    float *conv, *rec;           /* [n_seq][n_gdn][rank][...]: a layer's states, rank after rank */
     float *x, *xb, *q, *qg, *k, *v, *att, *gate, *cs;
+    float *part;                 /* with tensor parallelism: the ranks' partial sums of a residual update */
     float *qkv_in, *qkv, *z, *beta, *g, *core;
     tela_model_io io;
     /* What a forward pass with keep_states keeps (a session's, or a
@@ -789,12 +906,13 @@ static void qwen35_state_free(void *p) {
     qwen35_state *s = p;
     if (!s) return;
     tela_backend *be = tela_exec_backend(s->ex);
-    tela_kv_free(s->kv);
+    for (int r = 0; r < s->n_kv && s->kv; r++) tela_kv_free(s->kv[r]);
+    free(s->kv);
     tela_kv_free(s->mtp_kv);
     float *bufs[] = {s->conv,  s->rec,       s->x,         s->xb,       s->q,     s->qg,      s->k,
                      s->v,     s->att,       s->gate,      s->cs,       s->qkv_in, s->qkv,    s->z,
                      s->beta,  s->g,         s->core,      s->keep_rec, s->keep_conv, s->mtp_h, s->mtp_x,
-                     s->mtp_cat, s->mtp_g, s->mtp_logits, s->mtp_hin};
+                     s->mtp_cat, s->mtp_g, s->mtp_logits, s->mtp_hin, s->part};
     tela_backend_free_mem(be, s->mtp_in);
     tela_backend_free_mem(be, s->mtp_pick);
     tela_backend_free_mem(be, s->mtp_tokd);
@@ -875,14 +993,17 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
         s->rec_floats = (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv;
     }
     tela_status st = TELA_OK;
-    if (Q->n_attn > 0) {
-        const tela_kv_shape shape = {Q->n_attn,         paged ? p->kv_rows : n_ctx, Q->n_kv_head, Q->head_dim,
+    if (Q->n_attn > 0) { /* one cache a rank, of its KV heads */
+        const tela_kv_shape shape = {Q->n_attn,         paged ? p->kv_rows : n_ctx, Q->r_kv_head, Q->head_dim,
                                      Q->head_dim,       p->kv_dtype, paged ? p->kv_block_size : 0, n_ctx};
-        st = tela_kv_create(ex, &shape, &s->kv);
+        s->kv = calloc((size_t)Q->world, sizeof *s->kv);
+        if (!s->kv) st = tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+        for (int r = 0; r < Q->world && st == TELA_OK; r++, s->n_kv++) st = tela_kv_create(ex, &shape, &s->kv[r]);
     }
-    const size_t nb = (size_t)s->n_batch, qd = (size_t)Q->n_head * Q->head_dim, kd = (size_t)kv_dim(Q);
-    const size_t cd = Q->n_gdn > 0 ? (size_t)conv_dim(Q) : 1, vd = Q->n_gdn > 0 ? (size_t)value_dim(Q) : 1;
-    const size_t nv = Q->n_gdn > 0 ? (size_t)Q->nv : 1;
+    /* the activations of one rank's part of a layer (the ranks take turns) */
+    const size_t nb = (size_t)s->n_batch, qd = (size_t)Q->r_head * Q->head_dim, kd = (size_t)r_kv_dim(Q);
+    const size_t cd = Q->n_gdn > 0 ? (size_t)r_conv_dim(Q) : 1, vd = Q->n_gdn > 0 ? (size_t)r_value_dim(Q) : 1;
+    const size_t nv = Q->n_gdn > 0 ? (size_t)Q->r_nv : 1;
     const struct {
         float **buf;
         size_t floats;
@@ -893,13 +1014,15 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
         {&s->x, nb * Q->n_embd, "activations"}, {&s->xb, nb * Q->n_embd, "activations"},
         {&s->q, nb * qd, "queries"}, {&s->qg, nb * qd * 2, "queries and gates"},
         {&s->k, nb * kd, "keys"}, {&s->v, nb * kd, "values"}, {&s->att, nb * qd, "attention outputs"},
-        {&s->gate, nb * Q->n_ff, "feed-forward activations"}, {&s->cs, nb * Q->n_rot, "RoPE table"},
+        {&s->gate, nb * Q->r_ff, "feed-forward activations"}, {&s->cs, nb * Q->n_rot, "RoPE table"},
         {&s->qkv_in, nb * cd, "GDN inputs"}, {&s->qkv, nb * cd, "GDN inputs"}, {&s->z, nb * vd, "GDN gates"},
         {&s->core, nb * vd, "GDN outputs"}, {&s->beta, nb * nv, "GDN gates"}, {&s->g, nb * nv, "GDN gates"},
+        {&s->part, Q->world > 1 ? nb * Q->n_embd : 0, "partial sums"},
     };
     tela_backend *be = tela_exec_backend(ex);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == TELA_OK; i++)
-        st = tela_backend_alloc(be, bufs[i].floats * sizeof(float), bufs[i].what, (void **)bufs[i].buf);
+        if (bufs[i].floats)
+            st = tela_backend_alloc(be, bufs[i].floats * sizeof(float), bufs[i].what, (void **)bufs[i].buf);
     if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, Q->n_vocab, Q->n_embd, s->n_batch);
     if (st == TELA_OK) {
         s->keep_pos0 = calloc((size_t)s->n_seq, sizeof *s->keep_pos0);
@@ -922,14 +1045,15 @@ static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params 
     if (p->n_batch > 0) n_batch = p->n_batch;
     const uint64_t nb = (uint64_t)(!paged && p->n_ctx < n_batch ? p->n_ctx : n_batch);
     const uint64_t n_seq = (uint64_t)(p->n_seq > 0 ? p->n_seq : 1);
+    /* every rank's KV cache; one rank's activations at a time */
     const uint64_t kv = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)Q->n_attn * (uint64_t)(paged ? p->kv_rows : p->n_ctx) *
-                                                          (uint64_t)kv_dim(Q) * 2);
-    uint64_t rec = 0, row = 2ull * Q->n_embd + 4ull * Q->n_head * Q->head_dim + 2ull * kv_dim(Q) + 2ull * Q->n_ff +
-                            (uint64_t)Q->n_rot;
+                                                          (uint64_t)Q->world * (uint64_t)r_kv_dim(Q) * 2);
+    uint64_t rec = 0, row = (Q->world > 1 ? 3ull : 2ull) * Q->n_embd + 4ull * Q->r_head * Q->head_dim +
+                            2ull * r_kv_dim(Q) + 2ull * Q->r_ff + (uint64_t)Q->n_rot;
     if (Q->n_gdn > 0) {
         rec = n_seq * (uint64_t)Q->n_gdn *
               ((uint64_t)(Q->conv_k - 1) * conv_dim(Q) + (uint64_t)Q->nv * Q->dk * Q->dv) * 4;
-        row += 2ull * conv_dim(Q) + 2ull * value_dim(Q) + 2ull * Q->nv;
+        row += 2ull * r_conv_dim(Q) + 2ull * r_value_dim(Q) + 2ull * Q->r_nv;
     }
     uint64_t mtp = 0; /* the MTP block: its KV cache and buffers */
     if (Q->mtp && (paged || n_seq == 1))
@@ -944,7 +1068,7 @@ static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params 
 static void qwen35_state_reset(const tela_model *m, void *state) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
-    if (s->kv) tela_kv_clear(s->ex, s->kv);
+    for (int r = 0; r < s->n_kv; r++) tela_kv_clear(s->ex, s->kv[r]);
     if (s->mtp_kv) tela_kv_clear(s->ex, s->mtp_kv);
     memset(s->keep_n, 0, (size_t)s->n_seq * sizeof *s->keep_n);
     tela_exec_zero(s->ex, s->conv, (size_t)s->n_seq * Q->n_gdn * s->conv_floats * sizeof(float));
@@ -1016,7 +1140,8 @@ static tela_status qwen35_kv_copy_rows(const tela_model *m, void *state, int32_t
     (void)m;
     qwen35_state *s = state;
     if (s->mtp_kv) TELA_TRY(tela_kv_copy_rows(s->ex, s->mtp_kv, dst, src, n));
-    return s->kv ? tela_kv_copy_rows(s->ex, s->kv, dst, src, n) : TELA_OK;
+    for (int r = 0; r < s->n_kv; r++) TELA_TRY(tela_kv_copy_rows(s->ex, s->kv[r], dst, src, n));
+    return TELA_OK;
 }
 
 static size_t recurrent_bytes(const qwen35_model *Q, const qwen35_state *s) {
@@ -1031,21 +1156,21 @@ static size_t mtp_image_bytes(const qwen35_model *Q, const qwen35_state *s, int3
 
 static size_t qwen35_state_size(const tela_model *m, const void *state, int32_t n_past) {
     const qwen35_state *s = state;
-    return (s->kv ? tela_kv_image_bytes(s->kv, n_past) : 0) + recurrent_bytes(m->impl, s) +
+    size_t kv = 0;
+    for (int r = 0; r < s->n_kv; r++) kv += tela_kv_image_bytes(s->kv[r], n_past);
+    return kv + recurrent_bytes(m->impl, s) +
            mtp_image_bytes(m->impl, s, n_past);
 }
 
-/* The image: the KV cache's image of positions [0, n_past), then every GDN
- * layer's conv state, then every recurrent state, then the MTP block's KV
- * image and hidden state. */
+/* The image: the KV caches' images of positions [0, n_past) (one a rank, in
+ * order), then every GDN layer's conv state, then every recurrent state,
+ * then the MTP block's KV image and hidden state. */
 static tela_status qwen35_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
     const qwen35_model *Q = m->impl;
     const qwen35_state *s = state;
     unsigned char *p = dst;
-    if (s->kv) {
-        TELA_TRY(tela_kv_save(s->ex, s->kv, n_past, p));
-        p += tela_kv_image_bytes(s->kv, n_past);
-    }
+    for (int r = 0; r < s->n_kv; p += tela_kv_image_bytes(s->kv[r], n_past), r++) /* the ranks' images in order */
+        TELA_TRY(tela_kv_save(s->ex, s->kv[r], n_past, p));
     const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
     const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
     TELA_TRY(tela_exec_download(s->ex, p, s->conv, cb));
@@ -1062,10 +1187,8 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
     qwen35_state *s = state;
     const unsigned char *p = src;
     s->keep_n[0] = 0;
-    if (s->kv) {
-        TELA_TRY(tela_kv_load(s->ex, s->kv, n_past, p));
-        p += tela_kv_image_bytes(s->kv, n_past);
-    }
+    for (int r = 0; r < s->n_kv; p += tela_kv_image_bytes(s->kv[r], n_past), r++)
+        TELA_TRY(tela_kv_load(s->ex, s->kv[r], n_past, p));
     const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
     const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
     TELA_TRY(tela_exec_upload(s->ex, s->conv, p, cb));
@@ -1108,7 +1231,7 @@ static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
     const int hist = Q->conv_k - 1;
     const size_t cd = (size_t)conv_dim(Q), ng = (size_t)Q->n_gdn * (size_t)s->n_seq;
     s->keep_idx = malloc((size_t)(n > hist ? n : hist) * sizeof *s->keep_idx);
-    s->rewind_spans = malloc((size_t)(2 * Q->n_gdn + 1) * sizeof *s->rewind_spans);
+    s->rewind_spans = malloc((size_t)(2 * Q->n_gdn * Q->world + 1) * sizeof *s->rewind_spans);
     if (!s->keep_idx || !s->rewind_spans) return tela_errorf(TELA_ERR_NOMEM, "qwen35: out of memory");
     for (int i = 0; i < (n > hist ? n : hist); i++) s->keep_idx[i] = i;
     TELA_TRY(tela_backend_alloc(be, ng * (size_t)n * s->rec_floats * sizeof(float), "kept recurrent states",
@@ -1121,47 +1244,63 @@ static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
 
 static const int32_t ROW0[1] = {0}; /* a row list of one: row 0 */
 
-/* A slot's kept states of GDN layer g (its index among the GDN layers). */
-static float *keep_rec_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g) {
-    return s->keep_rec + ((size_t)slot * Q->n_gdn + (size_t)g) * (size_t)s->keep_cap * s->rec_floats;
+/* A slot's kept states of GDN layer g (its index among the GDN layers),
+ * rank r's part: the layer's room holds the ranks' one after another, each
+ * laid out as the whole layer's are at one rank ([keep_cap][its recurrent
+ * state], [kernel-1+keep_cap][its conv channels]). */
+static float *keep_rec_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g, int r) {
+    return s->keep_rec + ((size_t)slot * Q->n_gdn + (size_t)g) * (size_t)s->keep_cap * s->rec_floats +
+           (size_t)r * s->keep_cap * (s->rec_floats / (size_t)Q->world);
 }
-static float *keep_conv_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g) {
-    return s->keep_conv +
-           ((size_t)slot * Q->n_gdn + (size_t)g) * (size_t)(Q->conv_k - 1 + s->keep_cap) * (size_t)conv_dim(Q);
+static float *keep_conv_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g, int r) {
+    const size_t rows = (size_t)(Q->conv_k - 1 + s->keep_cap);
+    return s->keep_conv + ((size_t)slot * Q->n_gdn + (size_t)g) * rows * (size_t)conv_dim(Q) +
+           (size_t)r * rows * (size_t)r_conv_dim(Q);
 }
 
-/* Gated full attention over the batch: x += W_o (attention(q, k, v) *
+/* Rank r's part of a slot's conv and recurrent states of GDN layer g. */
+static float *conv_state_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g, int r) {
+    return slot_conv(Q, s, slot) + (size_t)g * s->conv_floats + (size_t)r * (s->conv_floats / (size_t)Q->world);
+}
+static float *rec_state_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g, int r) {
+    return slot_rec(Q, s, slot) + (size_t)g * s->rec_floats + (size_t)r * (s->rec_floats / (size_t)Q->world);
+}
+
+/* Gated full attention over the batch: out (+)= W_o (attention(q, k, v) *
  * sigmoid(gate)), the projections of rmsnorm(x) * attn_norm; keys and
- * values in layer ly->slot of kv. */
+ * values in layer ly->slot of kv. A rank's heads of a split layer (all of
+ * them at one rank): out is then the ranks' partial sum, else x itself. */
 static void attn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, tela_kv_cache *kv, float *x,
-                       const tela_batch *b) {
+                       const tela_batch *b, float *out, bool accumulate) {
     tela_exec *ex = s->ex;
     const qwen35_attn *A = &ly->attn;
-    const int E = Q->n_embd, hd = Q->head_dim, H = Q->n_head, nt = b->n_tok;
-    const int64_t q_dim = (int64_t)H * hd, k_dim = kv_dim(Q);
+    const int E = Q->n_embd, hd = Q->head_dim, H = Q->r_head, nt = b->n_tok;
+    const int64_t q_dim = (int64_t)H * hd, k_dim = r_kv_dim(Q);
     const tela_norm_in norm = {ly->attn_norm_b, Q->eps, s->xb};
     const tela_matmul_target qkv[3] = {{&A->wq, s->qg, 2 * q_dim}, {&A->wk, s->k, k_dim}, {&A->wv, s->v, k_dim}};
     tela_exec_norm_matmul_many(ex, &norm, qkv, 3, x, E, nt);
     /* q: the first half of each head's 2*hd block, normalized per head (the
      * rows (t, h) of qg are 2*hd apart); k: normalized in place */
     tela_exec_rmsnorm(ex, s->q, hd, s->qg, 2 * hd, A->q_norm_b, hd, nt * H, Q->eps);
-    tela_exec_rmsnorm(ex, s->k, hd, s->k, hd, A->k_norm_b, hd, nt * Q->n_kv_head, Q->eps);
+    tela_exec_rmsnorm(ex, s->k, hd, s->k, hd, A->k_norm_b, hd, nt * Q->r_kv_head, Q->eps);
     tela_exec_rope_store(ex, kv, ly->slot, s->q, q_dim, H, s->k, k_dim, s->v, k_dim, b, s->cs, Q->n_rot,
                          TELA_ROPE_HALVES);
     tela_exec_attention(ex, kv, ly->slot, s->q, q_dim, s->att, q_dim, b, H, (float)(1.0 / sqrt((double)hd)));
     /* the output gate: the second half of each head's block */
     tela_exec_sigmoid_gate(ex, s->att, hd, s->qg + hd, 2 * hd, nt * H, hd);
-    tela_exec_matmul(ex, &A->wo, s->att, q_dim, x, E, nt, true);
+    tela_exec_matmul(ex, &A->wo, s->att, q_dim, out, E, nt, accumulate);
 }
 
-/* Gated DeltaNet over the batch: x += W_out gdn(rmsnorm(x) * attn_norm).
+/* Gated DeltaNet over the batch: out (+)= W_out gdn(rmsnorm(x) *
+ * attn_norm), rank r's heads of it (all at one rank; out as attn_layer's).
  * The products take every token of the step; the conv and the delta rule
- * run per sequence, on its slot's state. */
-static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, const tela_batch *b) {
+ * run per sequence, on rank r's part of its slot's state. */
+static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, int r, const tela_batch *b,
+                      float *out, bool accumulate) {
     tela_exec *ex = s->ex;
     const qwen35_gdn *G = &ly->gdn;
-    const int E = Q->n_embd, nv = Q->nv, nt = b->n_tok;
-    const int64_t cd = conv_dim(Q), vd = value_dim(Q);
+    const int E = Q->n_embd, nv = Q->r_nv, nt = b->n_tok;
+    const int64_t cd = r_conv_dim(Q), vd = r_value_dim(Q);
     const tela_norm_in norm = {ly->attn_norm_b, Q->eps, s->xb};
     const tela_matmul_target in[4] = {
         {&G->w_qkv, s->qkv_in, cd}, {&G->w_z, s->z, vd}, {&G->w_beta, s->beta, nv}, {&G->w_alpha, s->g, nv}};
@@ -1171,10 +1310,10 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
     const int hist = Q->conv_k - 1;
     for (int i = 0; i < b->n_seq; i++) {
         const tela_batch_seq *q = &seqs[i];
-        float *conv_state = slot_conv(Q, s, q->slot) + (size_t)ly->slot * s->conv_floats;
+        float *conv_state = conv_state_at(Q, s, q->slot, ly->slot, r);
         if (s->keeping[q->slot]) { /* the conv inputs: the state before the pass, then the tokens */
             const int kt0 = q->pos0 - s->keep_pos0[q->slot]; /* this step's first token in the kept pass */
-            float *kconv = keep_conv_at(Q, s, q->slot, ly->slot);
+            float *kconv = keep_conv_at(Q, s, q->slot, ly->slot, r);
             if (kt0 == 0) tela_exec_copy_rows(ex, kconv, cd, conv_state, cd, s->keep_idx, hist, cd);
             tela_exec_copy_rows(ex, kconv + (size_t)(hist + kt0) * cd, cd, s->qkv_in + (size_t)q->tok0 * cd, cd,
                                 s->keep_idx, q->n_tok, cd);
@@ -1187,18 +1326,43 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
         const tela_batch_seq *q = &seqs[i];
         const size_t t0 = (size_t)q->tok0;
         const tela_gdn_args a = {
-            .qkv = s->qkv + t0 * cd, .qkv_stride = cd, .nk = Q->nk, .nv = nv, .dk = Q->dk, .dv = Q->dv,
+            .qkv = s->qkv + t0 * cd, .qkv_stride = cd, .nk = Q->r_nk, .nv = nv, .dk = Q->dk, .dv = Q->dv,
             .v_tiled = Q->v_tiled, .q_scale = (float)(1.0 / sqrt((double)Q->dk)), .beta = s->beta + t0 * nv,
             .g = s->g + t0 * nv, .z = s->z + t0 * vd, .norm_w = G->norm_b, .eps = Q->eps,
-            .state = slot_rec(Q, s, q->slot) + (size_t)ly->slot * s->rec_floats, .out = s->core + t0 * vd,
+            .state = rec_state_at(Q, s, q->slot, ly->slot, r), .out = s->core + t0 * vd,
             .n_tok = q->n_tok, .gates = &gates,
-            .states = s->keeping[q->slot] ? keep_rec_at(Q, s, q->slot, ly->slot) +
-                                                (size_t)(q->pos0 - s->keep_pos0[q->slot]) * s->rec_floats
+            .states = s->keeping[q->slot] ? keep_rec_at(Q, s, q->slot, ly->slot, r) +
+                                                (size_t)(q->pos0 - s->keep_pos0[q->slot]) * (s->rec_floats / Q->world)
                                           : NULL,
         };
         tela_exec_gdn_delta(ex, &a);
     }
-    tela_exec_matmul(ex, &G->w_out, s->core, vd, s->x, E, nt, true);
+    tela_exec_matmul(ex, &G->w_out, s->core, vd, out, E, nt, accumulate);
+}
+
+/* Decoder layer l (not skipped): the mixer, then the MLP, each adding its
+ * output to the residual stream s->x. Split over ranks (tensor
+ * parallelism), each rank in turn adds its part of the product through
+ * W_o / W_out (its heads) into s->part, which is then added to the
+ * residual (the all-reduce, then the residual add), and the same for the
+ * MLP's down product; with one rank the products add into s->x. */
+static void layer(const qwen35_model *Q, qwen35_state *s, const tela_batch *b, int l) {
+    tela_exec *ex = s->ex;
+    const int E = Q->n_embd, nt = b->n_tok;
+    const bool split = Q->world > 1;
+    float *update = split ? s->part : s->x;
+    for (int r = 0; r < Q->world; r++) {
+        const qwen35_layer *ly = &Q->rank_layers[r][l];
+        if (ly->is_attn)
+            attn_layer(Q, s, ly, s->kv[r], s->x, b, update, !split || r > 0);
+        else
+            gdn_layer(Q, s, ly, r, b, update, !split || r > 0);
+    }
+    if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+    for (int r = 0; r < Q->world; r++)
+        tela_model_ffn_swiglu(ex, &Q->rank_layers[r][l].ffn, s->x, s->xb, s->gate, update, !split || r > 0, E, nt,
+                              Q->eps);
+    if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
 }
 
 /* One step over the batch's tokens (at most n_batch); leaves the final
@@ -1210,14 +1374,7 @@ static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batc
     tela_exec_get_rows(ex, &Q->tok_embd, b->tokens, nt, s->x, E);
     tela_model_probe(&s->io, -1, s->x, nt, E);
     for (int l = 0; l < Q->n_layer; l++) {
-        const qwen35_layer *ly = &Q->layers[l];
-        if (ly->slot >= 0) { /* else skipped: the residual stream passes unchanged */
-            if (ly->is_attn)
-                attn_layer(Q, s, ly, s->kv, s->x, b);
-            else
-                gdn_layer(Q, s, ly, b);
-            tela_model_ffn_swiglu(ex, &ly->ffn, s->x, s->xb, s->gate, E, nt, Q->eps);
-        }
+        if (Q->layers[l].slot >= 0) layer(Q, s, b, l); /* else skipped: the residual stream passes unchanged */
         tela_model_probe(&s->io, l, s->x, nt, E);
     }
 }
@@ -1235,8 +1392,8 @@ static void mtp_block(const qwen35_model *Q, qwen35_state *s, const qwen35_mtp *
     tela_exec_rmsnorm(ex, s->mtp_cat + E, 2 * E, h, E, B->hnorm_b, E, nr, Q->eps);
     tela_exec_matmul(ex, &B->eh_proj, s->mtp_cat, 2 * E, s->mtp_x, E, nr, false);
     tela_exec_rope_table(ex, s->cs, b, Q->inv_freq_b, Q->n_rot);
-    attn_layer(Q, s, &B->layer, s->mtp_kv, s->mtp_x, b);
-    tela_model_ffn_swiglu(ex, &B->layer.ffn, s->mtp_x, s->xb, s->gate, E, nr, Q->eps);
+    attn_layer(Q, s, &B->layer, s->mtp_kv, s->mtp_x, b, s->mtp_x, true);
+    tela_model_ffn_swiglu(ex, &B->layer.ffn, s->mtp_x, s->xb, s->gate, s->mtp_x, true, E, nr, Q->eps);
     tela_exec_profile_phase(ex, NULL);
 }
 
@@ -1295,7 +1452,7 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     forward_step(Q, s, &s->io.batch);
-    tela_model_output_head(s->ex, &Q->output, 1, Q->output_norm_b, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
+    tela_model_output_head(s->ex, Q->heads, Q->world, Q->output_norm_b, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
     if (s->mtp_kv && !s->io.batch.seqs) mtp_catch_up(Q, s, &s->io.batch);
     else if (s->mtp_kv) mtp_catch_up_batch(Q, s, &s->io.batch);
 }
@@ -1408,20 +1565,20 @@ static tela_status qwen35_slot_rewind(const tela_model *m, void *state, int slot
         return tela_errorf(TELA_ERR_ARG, "qwen35: cannot rewind slot %d to %d tokens of a pass that kept %d states",
                            slot, n_keep, slot >= 0 && slot < s->n_seq ? s->keep_n[slot] : 0);
     const int hist = Q->conv_k - 1;
-    const int64_t cd = conv_dim(Q);
-    /* each GDN layer's recurrent state and conv window, one launch (the
-     * spans' room was made with the kept states) */
+    const int64_t cd = r_conv_dim(Q), rec = (int64_t)(s->rec_floats / (size_t)Q->world);
+    /* each GDN layer's recurrent state and conv window (each rank's part),
+     * one launch (the spans' room was made with the kept states) */
     tela_copy_span *sp = s->rewind_spans;
     int n_sp = 0;
     for (int l = 0; l < Q->n_layer; l++) {
         const qwen35_layer *ly = &Q->layers[l];
         if (ly->is_attn || ly->slot < 0) continue;
-        const size_t g = (size_t)ly->slot;
-        sp[n_sp++] = (tela_copy_span){slot_rec(Q, s, slot) + g * s->rec_floats,
-                                      keep_rec_at(Q, s, slot, ly->slot) + (size_t)(n_keep - 1) * s->rec_floats,
-                                      (int64_t)s->rec_floats};
-        sp[n_sp++] = (tela_copy_span){slot_conv(Q, s, slot) + g * s->conv_floats,
-                                      keep_conv_at(Q, s, slot, ly->slot) + (size_t)n_keep * cd, (int64_t)hist * cd};
+        for (int r = 0; r < Q->world; r++) {
+            sp[n_sp++] = (tela_copy_span){rec_state_at(Q, s, slot, ly->slot, r),
+                                          keep_rec_at(Q, s, slot, ly->slot, r) + (size_t)(n_keep - 1) * rec, rec};
+            sp[n_sp++] = (tela_copy_span){conv_state_at(Q, s, slot, ly->slot, r),
+                                          keep_conv_at(Q, s, slot, ly->slot, r) + (size_t)n_keep * cd, hist * cd};
+        }
     }
     tela_exec_copy_spans(s->ex, sp, n_sp);
     /* the MTP block continues from the hidden state of the last token kept:
@@ -1498,4 +1655,5 @@ const tela_arch tela_arch_qwen35 = {
     .mtp_draft_batch = qwen35_mtp_draft_batch,
     .layer_kind = qwen35_layer_kind,
     .forward_naive = NULL,
+    .tensor_parallel = true,
 };

@@ -9,13 +9,17 @@
 tela_status tela_shard_plan_check(const tela_shard_dims *d, int world) {
     if (world < 1 || world > 64) return tela_errorf(TELA_ERR_ARG, "tensor parallelism: %d ranks (1 to 64)", world);
     if (world == 1) return TELA_OK;
-    if (d->n_kv_head % world)
-        return tela_errorf(TELA_ERR_UNSUPPORTED,
-                           "tensor parallelism: %d KV heads do not split over %d ranks (attention is split by KV head)",
-                           d->n_kv_head, world);
-    if (d->n_head % d->n_kv_head)
+    if (d->n_kv_head <= 0 || d->n_head % d->n_kv_head)
         return tela_errorf(TELA_ERR_FORMAT, "tensor parallelism: %d query heads are not a multiple of %d KV heads",
                            d->n_head, d->n_kv_head);
+    /* attention by KV head; with more ranks than KV heads, each KV head
+     * copied to world / n_kv_head ranks, which split its query heads */
+    if (d->n_kv_head >= world ? d->n_kv_head % world != 0 : (world % d->n_kv_head != 0 || d->n_head % world != 0))
+        return tela_errorf(TELA_ERR_UNSUPPORTED,
+                           "tensor parallelism: %d KV heads do not split over %d ranks (attention is split by KV "
+                           "head; with more ranks than KV heads, each KV head is copied to several ranks, which "
+                           "needs a multiple of the KV heads that divides the %d query heads)",
+                           d->n_kv_head, world, d->n_head);
     if (d->n_ff % world)
         return tela_errorf(TELA_ERR_UNSUPPORTED, "tensor parallelism: the FFN's %lld rows do not split over %d ranks",
                            (long long)d->n_ff, world);
@@ -79,7 +83,10 @@ void tela_shard_of(const tela_shard_dims *d, tela_shard_role role, int rank, int
         return;
     case TELA_ROLE_WK: case TELA_ROLE_WV:
         out->axis = TELA_SHARD_ROWS;
-        add_share(out, 0, d->n_kv_head, hd, rank, world);
+        if (d->n_kv_head >= world)
+            add_share(out, 0, d->n_kv_head, hd, rank, world);
+        else /* a copy of the one KV head its query heads read */
+            add_range(out, (int64_t)(rank / (world / d->n_kv_head)) * hd, hd);
         return;
     case TELA_ROLE_WO:
         out->axis = TELA_SHARD_COLS;
@@ -113,6 +120,10 @@ void tela_shard_of(const tela_shard_dims *d, tela_shard_role role, int rank, int
         return;
     default: return;
     }
+}
+
+int tela_shard_kv_heads(const tela_shard_dims *d, int world) {
+    return world <= 1 ? d->n_kv_head : d->n_kv_head >= world ? d->n_kv_head / world : 1;
 }
 
 tela_shard_role tela_shard_role_of(const char *name) {

@@ -1,7 +1,8 @@
 /* shard.h: the tensor-parallel shard plan (issue 16, docs/MULTI-GPU.md):
  * which rows or columns of each weight tensor rank r of N holds, for the
  * Llama and Qwen3.5 architectures, Megatron-style. Attention is split by
- * KV head (a rank's query heads are those that read its KV heads), the
+ * KV head (a rank's query heads are those that read its KV heads; with
+ * more ranks than KV heads each KV head is copied to several), the
  * FFN by its inner dimension, Qwen3.5's Gated DeltaNet by key head (with
  * the value heads that use them), embeddings and the output head by
  * vocabulary; the products whose inputs are split (wo, ffn_down, the
@@ -57,10 +58,16 @@ typedef struct {
     int64_t begin[TELA_SHARD_MAX_RANGES], count[TELA_SHARD_MAX_RANGES];
 } tela_shard;
 
-/* Whether the model splits over `world` ranks: the KV heads, the FFN's
- * inner dimension and the DeltaNet's key heads must divide by it (an
+/* Whether the model splits over `world` ranks: the KV heads must divide
+ * by it (or, with more ranks than KV heads, it by them and the query heads
+ * by it), the FFN's inner dimension and the DeltaNet's key heads too (an
  * error naming the count otherwise); world 1 always does. */
 tela_status tela_shard_plan_check(const tela_shard_dims *d, int world);
+
+/* The KV heads each rank holds: n_kv_head / world, or 1 when there are
+ * more ranks than KV heads (each KV head is then copied to world /
+ * n_kv_head ranks, which split its query heads; vLLM does the same). */
+int tela_shard_kv_heads(const tela_shard_dims *d, int world);
 
 /* Rank `rank`'s part of a tensor of this role (the plan must have passed
  * tela_shard_plan_check). World 1, and replicated roles: the whole

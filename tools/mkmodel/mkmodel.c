@@ -451,7 +451,8 @@ static tela_status generate(const mk_plan *pl, const mk_tensor *t, int fd, const
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tela-mkmodel PRESET -o OUT.gguf [--type f16|f32|bf16|q8_0] [--vocab-from FILE.gguf]\n"
-               "                    [--seed N] [--layers N] [--mtp] [--threads N] [-q]\n\n"
+               "                    [--seed N] [--layers N] [--mtp] [--gdn-heads K,V]\n"
+               "                    [--threads N] [-q]\n\n"
                "Writes a GGUF model with random weights at the shape of a real one, for\n"
                "benchmarks: llama.cpp's tensor names, shapes and keys, weights N(0, 0.02)-like,\n"
                "norms about 1, deterministic for a seed. Quantize it with 'tela quantize'.\n\n"
@@ -468,6 +469,8 @@ static void usage(FILE *f) {
                "  --layers N          override the number of layers\n"
                "  --mtp               Qwen3.5 presets: add one multi-token-prediction (nextn) block,\n"
                "                      for measuring speculative decoding with --spec mtp\n"
+               "  --gdn-heads K,V     Qwen3.5 presets: K Gated DeltaNet key heads and V value heads\n"
+               "                      (a multiple of K) instead of the preset's\n"
                "  --threads N         threads (default: all cores)\n"
                "  -q                  no progress line\n");
 }
@@ -563,7 +566,7 @@ static int parse_long(const char *opt, const char *s, long lo, long hi, long *ou
 int main(int argc, char **argv) {
     const char *name = NULL, *out = NULL, *vocab = NULL;
     tela_type wtype = TELA_TYPE_F16;
-    long seed = 1, layers = 0, threads = sysconf(_SC_NPROCESSORS_ONLN);
+    long seed = 1, layers = 0, threads = sysconf(_SC_NPROCESSORS_ONLN), gdn_k = 0, gdn_v = 0;
     int quiet = 0, mtp = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -588,6 +591,16 @@ int main(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--layers")) {
             if (parse_long(a, v, 1, 1024, &layers)) return 2;
+            i++;
+        } else if (!strcmp(a, "--gdn-heads")) {
+            char *end = NULL;
+            gdn_k = v ? strtol(v, &end, 10) : 0;
+            if (end && *end == ',') gdn_v = strtol(end + 1, &end, 10);
+            if (!v || !end || *end || gdn_k < 1 || gdn_v < gdn_k || gdn_k > 256 || gdn_v > 1024 || gdn_v % gdn_k) {
+                fprintf(stderr, "tela-mkmodel: --gdn-heads needs K,V: key heads and a multiple of them as value "
+                                "heads (e.g. 4,8)\n");
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (parse_long(a, v, 1, 256, &threads)) return 2;
@@ -628,6 +641,15 @@ int main(int argc, char **argv) {
             return 2;
         }
         custom.n_mtp = 1;
+    }
+    if (gdn_k) {
+        if (strcmp(custom.arch, "qwen35")) {
+            fprintf(stderr, "tela-mkmodel: --gdn-heads needs a Qwen3.5 preset ('%s' has no Gated DeltaNet)\n",
+                    custom.name);
+            return 2;
+        }
+        custom.ssm_k_heads = (int)gdn_k;
+        custom.ssm_v_heads = (int)gdn_v;
     }
     if (threads < 1) threads = 1;
     return run(&custom, out, wtype, vocab, (uint64_t)seed, (int)threads, quiet);
