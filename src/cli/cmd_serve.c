@@ -49,6 +49,8 @@ static void usage(FILE *f) {
             "      --max-body BYTES     largest request body (default 8M; K, M, G suffixes)\n"
             "  -t, --threads N          computation threads (default: all cores)\n"
             "      --device DEV         cpu, cuda or cuda:N (default: the GPU when there is one)\n"
+            "      --tensor-parallel N  split each layer over N ranks (Llama, Qwen3.5 without --spec mtp; the\n"
+            "                           ranks share the one device for now: a check of the split, not faster)\n"
             "      --kv-type T          KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
             "                           (default: f16 on a GPU, f32 on the CPU)\n"
             "      --spec ngram|mtp|draft  speculative decoding for every request, its drafts verified in the\n"
@@ -115,7 +117,8 @@ int tela_cmd_serve(int argc, char **argv) {
         }
         static const char *const with_value[] = {"-m", "--model", "--host", "--port", "--api-key", "-c", "--ctx-size",
                                                  "--parallel", "--kv-size", "--checkpoint-interval", "--max-queue",
-                                                 "--max-body", "-t", "--threads", "--device", "--kv-type", NULL};
+                                                 "--max-body", "-t", "--threads", "--device", "--kv-type",
+                                                 "--tensor-parallel", NULL};
         int known = 0;
         for (const char *const *o = with_value; *o; o++) known |= !strcmp(a, *o);
         if (!known) return cli_unknown_option("serve", a);
@@ -145,6 +148,9 @@ int tela_cmd_serve(int argc, char **argv) {
         } else if (IS("--checkpoint-interval")) {
             if (cli_parse_int(a, v, 1, INT32_MAX, &n)) return 2;
             p.engine.checkpoint_interval = (int32_t)n;
+        } else if (IS("--tensor-parallel")) {
+            if (cli_parse_int(a, v, 1, 64, &n)) return 2;
+            p.tensor_parallel = (int)n;
         } else if (IS("--max-queue")) {
             if (cli_parse_int(a, v, 1, INT32_MAX, &n)) return 2;
             p.engine.max_waiting = (int32_t)n;

@@ -108,6 +108,7 @@ int tela_serve(const tela_serve_params *p) {
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = p->n_threads;
     mp.device = p->device;
+    mp.tensor_parallel = p->tensor_parallel;
     mp.verbose = 1;
     mp.load_mtp = p->spec.method == TELA_SPEC_MTP;
     mp.mtp_draft_vocab = p->mtp_draft_vocab;

@@ -15,6 +15,7 @@ typedef struct tela_serve_params {
     const char *api_key;         /* NULL: none */
     const char *device;          /* NULL: the default */
     int n_threads;               /* 0: all cores */
+    int tensor_parallel;         /* ranks each layer is split across (tela_model_params; 0: none) */
     tela_engine_params engine;   /* n_ctx, n_parallel, kv_tokens, max_waiting, prefix_cache, checkpoint_interval, ... */
     tela_spec_params spec;       /* speculative decoding of every request (method NONE: off; NGRAM, MTP, DRAFT) */
     const char *draft_path;      /* the draft model of TELA_SPEC_DRAFT */
