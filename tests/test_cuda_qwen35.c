@@ -9,7 +9,9 @@
  *     position within 1e-4 of the reference row's range (1e-3 for the F16
  *     files, as on Llama), in the fast default mode within 2e-2; greedy
  *     tokens picked on the GPU identical to the reference up to the first
- *     step whose margin is below 0.01 (exact) or twice the fast bound.
+ *     step whose margin is below 0.01 (exact) or twice the fast bound;
+ *     the same with the layers split over two ranks (tensor parallelism,
+ *     the ranks sharing the GPU).
  *   - GPU against the CPU path on a random-weight qwen3.5-tiny model
  *     (tela-mkmodel) as F32, F16, Q8_0 and Q6_K: exact mode within 1e-4
  *     of the range, fast within 3e-2. Its Q4_K_M has q5_0 tensors (rows of
@@ -133,6 +135,16 @@ int main(void) {
             check_fixture(dir, "qwen35-asym-f16.gguf", "qwen35-asym", fast ? 2e-2 : 1e-3, fast);
             check_shared("qwen35-d1", fast ? 2e-2 : 1e-4);
         }
+        /* the layers split over two ranks (tensor parallelism; the ranks
+         * share the one GPU; each rank's DeltaNet heads on its part of the
+         * states): the same bounds */
+        fixture_tp = 2;
+        for (int fast = 0; fast < 2; fast++) {
+            tela_ops_set_exact_matmul(!fast);
+            check_fixture(dir, "qwen35-sym-f16.gguf", "qwen35-sym", fast ? 2e-2 : 1e-3, fast);
+            check_fixture(dir, "qwen35-asym-f32.gguf", "qwen35-asym", fast ? 2e-2 : 1e-4, fast);
+        }
+        fixture_tp = 0;
         tela_ops_set_exact_matmul(false);
     }
     char tmp[] = "/tmp/tela-cuda-q35-XXXXXX";
