@@ -281,6 +281,31 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
                 if (!(d <= maxd)) maxd = isfinite(d) ? d : INFINITY;
             }
         CHECK_MSG(maxd <= 1e-6, "get_rows %s: max diff %.3g", tela_type_name(type), maxd);
+        /* the table split by vocabulary (rows [0, 9) and [9, R), each a
+         * matrix of its own): the first part writes its rows and zeros,
+         * the second adds its rows: every id's row, every element written */
+        {
+            tela_mat lo = w.m, hi = w.m;
+            lo.n_rows = 9;
+            hi.n_rows = R - 9;
+            hi.data = (const unsigned char *)w.m.data + 9 * w.m.row_bytes;
+            lo.dev = hi.dev = NULL;
+            lo.packed = hi.packed = NULL;
+            tela_mat *parts[2] = {&lo, &hi};
+            tela_mat_use rows_use[2] = {TELA_MAT_ROWS, TELA_MAT_ROWS};
+            CHECK_OK(tela_backend_prepare_mats(gpu, parts, rows_use, 2, 0));
+            poison(drows, 4 * K);
+            tela_exec_get_rows_part(gx, &lo, 0, dids, 4, drows, K, false);
+            tela_exec_get_rows_part(gx, &hi, 9, dids, 4, drows, K, true);
+            down(rows, drows, 4 * K * 4);
+            maxd = 0;
+            for (int t = 0; t < 4; t++)
+                for (int64_t c = 0; c < K; c++) {
+                    double d = fabs((double)rows[t * K + c] - w.deq[ids[t] * K + c]);
+                    if (!(d <= maxd)) maxd = isfinite(d) ? d : INFINITY;
+                }
+            CHECK_MSG(maxd <= 1e-6, "get_rows_part %s: max diff %.3g", tela_type_name(type), maxd);
+        }
         tela_backend_free_mem(gpu, dids);
         tela_backend_free_mem(gpu, drows);
         free(rows);

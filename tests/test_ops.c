@@ -254,6 +254,43 @@ static void test_get_rows(void) {
     free_weight(&tw);
 }
 
+/* An embedding split by vocabulary in two parts (rows 0-3 and 4-9 of a
+ * Q8_0 table): the first part writes its rows and zeros, the second adds
+ * its rows; together the whole table's rows, exactly. A part with
+ * accumulate leaves the rows of other parts' ids as they were. */
+static void test_get_rows_part(void) {
+    test_weight tw;
+    make_weight(&tw, TELA_TYPE_Q8_0, 10, 64);
+    tela_mat lo = tw.m, hi = tw.m;
+    lo.n_rows = 4;
+    hi.n_rows = 6;
+    hi.data = (const unsigned char *)tw.m.data + 4 * tw.m.row_bytes;
+    int32_t ids[5] = {7, 0, 3, 9, 4};
+    float out[5 * 70], scratch[64];
+    for (int i = 0; i < 5 * 70; i++) out[i] = 1e30f; /* poison */
+    tela_op_get_rows_part(&lo, 0, false, ids, 5, out, 70, NULL);
+    int bad = 0;
+    for (int t = 0; t < 5; t++)
+        for (int i = 0; i < 64; i++)
+            if ((double)out[t * 70 + i] != (ids[t] < 4 ? tw.w[ids[t] * 64 + i] : 0.0)) bad++;
+    CHECK_EQ_INT(bad, 0);
+    tela_op_get_rows_part(&hi, 4, true, ids, 5, out, 70, scratch);
+    bad = 0;
+    for (int t = 0; t < 5; t++)
+        for (int i = 0; i < 64; i++)
+            if ((double)out[t * 70 + i] != tw.w[ids[t] * 64 + i]) bad++;
+    CHECK_EQ_INT(bad, 0);
+    /* accumulate into other values: rows of its ids added, the rest kept */
+    for (int i = 0; i < 5 * 70; i++) out[i] = 0.5f;
+    tela_op_get_rows_part(&hi, 4, true, ids, 5, out, 70, scratch);
+    bad = 0;
+    for (int t = 0; t < 5; t++)
+        for (int i = 0; i < 64; i++)
+            if (out[t * 70 + i] != (ids[t] >= 4 ? (float)(0.5 + tw.w[ids[t] * 64 + i]) : 0.5f)) bad++;
+    CHECK_EQ_INT(bad, 0);
+    free_weight(&tw);
+}
+
 /* ---------------------------------------------------------- elementwise */
 
 static void test_rmsnorm(void) {
@@ -626,6 +663,7 @@ int main(void) {
     tela_ops_set_exact_matmul(false);
     test_mat_view_errors();
     test_get_rows();
+    test_get_rows_part();
     test_misaligned();
     test_rmsnorm();
     test_rope();

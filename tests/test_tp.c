@@ -1,7 +1,8 @@
 /* test_tp.c: tensor parallelism (issue 16) on the Llama fixtures of
  * tests/fixtures/llama and the Qwen3.5 fixtures of tests/fixtures/qwen35,
  * the ranks run one after another on the CPU:
- *   - each rank's slices of the layers and its own KV cache (and, for
+ *   - each rank's slices of the layers, of the token embedding and of the
+ *     head (both by vocabulary), and its own KV cache (and, for
  *     Qwen3.5, its DeltaNet heads' conv and recurrent states) give the
  *     logits of transformers' float64 reference (the fixture JSON) within
  *     the tolerance of test_llama_fixtures and test_qwen35 (1e-4 of each

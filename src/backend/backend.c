@@ -251,7 +251,12 @@ tela_status tela_exec_set_batch_seqs(tela_exec *ex, tela_batch *batch, int32_t *
 }
 
 void tela_exec_get_rows(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
-    PROF_OP(ex, ex->ops->get_rows(ex, w, ids, n, out, out_stride), "embedding", false, -1, 0, 0);
+    PROF_OP(ex, ex->ops->get_rows(ex, w, 0, false, ids, n, out, out_stride), "embedding", false, -1, 0, 0);
+}
+
+void tela_exec_get_rows_part(tela_exec *ex, const tela_mat *w, int64_t row0, const int32_t *ids, int n, float *out,
+                             int64_t out_stride, bool accumulate) {
+    PROF_OP(ex, ex->ops->get_rows(ex, w, row0, accumulate, ids, n, out, out_stride), "embedding", false, -1, 0, 0);
 }
 
 void tela_exec_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride,

@@ -244,6 +244,15 @@ tela_status tela_exec_set_batch_seqs(tela_exec *ex, tela_batch *batch, int32_t *
  * backend memory, in [0, W.n_rows). */
 void tela_exec_get_rows(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
 
+/* A rank's part of an embedding split by vocabulary (tensor parallelism):
+ * W holds rows [row0, row0 + W.n_rows) of the table. out[t] = row
+ * ids[t] - row0 of W where ids[t] falls in it, else zeros; with
+ * accumulate, out[t] += that row, and other rows are left as they are.
+ * Ranks in turn (the first without accumulate) give the whole table's
+ * rows exactly: one of them adds a row to zeros. */
+void tela_exec_get_rows_part(tela_exec *ex, const tela_mat *w, int64_t row0, const int32_t *ids, int n, float *out,
+                             int64_t out_stride, bool accumulate);
+
 /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, n_rows rows of n floats; w
  * may be NULL (no scale); out may equal x. */
 void tela_exec_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride,

@@ -34,7 +34,10 @@ struct tela_backend_ops {
     uint32_t (*length_bucket)(const tela_exec *ex, int32_t n_kv);
     void (*graphs_drop)(tela_exec *ex); /* NULL: no graphs */
 
-    void (*get_rows)(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
+    /* rows ids[t] - row0 of w where they fall in it; the others zero (or,
+     * with accumulate, left as they are) */
+    void (*get_rows)(tela_exec *ex, const tela_mat *w, int64_t row0, bool accumulate, const int32_t *ids, int n,
+                     float *out, int64_t out_stride);
     void (*rmsnorm)(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w,
                     int64_t n, int n_rows, float eps);
     /* norm: NULL, or the RMSNorm in front (tela_norm_in) */

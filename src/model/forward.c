@@ -231,6 +231,17 @@ void tela_model_output_head(tela_exec *ex, const tela_mat *parts, int n_parts, c
         tela_exec_argmax(ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
 }
 
+void tela_model_embed(tela_exec *ex, const tela_mat *parts, int n_parts, const int32_t *ids, int n_tok, float *x,
+                      int n_embd) {
+    if (n_parts <= 1) {
+        tela_exec_get_rows(ex, parts, ids, n_tok, x, n_embd);
+        return;
+    }
+    int64_t row0 = 0;
+    for (int i = 0; i < n_parts; row0 += parts[i].n_rows, i++)
+        tela_exec_get_rows_part(ex, &parts[i], row0, ids, n_tok, x, n_embd, i > 0);
+}
+
 void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, const float *x, float *xb, float *gate, float *out,
                            bool accumulate, int n_embd, int n_tok, float eps) {
     const int64_t n_ff = f->w_gate.n_rows;

@@ -34,9 +34,10 @@
  * down), and its own KV cache of its KV heads. The products through wo and
  * down then give partial sums of the residual update, which are added up
  * (the all-reduce) before the residual add. The output head is split by
- * vocabulary, each rank filling its columns of the logits. The ranks run
- * one after another on the model's one device for now; the embedding is
- * whole on every rank. */
+ * vocabulary, each rank filling its columns of the logits, and so is the
+ * token embedding (each rank's rows, zeros for the other ids, summed:
+ * tela_model_embed). The ranks run one after another on the model's one
+ * device for now. */
 #include "backend/cpu/ops.h" /* the naive oracle runs on the host */
 #include "model/model.h"
 #include "util/error.h"
@@ -64,6 +65,7 @@ typedef struct llama_model {
     const double *inv_freq_b;
     tela_rope_mode rope_mode;
     tela_mat tok_embd, output;
+    tela_mat *embd;          /* the token embedding as the ranks hold it: world row ranges (&tok_embd at one) */
     tela_mat *heads;         /* the output head as the ranks hold it: world row ranges of the vocabulary
                                 in order (&output at world 1) */
     float *output_norm;
@@ -189,15 +191,19 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
         TELA_TRY(tela_model_get_mat(m, nm->output, L->n_vocab, L->n_embd, false, &L->output));
     }
     L->heads = &L->output;
-    if (L->world > 1) { /* the head by vocabulary: rank r's rows of the logits */
+    L->embd = &L->tok_embd;
+    if (L->world > 1) { /* the head and the embedding by vocabulary: rank r's rows */
         L->heads = tela_model_alloc(m, (size_t)L->world * sizeof *L->heads);
-        if (!L->heads) return TELA_ERR_NOMEM;
+        L->embd = tela_model_alloc(m, (size_t)L->world * sizeof *L->embd);
+        if (!L->heads || !L->embd) return TELA_ERR_NOMEM;
         const tela_shard_dims d = shard_dims(L);
         for (int r = 0; r < L->world; r++) {
             tela_shard sh;
             tela_shard_of(&d, TELA_ROLE_OUTPUT, r, L->world, &sh);
             TELA_TRY(tela_model_get_mat_shard(m, tied ? nm->tok_embd : nm->output, L->n_vocab, L->n_embd, &sh,
                                               &L->heads[r]));
+            tela_shard_of(&d, TELA_ROLE_TOKEN_EMBD, r, L->world, &sh);
+            TELA_TRY(tela_model_get_mat_shard(m, nm->tok_embd, L->n_vocab, L->n_embd, &sh, &L->embd[r]));
         }
     }
     L->rank_layers = tela_model_alloc(m, (size_t)L->world * sizeof *L->rank_layers);
@@ -234,7 +240,7 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
 static tela_status prepare_backend(tela_model *m, llama_model *L) {
     TELA_TRY(tela_model_const(m, L->inv_freq, (size_t)(L->n_rot / 2) * sizeof(double), (const void **)&L->inv_freq_b));
     TELA_TRY(tela_model_const(m, L->output_norm, (size_t)L->n_embd * sizeof(float), (const void **)&L->output_norm_b));
-    const size_t cap = 1 + (size_t)L->world * (1 + (size_t)L->n_layer * 7);
+    const size_t cap = (size_t)L->world * (2 + (size_t)L->n_layer * 7);
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = malloc(cap * sizeof *uses);
     if (!list || !uses) {
@@ -244,9 +250,9 @@ static tela_status prepare_backend(tela_model *m, llama_model *L) {
     }
     size_t n = 0;
     tela_status s = TELA_OK;
-    uses[n] = TELA_MAT_ROWS;
-    list[n++] = &L->tok_embd;
-    for (int r = 0; r < L->world; r++) {
+    for (int r = 0; r < L->world; r++) { /* (&L->tok_embd and &L->output at one rank) */
+        uses[n] = TELA_MAT_ROWS;
+        list[n++] = &L->embd[r];
         uses[n] = TELA_MAT_MATMUL;
         list[n++] = &L->heads[r];
     }
@@ -605,7 +611,7 @@ static void forward_step(const llama_model *L, llama_state *s, const tela_batch 
     tela_exec *ex = s->ex;
     const int nt = b->n_tok, E = L->n_embd;
     tela_exec_rope_table(ex, s->cs, b, L->inv_freq_b, L->n_rot);
-    tela_exec_get_rows(ex, &L->tok_embd, b->tokens, nt, s->x, E);
+    tela_model_embed(ex, L->embd, L->world, b->tokens, nt, s->x, E);
     tela_model_probe(&s->io, -1, s->x, nt, E);
     for (int l = 0; l < L->n_layer; l++) {
         const int kl = L->kv_slot[l];

@@ -327,6 +327,13 @@ tela_status tela_model_run_batch(const tela_model *m, void *state, tela_model_st
 void tela_model_output_head(tela_exec *ex, const tela_mat *parts, int n_parts, const float *norm, float eps,
                             const float *x, float *xb, int n_embd, const tela_model_step *step, tela_model_io *io);
 
+/* The token embeddings of a step's n_tok tokens (ids in backend memory)
+ * into x (rows of n_embd): rows of a table held as n_parts matrices, the
+ * vocabulary's rows in order (tensor parallelism splits it by vocabulary;
+ * 1 otherwise), each giving the rows it holds (tela_exec_get_rows_part). */
+void tela_model_embed(tela_exec *ex, const tela_mat *parts, int n_parts, const int32_t *ids, int n_tok, float *x,
+                      int n_embd);
+
 /* Hands the last of n_tok hidden-state rows (backend memory) to the probe
  * of a probed evaluation, as the state after `layer` (-1: the embedding). */
 void tela_model_probe(tela_model_io *io, int layer, const float *x, int n_tok, int n_embd);

@@ -87,8 +87,9 @@
  * runs its heads' conv and delta rule on its own part of the layer's conv
  * and recurrent states, which lie rank after rank in the layer's state
  * (and so in a slot's image); the products through wo, W_out and down give
- * partial sums, added up (the all-reduce) before the residual add. Norms
- * and the embedding are whole. The MTP block is not split.
+ * partial sums, added up (the all-reduce) before the residual add. The
+ * token embedding is split by vocabulary like the head; norms are whole.
+ * The MTP block is not split.
  *
  * Session state: per attention layer f32 K and V rows for every position;
  * per GDN layer the conv state ((K-1) x conv_dim floats) and the recurrent
@@ -155,6 +156,7 @@ typedef struct qwen35_model {
     tela_mat tok_embd, output;
     tela_mat *heads;             /* the output head as the ranks hold it: world row ranges of the vocabulary
                                   * (&output without tensor parallelism) */
+    tela_mat *embd;              /* the token embedding the same way (&tok_embd without) */
     float *output_norm;
     const float *output_norm_b;
     qwen35_layer *layers;        /* rank 0's (the whole layers without tensor parallelism) */
@@ -462,7 +464,7 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
  * table, read by rows) for the backend (tela_model_prepare_mats). */
 static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     TELA_TRY(backend_consts(m, Q));
-    size_t cap = 3 + (size_t)Q->world + (size_t)(Q->world * Q->n_layer + Q->n_mtp) * 9, n = 0;
+    size_t cap = 2 + 2 * (size_t)Q->world + (size_t)(Q->world * Q->n_layer + Q->n_mtp) * 9, n = 0;
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = calloc(cap, sizeof *uses); /* all TELA_MAT_MATMUL */
     if (!list || !uses) {
@@ -470,9 +472,11 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
         free(uses);
         return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
     }
-    uses[n] = TELA_MAT_ROWS;
-    list[n++] = &Q->tok_embd;
-    for (int r = 0; r < Q->world; r++) list[n++] = &Q->heads[r]; /* &Q->output at one rank */
+    for (int r = 0; r < Q->world; r++) { /* &Q->tok_embd and &Q->output at one rank */
+        uses[n] = TELA_MAT_ROWS;
+        list[n++] = &Q->embd[r];
+        list[n++] = &Q->heads[r];
+    }
     for (int r = 0; r < Q->world; r++)
         for (int l = 0; l < Q->n_layer; l++)
             if (Q->layers[l].slot >= 0) n += layer_mats(&Q->rank_layers[r][l], list + n);
@@ -548,18 +552,21 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
         TELA_TRY(tela_model_get_mat(m, nm->output, Q->n_vocab, Q->n_embd, false, &Q->output));
     }
     Q->heads = &Q->output;
-    if (Q->world > 1) { /* the head by vocabulary: rank r's rows of the logits */
+    Q->embd = &Q->tok_embd;
+    if (Q->world > 1) { /* the head and the embedding by vocabulary: rank r's rows */
         Q->heads = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->heads);
-        if (!Q->heads) return TELA_ERR_NOMEM;
+        Q->embd = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->embd);
+        if (!Q->heads || !Q->embd) return TELA_ERR_NOMEM;
         const tela_shard_dims d = shard_dims(Q);
-        if (tied)
-            snprintf(name, sizeof name, "%s%s", nm->hf ? nm->prefix : "", nm->tok_embd);
-        else
-            snprintf(name, sizeof name, "%s", nm->output);
+        char embd_name[160];
+        snprintf(embd_name, sizeof embd_name, "%s%s", nm->hf ? nm->prefix : "", nm->tok_embd);
+        snprintf(name, sizeof name, "%s", tied ? embd_name : nm->output);
         for (int r = 0; r < Q->world; r++) {
             tela_shard sh;
             tela_shard_of(&d, TELA_ROLE_OUTPUT, r, Q->world, &sh);
             TELA_TRY(tela_model_get_mat_shard(m, name, Q->n_vocab, Q->n_embd, &sh, &Q->heads[r]));
+            tela_shard_of(&d, TELA_ROLE_TOKEN_EMBD, r, Q->world, &sh);
+            TELA_TRY(tela_model_get_mat_shard(m, embd_name, Q->n_vocab, Q->n_embd, &sh, &Q->embd[r]));
         }
     }
     for (int l = 0; l < Q->n_layer; l++) {
@@ -1371,7 +1378,7 @@ static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batc
     tela_exec *ex = s->ex;
     const int E = Q->n_embd, nt = b->n_tok;
     tela_exec_rope_table(ex, s->cs, b, Q->inv_freq_b, Q->n_rot);
-    tela_exec_get_rows(ex, &Q->tok_embd, b->tokens, nt, s->x, E);
+    tela_model_embed(ex, Q->embd, Q->world, b->tokens, nt, s->x, E);
     tela_model_probe(&s->io, -1, s->x, nt, E);
     for (int l = 0; l < Q->n_layer; l++) {
         if (Q->layers[l].slot >= 0) layer(Q, s, b, l); /* else skipped: the residual stream passes unchanged */

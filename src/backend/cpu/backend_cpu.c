@@ -281,10 +281,10 @@ static bool reserve_matmul(cpu_exec *c, int64_t n_cols) {
     return s == TELA_OK;
 }
 
-static void cpu_get_rows(tela_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out,
-                         int64_t out_stride) {
-    (void)ex;
-    tela_op_get_rows(w, ids, n, out, out_stride);
+static void cpu_get_rows(tela_exec *ex, const tela_mat *w, int64_t row0, bool accumulate, const int32_t *ids, int n,
+                         float *out, int64_t out_stride) {
+    float *scratch = accumulate ? cpu_tmp(as_cpu(ex), (size_t)w->n_cols) : NULL;
+    if (scratch || !accumulate) tela_op_get_rows_part(w, row0, accumulate, ids, n, out, out_stride, scratch);
 }
 
 static void cpu_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride,

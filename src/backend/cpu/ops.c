@@ -291,6 +291,24 @@ void tela_op_get_rows(const tela_mat *w, const int32_t *ids, int n, float *out, 
     }
 }
 
+void tela_op_get_rows_part(const tela_mat *w, int64_t row0, bool accumulate, const int32_t *ids, int n, float *out,
+                           int64_t out_stride, float *scratch) {
+    for (int t = 0; t < n; t++) {
+        float *dst = out + t * out_stride;
+        const int64_t id = (int64_t)ids[t] - row0;
+        if (id < 0 || id >= w->n_rows) {
+            if (!accumulate) memset(dst, 0, (size_t)w->n_cols * sizeof(float));
+            continue;
+        }
+        const float *row = mat_row_f32(w, (int32_t)id, accumulate ? scratch : dst);
+        if (!accumulate) {
+            if (row != dst) memcpy(dst, row, (size_t)w->n_cols * sizeof(float));
+            continue;
+        }
+        for (int64_t c = 0; c < w->n_cols; c++) dst[c] += row[c];
+    }
+}
+
 typedef double tela_v8d __attribute__((vector_size(64)));
 
 void tela_op_rmsnorm(float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w, int64_t n,

@@ -53,6 +53,10 @@ void tela_op_pack(tela_threadpool *pool, tela_mat *w, void *buf);
 /* out[t] = row ids[t] of W (dequantized), e.g. the token embedding lookup.
  * The ids must be in [0, W.n_rows). */
 void tela_op_get_rows(const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
+/* tela_exec_get_rows_part on the host (scratch: w->n_cols floats, needed
+ * with accumulate only). */
+void tela_op_get_rows_part(const tela_mat *w, int64_t row0, bool accumulate, const int32_t *ids, int n, float *out,
+                           int64_t out_stride, float *scratch);
 
 /* f32 dot product with a fixed summation order (8 interleaved partial sums). */
 float tela_dot_f32(const float *a, const float *b, int64_t n);

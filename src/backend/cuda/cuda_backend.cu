@@ -500,8 +500,9 @@ static uint32_t cuda_length_bucket(const tela_exec *ex, int32_t n_kv) {
 
 /* --------------------------------------------------------- operations */
 
-static void cuda_get_rows(tela_exec *e, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
-    tela_cuda_get_rows(as_ex(e), w, ids, n, out, out_stride);
+static void cuda_get_rows(tela_exec *e, const tela_mat *w, int64_t row0, bool accumulate, const int32_t *ids, int n,
+                          float *out, int64_t out_stride) {
+    tela_cuda_get_rows(as_ex(e), w, row0, accumulate, ids, n, out, out_stride);
 }
 
 static void cuda_rmsnorm(tela_exec *e, float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w,

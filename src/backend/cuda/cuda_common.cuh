@@ -272,7 +272,8 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
  * Pass it as xh to tela_cuda_matmul_gemm (NULL there: converted inside). */
 const void *tela_cuda_gemm_input(cuda_exec *ex, const tela_mat *const *w, int n_w, const float *x, int64_t x_stride,
                                  int n_tok);
-void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride);
+void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, int64_t row0, bool accumulate, const int32_t *ids, int n,
+                        float *out, int64_t out_stride);
 
 /* ---- launchers (cuda_elementwise.cu) ---- */
 void tela_cuda_rmsnorm(cuda_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w,

@@ -3112,17 +3112,26 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
 
 /* ------------------------------------------------------------ get_rows */
 
+/* Rows ids[t] - row0 of w (a rank's part of an embedding split by
+ * vocabulary; row0 0 otherwise); ids outside it give zeros, or with
+ * accumulate leave out[t] as it is. */
 template <int TYPE>
-static __global__ void get_rows_kernel(const wview w, const int32_t *ids, int n, float *out, int64_t out_stride) {
+static __global__ void get_rows_kernel(const wview w, int64_t row0, bool accumulate, const int32_t *ids, int n,
+                                       float *out, int64_t out_stride) {
     TELA_PDL_ENTRY();
     const int t = blockIdx.y;
     if (t >= n) return;
-    const int64_t row = ids[t];
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < w.n_cols; c += (int64_t)gridDim.x * blockDim.x)
-        out[(size_t)t * out_stride + c] = weight_at<TYPE>(w, row, c);
+    const int64_t row = (int64_t)ids[t] - row0;
+    const bool mine = row >= 0 && row < w.n_rows;
+    if (accumulate && !mine) return;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < w.n_cols; c += (int64_t)gridDim.x * blockDim.x) {
+        const float v = mine ? weight_at<TYPE>(w, row, c) : 0.0f;
+        float *o = out + (size_t)t * out_stride + c;
+        *o = accumulate ? *o + v : v;
+    }
 }
 
-typedef void (*get_rows_fn)(const wview, const int32_t *, int, float *, int64_t);
+typedef void (*get_rows_fn)(const wview, int64_t, bool, const int32_t *, int, float *, int64_t);
 
 static get_rows_fn get_rows_for(tela_type type) {
     switch (type) {
@@ -3138,7 +3147,8 @@ static get_rows_fn get_rows_for(tela_type type) {
     }
 }
 
-void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, const int32_t *ids, int n, float *out, int64_t out_stride) {
+void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, int64_t row0, bool accumulate, const int32_t *ids, int n,
+                        float *out, int64_t out_stride) {
     const wview v = {(const uint8_t *)w->dev, w->n_rows, w->n_cols};
     dim3 grid((unsigned)((w->n_cols + 255) / 256), (unsigned)n);
     get_rows_fn fn = get_rows_for(w->type);
@@ -3146,6 +3156,6 @@ void tela_cuda_get_rows(cuda_exec *ex, const tela_mat *w, const int32_t *ids, in
         tela_cuda_check(ex, cudaErrorNotSupported, "embedding rows of a weight type without a kernel");
         return;
     }
-    tela_cuda_launch(ex, fn, grid, 256, 0, v, ids, n, out, out_stride);
+    tela_cuda_launch(ex, fn, grid, 256, 0, v, row0, accumulate, ids, n, out, out_stride);
     tela_cuda_launched(ex, "get_rows");
 }
