@@ -127,6 +127,17 @@ static double bound(tela_type type, int n_tok, bool exact) {
     return type == TELA_TYPE_BF16 ? 1e-2 : 2e-3;
 }
 
+/* silu(W x) * (W2 x): the two products' errors compound, and rows where
+ * the product cancels weigh more in the relative error. With 8-bit
+ * activations (the fast mode's quantized products) a draw of 45 rows
+ * reaches 3.5%: the CPU backend's VNNI products (another implementation of
+ * the same rounding) give 0.0348 on the data the GPU gave 0.0346 for (the
+ * second variant's 45 x 4352 Q8_0, one token), against 0.5-1.3% elsewhere. */
+static double swiglu_bound(tela_type type, int n_tok, bool exact) {
+    const bool act8 = !exact && n_tok <= 8 && type != TELA_TYPE_F32 && type != TELA_TYPE_F16 && type != TELA_TYPE_BF16;
+    return (act8 ? 3 : 2) * bound(type, n_tok, exact);
+}
+
 /* R x K matrices of every type against the float64 reference, for each
  * token count of toks[0..n_toks). */
 static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_toks) {
@@ -189,7 +200,7 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
                 tela_exec_matmul_swiglu(gx, &w.m, &w2.m, dx, K, dy, R, nt);
                 down(y, dy, (size_t)nt * R * 4);
                 e = rel_err(y, ref2, (size_t)nt * R);
-                CHECK_MSG(e <= 2 * bound(type, nt, exact), "swiglu %s n_tok %d exact %d: rel err %.3g",
+                CHECK_MSG(e <= swiglu_bound(type, nt, exact), "swiglu %s n_tok %d exact %d: rel err %.3g",
                           tela_type_name(type), nt, exact, e);
                 /* with an RMSNorm in front: both matrices in one call */
                 {
@@ -255,7 +266,7 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
                         printf("note: norm + swiglu %s %lld x %lld n_tok %d exact %d%s: rel err %.4g\n",
                                tela_type_name(type), (long long)R, (long long)K, nt, exact,
                                gemv_variant == 2 ? " (GEMV=2)" : "", e1);
-                    CHECK_MSG(e1 <= 2 * bound(type, nt, exact), "norm + swiglu %s %lld x %lld n_tok %d exact %d%s: rel err %.3g",
+                    CHECK_MSG(e1 <= swiglu_bound(type, nt, exact), "norm + swiglu %s %lld x %lld n_tok %d exact %d%s: rel err %.3g",
                               tela_type_name(type), (long long)R, (long long)K, nt, exact,
                               gemv_variant == 2 ? " (GEMV=2)" : "", e1);
                     tela_backend_free_mem(gpu, dn);
