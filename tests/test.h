@@ -105,6 +105,30 @@ static inline const char *test_path(char *buf, size_t cap, const char *env, cons
     return buf;
 }
 
+/* dir = $TELA_SOURCE_DIR/sub; skips the test (77) when TELA_SOURCE_DIR is
+ * unset or dir/probe cannot be read (a tree without those fixtures). */
+static inline void test_fixture_dir(char *dir, size_t cap, const char *sub, const char *probe) {
+    char why[128], path[1400];
+    if (!test_path(dir, cap, "TELA_SOURCE_DIR", sub)) test_skip("TELA_SOURCE_DIR is not set");
+    snprintf(path, sizeof path, "%s/%s", dir, probe);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(why, sizeof why, "no %s", sub);
+        test_skip(why);
+    }
+    fclose(f);
+}
+
+/* The path of a tool built beside the tela binary ($TELA_BIN), e.g.
+ * "tela-mkmodel", into buf; NULL without TELA_BIN. */
+static inline const char *test_tool_path(char *buf, size_t cap, const char *tool) {
+    const char *bin = getenv("TELA_BIN");
+    const char *slash = bin ? strrchr(bin, '/') : NULL;
+    if (!slash) return NULL;
+    snprintf(buf, cap, "%.*s/%s", (int)(slash - bin), bin, tool);
+    return buf;
+}
+
 /* Reads a whole file into a NUL-terminated malloc'd buffer (NULL if it cannot
  * be read); *len gets its size when len is not NULL. */
 static inline char *test_read_file(const char *path, size_t *len) {

@@ -188,12 +188,8 @@ static inline int run(const char *cmd) {
 static inline int typed_model(const char *dir, const char *preset, const char *stem, const char *type, char *path,
                        size_t cap) {
     const char *bin = getenv("TELA_BIN");
-    if (!bin) return 1;
     char mk[1200], cmd[4096], base[1300];
-    snprintf(mk, sizeof mk, "%s", bin);
-    char *slash = strrchr(mk, '/');
-    if (!slash) return 1;
-    snprintf(slash + 1, sizeof mk - (size_t)(slash + 1 - mk), "tela-mkmodel");
+    if (!test_tool_path(mk, sizeof mk, "tela-mkmodel")) return 1;
     const bool plain = type[0] == 'f' || type[0] == 'b';
     snprintf(base, sizeof base, "%s/%s-%s.gguf", dir, stem, plain ? type : "f32");
     if (access(base, R_OK) != 0) {

@@ -134,14 +134,7 @@ done:
 }
 
 int main(void) {
-    const char *src = getenv("TELA_SOURCE_DIR");
-    if (!src) test_skip("TELA_SOURCE_DIR is not set");
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/llama", src);
-    char probe[1200];
-    snprintf(probe, sizeof probe, "%s/llama-gqa.json", dir);
-    FILE *f = fopen(probe, "rb");
-    if (!f) test_skip("no tests/fixtures/llama");
-    fclose(f);
+    test_fixture_dir(dir, sizeof dir, "tests/fixtures/llama", "llama-gqa.json");
     check_model("llama-gqa-f32.gguf", "llama-gqa", 1e-4, 0);
     check_model("llama-gqa-f16.gguf", "llama-gqa", 1e-3, 0);
     check_model("llama-gqa-q8_0.gguf", "llama-gqa-q8_0", 2e-2, 1);

@@ -157,10 +157,7 @@ int main(void) {
     check_model(path, "demo model", 0);
     if (bin) {
         char mk[1200], cmd[2600], q[] = "/tmp/tela-profile-XXXXXX";
-        snprintf(mk, sizeof mk, "%s", bin);
-        char *slash = strrchr(mk, '/');
-        if (slash && mkdtemp(q)) {
-            snprintf(slash + 1, sizeof mk - (size_t)(slash + 1 - mk), "tela-mkmodel");
+        if (test_tool_path(mk, sizeof mk, "tela-mkmodel") && mkdtemp(q)) {
             snprintf(cmd, sizeof cmd, "'%s' qwen3.5-tiny -o '%s/q.gguf' -q", mk, q);
             if (system(cmd) == 0) {
                 snprintf(path, sizeof path, "%s/q.gguf", q);

@@ -286,10 +286,7 @@ int main(void) {
     char qwen[256] = "";
     if (bin) {
         char mk[1200], cmd[2600];
-        snprintf(mk, sizeof mk, "%s", bin);
-        char *slash = strrchr(mk, '/');
-        if (slash) {
-            snprintf(slash + 1, sizeof mk - (size_t)(slash + 1 - mk), "tela-mkmodel");
+        if (test_tool_path(mk, sizeof mk, "tela-mkmodel")) {
             snprintf(qwen, sizeof qwen, "%s/qwen8.gguf", tmpdir);
             snprintf(cmd, sizeof cmd, "'%s' qwen3.5-tiny --layers 8 -o '%s' -q", mk, qwen);
             if (system(cmd) != 0) qwen[0] = '\0';

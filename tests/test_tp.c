@@ -153,14 +153,9 @@ static void check_refused(const char *gguf, int world, const char *what) {
 }
 
 int main(void) {
+    test_fixture_dir(dir, sizeof dir, "tests/fixtures/llama", "llama-gqa.json");
     const char *src = getenv("TELA_SOURCE_DIR");
-    if (!src) test_skip("TELA_SOURCE_DIR is not set");
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/llama", src);
     char probe[1200];
-    snprintf(probe, sizeof probe, "%s/llama-gqa.json", dir);
-    FILE *f = fopen(probe, "rb");
-    if (!f) test_skip("no tests/fixtures/llama");
-    fclose(f);
 
     fixture_device = "cpu";
     const struct {
@@ -218,12 +213,8 @@ int main(void) {
     batch_tp = 0;
     /* several key heads a rank: qwen3.5-tiny with 4 key / 8 value heads
      * (tela-mkmodel, beside the tela binary), 2 ranks */
-    const char *bin = getenv("TELA_BIN");
     char tmp[] = "/tmp/tela-tp-XXXXXX", mk[1200], cmd[3000];
-    if (bin && strrchr(bin, '/') && mkdtemp(tmp)) {
-        snprintf(mk, sizeof mk, "%s", bin);
-        char *slash = strrchr(mk, '/');
-        snprintf(slash + 1, sizeof mk - (size_t)(slash + 1 - mk), "tela-mkmodel");
+    if (test_tool_path(mk, sizeof mk, "tela-mkmodel") && mkdtemp(tmp)) {
         snprintf(path, sizeof path, "%s/q48.gguf", tmp);
         snprintf(cmd, sizeof cmd, "'%s' qwen3.5-tiny --gdn-heads 4,8 --type f32 -o '%s' -q", mk, path);
         CHECK_MSG(system(cmd) == 0, "failed: %s", cmd);

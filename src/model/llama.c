@@ -193,18 +193,8 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
     L->heads = &L->output;
     L->embd = &L->tok_embd;
     if (L->world > 1) { /* the head and the embedding by vocabulary: rank r's rows */
-        L->heads = tela_model_alloc(m, (size_t)L->world * sizeof *L->heads);
-        L->embd = tela_model_alloc(m, (size_t)L->world * sizeof *L->embd);
-        if (!L->heads || !L->embd) return TELA_ERR_NOMEM;
-        const tela_shard_dims d = shard_dims(L);
-        for (int r = 0; r < L->world; r++) {
-            tela_shard sh;
-            tela_shard_of(&d, TELA_ROLE_OUTPUT, r, L->world, &sh);
-            TELA_TRY(tela_model_get_mat_shard(m, tied ? nm->tok_embd : nm->output, L->n_vocab, L->n_embd, &sh,
-                                              &L->heads[r]));
-            tela_shard_of(&d, TELA_ROLE_TOKEN_EMBD, r, L->world, &sh);
-            TELA_TRY(tela_model_get_mat_shard(m, nm->tok_embd, L->n_vocab, L->n_embd, &sh, &L->embd[r]));
-        }
+        TELA_TRY(tela_model_get_vocab_parts(m, tied ? nm->tok_embd : nm->output, L->n_vocab, L->n_embd, &L->heads));
+        TELA_TRY(tela_model_get_vocab_parts(m, nm->tok_embd, L->n_vocab, L->n_embd, &L->embd));
     }
     L->rank_layers = tela_model_alloc(m, (size_t)L->world * sizeof *L->rank_layers);
     if (!L->rank_layers) return TELA_ERR_NOMEM;

@@ -238,6 +238,13 @@ tela_status tela_model_get_mat(const tela_model *m, const char *name, int64_t n_
 tela_status tela_model_get_mat_shard(tela_model *m, const char *name, int64_t n_rows, int64_t n_cols,
                                      const tela_shard *shard, tela_mat *out);
 
+/* A table of n_vocab rows of n_embd (the token embedding, the output head)
+ * split by vocabulary over m->tp_world ranks: *out = m->tp_world matrices
+ * in the model's memory, rank r's rows of the plan (the vocabulary's rows
+ * in order). */
+tela_status tela_model_get_vocab_parts(tela_model *m, const char *name, int64_t n_vocab, int64_t n_embd,
+                                       tela_mat **out);
+
 /* A 1-D tensor of n elements converted to f32 (norm weights, rope factors),
  * owned by the model. When optional and absent: *out = NULL and TELA_OK. */
 tela_status tela_model_get_vec(tela_model *m, const char *name, int64_t n, bool optional, float **out);

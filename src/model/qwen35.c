@@ -554,20 +554,9 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
     Q->heads = &Q->output;
     Q->embd = &Q->tok_embd;
     if (Q->world > 1) { /* the head and the embedding by vocabulary: rank r's rows */
-        Q->heads = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->heads);
-        Q->embd = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->embd);
-        if (!Q->heads || !Q->embd) return TELA_ERR_NOMEM;
-        const tela_shard_dims d = shard_dims(Q);
-        char embd_name[160];
-        snprintf(embd_name, sizeof embd_name, "%s%s", nm->hf ? nm->prefix : "", nm->tok_embd);
-        snprintf(name, sizeof name, "%s", tied ? embd_name : nm->output);
-        for (int r = 0; r < Q->world; r++) {
-            tela_shard sh;
-            tela_shard_of(&d, TELA_ROLE_OUTPUT, r, Q->world, &sh);
-            TELA_TRY(tela_model_get_mat_shard(m, name, Q->n_vocab, Q->n_embd, &sh, &Q->heads[r]));
-            tela_shard_of(&d, TELA_ROLE_TOKEN_EMBD, r, Q->world, &sh);
-            TELA_TRY(tela_model_get_mat_shard(m, embd_name, Q->n_vocab, Q->n_embd, &sh, &Q->embd[r]));
-        }
+        snprintf(name, sizeof name, "%s%s", nm->hf ? nm->prefix : "", nm->tok_embd);
+        TELA_TRY(tela_model_get_vocab_parts(m, name, Q->n_vocab, Q->n_embd, &Q->embd));
+        TELA_TRY(tela_model_get_vocab_parts(m, tied ? name : nm->output, Q->n_vocab, Q->n_embd, &Q->heads));
     }
     for (int l = 0; l < Q->n_layer; l++) {
         layer_loc loc;

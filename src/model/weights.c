@@ -94,6 +94,20 @@ tela_status tela_model_get_mat_shard(tela_model *m, const char *name, int64_t n_
     return TELA_OK;
 }
 
+tela_status tela_model_get_vocab_parts(tela_model *m, const char *name, int64_t n_vocab, int64_t n_embd,
+                                       tela_mat **out) {
+    const int world = m->tp_world > 1 ? m->tp_world : 1;
+    *out = tela_model_alloc(m, (size_t)world * sizeof **out);
+    if (!*out) return TELA_ERR_NOMEM;
+    const tela_shard_dims d = {.n_vocab = n_vocab};
+    for (int r = 0; r < world; r++) {
+        tela_shard sh;
+        tela_shard_of(&d, TELA_ROLE_OUTPUT, r, world, &sh);
+        TELA_TRY(tela_model_get_mat_shard(m, name, n_vocab, n_embd, &sh, &(*out)[r]));
+    }
+    return TELA_OK;
+}
+
 tela_status tela_model_const(tela_model *m, const void *host, size_t bytes, const void **out) {
     tela_status s = tela_backend_const(m->be, host, bytes, out);
     return s == TELA_OK ? s : tela_error_prefix(s, "%s: ", m->path);
