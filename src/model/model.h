@@ -232,9 +232,10 @@ tela_status tela_model_get_mat(const tela_model *m, const char *name, int64_t n_
                                tela_mat *out);
 
 /* Rank's part of a 2-D weight (tela_model_get_mat, then the rows or
- * columns of `shard` copied into memory the model owns; the view itself
- * for TELA_SHARD_WHOLE). Errors name the tensor, e.g. a column split that
- * falls inside a quantized block. */
+ * columns of `shard`: one run of rows is a view into the file's mapping,
+ * several runs or columns are copied into memory the model owns; the view
+ * itself for TELA_SHARD_WHOLE). Errors name the tensor, e.g. a column
+ * split that falls inside a quantized block. */
 tela_status tela_model_get_mat_shard(tela_model *m, const char *name, int64_t n_rows, int64_t n_cols,
                                      const tela_shard *shard, tela_mat *out);
 

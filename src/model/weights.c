@@ -77,6 +77,14 @@ tela_status tela_model_get_mat_shard(tela_model *m, const char *name, int64_t n_
     if (shard->axis == TELA_SHARD_WHOLE) return TELA_OK;
     tela_status s = tela_shard_check_type(shard, out->type, name);
     if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
+    if (shard->axis == TELA_SHARD_ROWS && shard->n_ranges == 1) { /* contiguous rows: a view of the mapped file */
+        if (shard->begin[0] < 0 || shard->count[0] < 0 || shard->begin[0] + shard->count[0] > n_rows)
+            return tela_errorf(TELA_ERR_ARG, "%s: tensor '%s': rows [%lld, +%lld) outside %lld", m->path, name,
+                               (long long)shard->begin[0], (long long)shard->count[0], (long long)n_rows);
+        out->data = (const unsigned char *)out->data + (size_t)shard->begin[0] * out->row_bytes;
+        out->n_rows = shard->count[0];
+        return TELA_OK;
+    }
     const size_t bytes = tela_shard_bytes(shard, out->type, n_rows, n_cols);
     void *part = tela_model_alloc(m, bytes);
     if (!part) return TELA_ERR_NOMEM;
