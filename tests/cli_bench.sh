@@ -55,6 +55,7 @@ fi
 F32=${TELA_SOURCE_DIR}/tests/fixtures/llama/llama-gqa-f32.gguf
 if "$TELA" bench -m "$F32" --tensor-parallel 2 -p 8 -n 4 -r 1 -t 2 --device cpu >"$tmp/tp.txt" 2>"$tmp/err.txt"; then
     grep -Eq '\| +tg4 \| +[0-9.]+ ± [0-9.]+ \|$' "$tmp/tp.txt" && ok "--tensor-parallel 2" || bad "no tg4 row with --tensor-parallel 2"
+    grep -q '^tensor parallelism: 2 ranks' "$tmp/tp.txt" && ok "--tensor-parallel 2 said" || bad "no tensor parallelism line"
 else
     bad "tela bench --tensor-parallel 2 failed: $(cat "$tmp/err.txt")"
 fi

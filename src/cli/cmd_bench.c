@@ -302,6 +302,9 @@ int tela_cmd_bench(int argc, char **argv) {
     if (!json) {
         printf("cpu: %s, isa: %s, threads: %d\n", cpu, isa, threads);
         printf("device: %s\n", info->device);
+        if (tp > 1)
+            printf("tensor parallelism: %lld ranks, taking turns on that one device (a check of the split, not a "
+                   "speedup)\n", tp);
         printf("build: tela %s, %s%s\n", tela_version(), compiler(), tela_backend_cuda_built() ? ", with CUDA" : "");
     }
     if (!json && regular) {
