@@ -8,7 +8,8 @@
 # SIGTERM with a stream under way) and tests/server/spec.test.cjs (--spec
 # ngram, --spec mtp, --draft: plain greedy text, seeded sampling as tela
 # run --spec's, usage and metrics of the drafts; --tensor-parallel 2 with
-# prompt lookup on the hybrid demo: the whole model's greedy text). Skips (77) without node or the package.
+# prompt lookup and with MTP on the hybrid demo: the whole model's greedy
+# text). Skips (77) without node or the package.
 set -u
 SRC=${TELA_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 . "$SRC/tests/server/env.sh"

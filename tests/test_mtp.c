@@ -22,7 +22,10 @@
  *    full head's there, bit for bit, -inf past them; greedy output is
  *    unchanged;
  *  - snapshots carry the block's state; errors: MTP without the block loaded,
- *    on a model without one, a chained step before any. */
+ *    on a model without one, a chained step before any;
+ *  - the same (but the draft vocabulary, refused) with the model and its
+ *    block split over two ranks (tensor parallelism, the ranks on the CPU).
+ */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,6 +38,7 @@
 #include "test_mtp_ref.h"
 
 static char src_dir[1024];
+static int load_tp; /* the models' tensor_parallel (0: none) */
 
 static tela_model *load_vocab(const char *rel, bool mtp, int32_t draft_vocab) {
     char path[1400];
@@ -44,6 +48,7 @@ static tela_model *load_vocab(const char *rel, bool mtp, int32_t draft_vocab) {
     mp.device = "cpu";
     mp.load_mtp = mtp;
     mp.mtp_draft_vocab = draft_vocab;
+    mp.tensor_parallel = load_tp;
     tela_model *m = NULL;
     if (tela_model_load(path, &mp, &m) != TELA_OK) {
         fprintf(stderr, "loading %s: %s\n", path, tela_last_error());
@@ -303,5 +308,33 @@ int main(void) {
     tela_model_free(m);
     tela_model_free(plain);
     tela_model_free(llama);
+
+    /* the model and its MTP block split over two ranks (tensor
+     * parallelism, on the CPU: each rank its heads of the block and its KV
+     * cache, the drafts over the head's parts): the same reference and
+     * bound, greedy speculation gives plain greedy output with most drafts
+     * accepted, the state after speculation and snapshots as above */
+    load_tp = 2;
+    m = load("models/tela-kjv-qwen35-f16.gguf", true);
+    if (m) {
+        check_mtp_reference(m, src_dir, 1e-3, TELA_KV_DEFAULT);
+        test_greedy(m);
+        test_state_after(m);
+        test_snapshot(m);
+        tela_model_free(m);
+    }
+    /* a draft vocabulary is not built with it: refused with a message */
+    char path[1400];
+    snprintf(path, sizeof path, "%s/models/tela-kjv-qwen35-f16.gguf", src_dir);
+    tela_model_params mp = tela_model_default_params();
+    mp.device = "cpu";
+    mp.load_mtp = 1;
+    mp.mtp_draft_vocab = 1024;
+    mp.tensor_parallel = 2;
+    tela_model *cut = NULL;
+    CHECK(tela_model_load(path, &mp, &cut) != TELA_OK && !cut);
+    CHECK_MSG(strstr(tela_last_error(), "draft vocabulary") != NULL, "'%s'", tela_last_error());
+    tela_model_free(cut);
+    load_tp = 0;
     return test_finish();
 }

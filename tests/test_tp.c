@@ -25,8 +25,8 @@
  *   - a shape the fixtures lack (tela-mkmodel's qwen3.5-tiny with 4 key / 8
  *     value heads: 2 key heads a rank) against the model whole;
  *   - the refusals: ranks that do not divide the KV heads, a column split
- *     inside a Q8_0 block (wo of llama-gqa: 48 columns a rank), Qwen3.5's
- *     MTP block, and the naive oracle.
+ *     inside a Q8_0 block (wo of llama-gqa: 48 columns a rank), and the
+ *     naive oracle. (Qwen3.5's MTP block split: test_mtp.c.)
  * Skipped (77) if the fixtures are absent. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -224,18 +224,6 @@ int main(void) {
     } else {
         printf("note: no TELA_BIN: the 4-key-head split skipped\n");
     }
-    /* the MTP block is not split: refused when it would be loaded */
-    snprintf(dir, sizeof dir, "%s/models", src);
-    snprintf(probe, sizeof probe, "%s/tela-kjv-qwen35-f16.gguf", dir);
-    if (access(probe, R_OK) == 0) {
-        tela_model_params mp = tela_model_default_params();
-        mp.device = "cpu";
-        mp.tensor_parallel = 2;
-        mp.load_mtp = 1;
-        m = NULL;
-        CHECK(tela_model_load(probe, &mp, &m) != TELA_OK && !m);
-        CHECK_MSG(strstr(tela_last_error(), "MTP") != NULL, "'%s' does not mention the MTP block", tela_last_error());
-        tela_model_free(m);
-    }
+    /* (the MTP block split: test_mtp.c) */
     return test_finish();
 }

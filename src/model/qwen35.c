@@ -89,7 +89,8 @@
  * (and so in a slot's image); the products through wo, W_out and down give
  * partial sums, added up (the all-reduce) before the residual add. The
  * token embedding is split by vocabulary like the head; norms are whole.
- * The MTP block is not split.
+ * The MTP block's layer is split the same way (a KV cache a rank; eh_proj
+ * whole), and its drafts use the head's parts.
  *
  * Session state: per attention layer f32 K and V rows for every position;
  * per GDN layer the conv state ((K-1) x conv_dim floats) and the recurrent
@@ -138,7 +139,8 @@ typedef struct qwen35_layer {
 /* A multi-token-prediction block: a full-attention layer fed with
  * eh_proj [rmsnorm(embedding) * enorm ; rmsnorm(hidden) * hnorm]. */
 typedef struct qwen35_mtp {
-    qwen35_layer layer;          /* layer.slot: its layer in the MTP KV cache */
+    qwen35_layer *layers;        /* [world]: the block's layer as each rank holds it (slot: its layer in the
+                                  * MTP KV cache) */
     tela_mat eh_proj;            /* n_embd rows of 2 * n_embd */
     float *enorm, *hnorm, *out_norm;
     const float *enorm_b, *hnorm_b, *out_norm_b;
@@ -438,9 +440,9 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
         TELA_TRY(tela_model_const(m, b->out_norm, E, (const void **)&b->out_norm_b));
     }
     const int n_mtp = Q->mtp ? Q->n_mtp : 0;
-    for (int i = 0; i < Q->world * Q->n_layer + n_mtp; i++) { /* every rank's layers, then the MTP blocks' */
-        const int r = i / Q->n_layer, l = i % Q->n_layer;
-        qwen35_layer *ly = r < Q->world ? &Q->rank_layers[r][l] : &Q->mtp[i - Q->world * Q->n_layer].layer;
+    for (int i = 0; i < Q->world * (Q->n_layer + n_mtp); i++) { /* every rank's layers, then the MTP blocks' */
+        const int r = i % Q->world, l = i / Q->world;
+        qwen35_layer *ly = l < Q->n_layer ? &Q->rank_layers[r][l] : &Q->mtp[l - Q->n_layer].layers[r];
         if (ly->slot < 0) continue; /* skipped */
         TELA_TRY(tela_model_const(m, ly->attn_norm, E, (const void **)&ly->attn_norm_b));
         if (ly->is_attn) {
@@ -464,7 +466,8 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
  * table, read by rows) for the backend (tela_model_prepare_mats). */
 static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     TELA_TRY(backend_consts(m, Q));
-    size_t cap = 2 + 2 * (size_t)Q->world + (size_t)(Q->world * Q->n_layer + Q->n_mtp) * 9, n = 0;
+    size_t cap = 2 + 2 * (size_t)Q->world + (size_t)Q->world * (size_t)(Q->n_layer + Q->n_mtp) * 9 + (size_t)Q->n_mtp,
+           n = 0;
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = calloc(cap, sizeof *uses); /* all TELA_MAT_MATMUL */
     if (!list || !uses) {
@@ -481,7 +484,7 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
         for (int l = 0; l < Q->n_layer; l++)
             if (Q->layers[l].slot >= 0) n += layer_mats(&Q->rank_layers[r][l], list + n);
     for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
-        n += layer_mats(&Q->mtp[i].layer, list + n);
+        for (int r = 0; r < Q->world; r++) n += layer_mats(&Q->mtp[i].layers[r], list + n);
         list[n++] = &Q->mtp[i].eh_proj;
     }
     /* a draft vocabulary: the head's first rows, a matrix of their own (the
@@ -514,11 +517,11 @@ static tela_status plan_ranks(tela_model *m, qwen35_model *Q) {
     Q->world = m->tp_world > 1 ? m->tp_world : 1;
     const tela_shard_dims d = shard_dims(Q);
     if (Q->world > 1) {
-        if (m->load_mtp && Q->n_mtp > 0)
+        if (m->load_mtp && Q->n_mtp > 0 && m->mtp_draft_vocab > 0 && m->mtp_draft_vocab < Q->n_vocab)
             return tela_errorf(TELA_ERR_UNSUPPORTED,
-                               "%s: tensor parallelism does not split the MTP block yet: use one or the other "
-                               "(load the model without its MTP block, i.e. no --spec mtp)",
-                               m->path);
+                               "%s: a draft vocabulary of %d ids (--draft-vocab) is not built with tensor "
+                               "parallelism yet (the MTP block drafts over the whole vocabulary split by ranks)",
+                               m->path, m->mtp_draft_vocab);
         tela_status s = tela_shard_plan_check(&d, Q->world);
         if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
     }
@@ -575,8 +578,12 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
     for (int i = 0; i < Q->n_mtp; i++) {
         qwen35_mtp *b = &Q->mtp[i];
         layer_loc loc;
-        b->layer.is_attn = true;
-        b->layer.slot = i;
+        b->layers = tela_model_alloc(m, (size_t)Q->world * sizeof *b->layers);
+        if (!b->layers) return TELA_ERR_NOMEM;
+        for (int r = 0; r < Q->world; r++) {
+            b->layers[r].is_attn = true;
+            b->layers[r].slot = i;
+        }
         if (nm->hf) {
             /* mtp.layers.i.* plus mtp.fc / mtp.pre_fc_norm_* / mtp.norm */
             static const qwen35_names mtp_hf = {
@@ -589,7 +596,7 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
                 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
             };
             loc_layer(&loc, &mtp_hf, i);
-            TELA_TRY(load_layer(m, Q, &loc, 0, &b->layer));
+            for (int r = 0; r < Q->world; r++) TELA_TRY(load_layer(m, Q, &loc, r, &b->layers[r]));
             layer_loc top = {&mtp_hf, "mtp."};
             TELA_TRY(get_mat(m, Q, &top, "fc.weight", TELA_ROLE_REPLICATED, 0, Q->n_embd, 2 * (int64_t)Q->n_embd,
                              &b->eh_proj));
@@ -598,7 +605,7 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
             TELA_TRY(get_norm(m, &top, "norm.weight", Q->n_embd, true, &b->out_norm));
         } else {
             loc_layer(&loc, nm, Q->n_layer + i);
-            TELA_TRY(load_layer(m, Q, &loc, 0, &b->layer));
+            for (int r = 0; r < Q->world; r++) TELA_TRY(load_layer(m, Q, &loc, r, &b->layers[r]));
             TELA_TRY(get_mat(m, Q, &loc, "nextn.eh_proj.weight", TELA_ROLE_REPLICATED, 0, Q->n_embd,
                              2 * (int64_t)Q->n_embd, &b->eh_proj));
             TELA_TRY(get_norm(m, &loc, "nextn.enorm.weight", Q->n_embd, false, &b->enorm));
@@ -891,7 +898,8 @@ typedef struct qwen35_state {
      * (mtp_tokd/mtp_posd, the host mtp_seqs, mtp_tok, mtp_idx), their
      * gathered hidden states (mtp_hin) and keep_tok0, each kept run's first
      * row in the step (slot_rewind). */
-    tela_kv_cache *mtp_kv;
+    tela_kv_cache **mtp_kv;      /* [n_mtp_kv]: the MTP block's KV cache, each rank's KV heads (NULL: no block) */
+    int n_mtp_kv;
     float *mtp_h, *mtp_x, *mtp_cat, *mtp_g, *mtp_logits, *mtp_hin;
     int32_t *mtp_in, *mtp_pick, *mtp_tokd, *mtp_posd;
     tela_batch_seq *mtp_seqs;
@@ -904,7 +912,8 @@ static void qwen35_state_free(void *p) {
     tela_backend *be = tela_exec_backend(s->ex);
     for (int r = 0; r < s->n_kv && s->kv; r++) tela_kv_free(s->kv[r]);
     free(s->kv);
-    tela_kv_free(s->mtp_kv);
+    for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) tela_kv_free(s->mtp_kv[r]);
+    free(s->mtp_kv);
     float *bufs[] = {s->conv,  s->rec,       s->x,         s->xb,       s->q,     s->qg,      s->k,
                      s->v,     s->att,       s->gate,      s->cs,       s->qkv_in, s->qkv,    s->z,
                      s->beta,  s->g,         s->core,      s->keep_rec, s->keep_conv, s->mtp_h, s->mtp_x,
@@ -932,9 +941,11 @@ static void qwen35_state_free(void *p) {
  * the block is paged as the model's, in the same blocks. */
 static tela_status mtp_state_create(const qwen35_model *Q, qwen35_state *s, const tela_state_params *p) {
     const bool paged = p->kv_block_size > 0;
-    const tela_kv_shape shape = {1,          paged ? p->kv_rows : s->n_ctx, Q->n_kv_head, Q->head_dim, Q->head_dim,
+    const tela_kv_shape shape = {1,          paged ? p->kv_rows : s->n_ctx, Q->r_kv_head, Q->head_dim, Q->head_dim,
                                  p->kv_dtype, paged ? p->kv_block_size : 0, s->n_ctx};
-    TELA_TRY(tela_kv_create(s->ex, &shape, &s->mtp_kv));
+    s->mtp_kv = calloc((size_t)Q->world, sizeof *s->mtp_kv); /* a cache a rank, as for the model's layers */
+    if (!s->mtp_kv) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    for (; s->n_mtp_kv < Q->world; s->n_mtp_kv++) TELA_TRY(tela_kv_create(s->ex, &shape, &s->mtp_kv[s->n_mtp_kv]));
     const size_t nb = (size_t)s->n_batch, E = (size_t)Q->n_embd, ns = (size_t)s->n_seq;
     tela_backend *be = tela_exec_backend(s->ex);
     TELA_TRY(tela_backend_alloc(be, (nb + ns) * E * sizeof(float), "MTP hidden states", (void **)&s->mtp_h));
@@ -1053,7 +1064,8 @@ static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params 
     }
     uint64_t mtp = 0; /* the MTP block: its KV cache and buffers */
     if (Q->mtp && (paged || n_seq == 1))
-        mtp = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)(paged ? p->kv_rows : p->n_ctx) * (uint64_t)kv_dim(Q) * 2) +
+        mtp = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)(paged ? p->kv_rows : p->n_ctx) * (uint64_t)Q->world *
+                                                   (uint64_t)r_kv_dim(Q) * 2) +
               (5 * nb + 2 * n_seq) * (uint64_t)Q->n_embd * sizeof(float) +
               n_seq * (uint64_t)Q->n_vocab * sizeof(float);
     return kv + rec + mtp + nb * row * sizeof(float) + (uint64_t)Q->n_vocab * sizeof(float);
@@ -1065,7 +1077,7 @@ static void qwen35_state_reset(const tela_model *m, void *state) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     for (int r = 0; r < s->n_kv; r++) tela_kv_clear(s->ex, s->kv[r]);
-    if (s->mtp_kv) tela_kv_clear(s->ex, s->mtp_kv);
+    for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) tela_kv_clear(s->ex, s->mtp_kv[r]);
     memset(s->keep_n, 0, (size_t)s->n_seq * sizeof *s->keep_n);
     tela_exec_zero(s->ex, s->conv, (size_t)s->n_seq * Q->n_gdn * s->conv_floats * sizeof(float));
     tela_exec_zero(s->ex, s->rec, (size_t)s->n_seq * Q->n_gdn * s->rec_floats * sizeof(float));
@@ -1135,7 +1147,7 @@ static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, 
 static tela_status qwen35_kv_copy_rows(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n) {
     (void)m;
     qwen35_state *s = state;
-    if (s->mtp_kv) TELA_TRY(tela_kv_copy_rows(s->ex, s->mtp_kv, dst, src, n));
+    for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) TELA_TRY(tela_kv_copy_rows(s->ex, s->mtp_kv[r], dst, src, n));
     for (int r = 0; r < s->n_kv; r++) TELA_TRY(tela_kv_copy_rows(s->ex, s->kv[r], dst, src, n));
     return TELA_OK;
 }
@@ -1147,7 +1159,9 @@ static size_t recurrent_bytes(const qwen35_model *Q, const qwen35_state *s) {
 /* The MTP block's part of a session image: its KV rows and the last
  * position's hidden state. */
 static size_t mtp_image_bytes(const qwen35_model *Q, const qwen35_state *s, int32_t n_past) {
-    return s->mtp_kv ? tela_kv_image_bytes(s->mtp_kv, n_past) + (size_t)Q->n_embd * sizeof(float) : 0;
+    size_t n = 0;
+    for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) n += tela_kv_image_bytes(s->mtp_kv[r], n_past);
+    return s->mtp_kv ? n + (size_t)Q->n_embd * sizeof(float) : 0;
 }
 
 static size_t qwen35_state_size(const tela_model *m, const void *state, int32_t n_past) {
@@ -1173,8 +1187,9 @@ static tela_status qwen35_state_save(const tela_model *m, const void *state, int
     TELA_TRY(tela_exec_download(s->ex, p + cb, s->rec, rb));
     if (!s->mtp_kv) return TELA_OK;
     p += cb + rb;
-    TELA_TRY(tela_kv_save(s->ex, s->mtp_kv, n_past, p));
-    return tela_exec_download(s->ex, p + tela_kv_image_bytes(s->mtp_kv, n_past), s->mtp_h,
+    for (int r = 0; r < s->n_mtp_kv; p += tela_kv_image_bytes(s->mtp_kv[r], n_past), r++)
+        TELA_TRY(tela_kv_save(s->ex, s->mtp_kv[r], n_past, p));
+    return tela_exec_download(s->ex, p, s->mtp_h,
                               (size_t)Q->n_embd * sizeof(float));
 }
 
@@ -1191,8 +1206,9 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
     TELA_TRY(tela_exec_upload(s->ex, s->rec, p + cb, rb));
     if (s->mtp_kv) {
         p += cb + rb;
-        TELA_TRY(tela_kv_load(s->ex, s->mtp_kv, n_past, p));
-        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h, p + tela_kv_image_bytes(s->mtp_kv, n_past),
+        for (int r = 0; r < s->n_mtp_kv; p += tela_kv_image_bytes(s->mtp_kv[r], n_past), r++)
+            TELA_TRY(tela_kv_load(s->ex, s->mtp_kv[r], n_past, p));
+        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h, p,
                                   (size_t)Q->n_embd * sizeof(float)));
     }
     return tela_exec_sync(s->ex);
@@ -1336,29 +1352,37 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
     tela_exec_matmul(ex, &G->w_out, s->core, vd, out, E, nt, accumulate);
 }
 
-/* Decoder layer l (not skipped): the mixer, then the MLP, each adding its
- * output to the residual stream s->x. Split over ranks (tensor
- * parallelism), each rank in turn adds its part of the product through
- * W_o / W_out (its heads) into s->part, which is then added to the
- * residual (the all-reduce, then the residual add), and the same for the
- * MLP's down product; with one rank the products add into s->x. */
-static void layer(const qwen35_model *Q, qwen35_state *s, const tela_batch *b, int l) {
+/* A decoder layer over the residual stream x (s->x, or the MTP block's):
+ * the mixer, then the MLP, each adding its output to x. parts[r] is rank
+ * r's part of the layer and kv[r] its KV cache (of the layer's kind).
+ * Split over ranks (tensor parallelism), each rank in turn adds its part
+ * of the product through W_o / W_out (its heads) into s->part, which is
+ * then added to the residual (the all-reduce, then the residual add), and
+ * the same for the MLP's down product; with one rank the products add into
+ * x. (The DeltaNet's input is s->x: only the model's layers have one.) */
+static void layer_parts(const qwen35_model *Q, qwen35_state *s, const tela_batch *b, const qwen35_layer *const *parts,
+                        tela_kv_cache *const *kv, float *x) {
     tela_exec *ex = s->ex;
     const int E = Q->n_embd, nt = b->n_tok;
     const bool split = Q->world > 1;
-    float *update = split ? s->part : s->x;
+    float *update = split ? s->part : x;
     for (int r = 0; r < Q->world; r++) {
-        const qwen35_layer *ly = &Q->rank_layers[r][l];
-        if (ly->is_attn)
-            attn_layer(Q, s, ly, s->kv[r], s->x, b, update, !split || r > 0);
+        if (parts[r]->is_attn)
+            attn_layer(Q, s, parts[r], kv[r], x, b, update, !split || r > 0);
         else
-            gdn_layer(Q, s, ly, r, b, update, !split || r > 0);
+            gdn_layer(Q, s, parts[r], r, b, update, !split || r > 0);
     }
-    if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+    if (split) tela_exec_add(ex, x, s->part, (int64_t)nt * E);
     for (int r = 0; r < Q->world; r++)
-        tela_model_ffn_swiglu(ex, &Q->rank_layers[r][l].ffn, s->x, s->xb, s->gate, update, !split || r > 0, E, nt,
-                              Q->eps);
-    if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+        tela_model_ffn_swiglu(ex, &parts[r]->ffn, x, s->xb, s->gate, update, !split || r > 0, E, nt, Q->eps);
+    if (split) tela_exec_add(ex, x, s->part, (int64_t)nt * E);
+}
+
+/* Decoder layer l of the model (not skipped), on s->x. */
+static void layer(const qwen35_model *Q, qwen35_state *s, const tela_batch *b, int l) {
+    const qwen35_layer *parts[TELA_MODEL_MAX_RANKS];
+    for (int r = 0; r < Q->world; r++) parts[r] = &Q->rank_layers[r][l];
+    layer_parts(Q, s, b, parts, s->kv, s->x);
 }
 
 /* One step over the batch's tokens (at most n_batch); leaves the final
@@ -1388,8 +1412,9 @@ static void mtp_block(const qwen35_model *Q, qwen35_state *s, const qwen35_mtp *
     tela_exec_rmsnorm(ex, s->mtp_cat + E, 2 * E, h, E, B->hnorm_b, E, nr, Q->eps);
     tela_exec_matmul(ex, &B->eh_proj, s->mtp_cat, 2 * E, s->mtp_x, E, nr, false);
     tela_exec_rope_table(ex, s->cs, b, Q->inv_freq_b, Q->n_rot);
-    attn_layer(Q, s, &B->layer, s->mtp_kv, s->mtp_x, b, s->mtp_x, true);
-    tela_model_ffn_swiglu(ex, &B->layer.ffn, s->mtp_x, s->xb, s->gate, s->mtp_x, true, E, nr, Q->eps);
+    const qwen35_layer *parts[TELA_MODEL_MAX_RANKS];
+    for (int r = 0; r < Q->world; r++) parts[r] = &B->layers[r];
+    layer_parts(Q, s, b, parts, s->mtp_kv, s->mtp_x);
     tela_exec_profile_phase(ex, NULL);
 }
 
@@ -1453,6 +1478,19 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
     else if (s->mtp_kv) mtp_catch_up_batch(Q, s, &s->io.batch);
 }
 
+/* The draft logits of n rows g (output-normed, rows of n_embd) into
+ * s->mtp_logits: the draft head, or with tensor parallelism the head's
+ * parts, each filling its columns. */
+static void mtp_head_logits(const qwen35_model *Q, qwen35_state *s, const float *g, int n) {
+    if (Q->world == 1) {
+        tela_exec_matmul(s->ex, &Q->mtp_head, g, Q->n_embd, s->mtp_logits, Q->n_vocab, n, false);
+        return;
+    }
+    int64_t col = 0;
+    for (int r = 0; r < Q->world; col += Q->heads[r].n_rows, r++)
+        tela_exec_matmul(s->ex, &Q->heads[r], g, Q->n_embd, s->mtp_logits + col, Q->n_vocab, n, false);
+}
+
 static int qwen35_mtp_layers(const tela_model *m) {
     const qwen35_model *Q = m->impl;
     return Q->mtp ? Q->n_mtp : 0;
@@ -1480,7 +1518,7 @@ static tela_status qwen35_mtp_draft(const tela_model *m, void *state, int32_t to
     if (tela_exec_graph_begin(s->ex, key)) {
         mtp_block(Q, s, &Q->mtp[0], chain ? s->mtp_g : s->mtp_h, &mb);
         tela_exec_rmsnorm(s->ex, s->mtp_g, E, s->mtp_x, E, Q->mtp[0].out_norm_b, E, 1, Q->eps);
-        tela_exec_matmul(s->ex, &Q->mtp_head, s->mtp_g, E, s->mtp_logits, Q->n_vocab, 1, false);
+        mtp_head_logits(Q, s, s->mtp_g, 1);
         tela_exec_argmax(s->ex, s->mtp_logits, Q->mtp_vocab, s->mtp_pick);
     }
     TELA_TRY(tela_exec_graph_end(s->ex));
@@ -1521,7 +1559,7 @@ static tela_status qwen35_mtp_draft_batch(const tela_model *m, void *state, cons
     tela_exec_rmsnorm(ex, s->mtp_hin, E, s->mtp_x, E, Q->mtp[0].out_norm_b, E, n, Q->eps);
     for (int i = 0; i < n; i++)
         tela_exec_copy_rows(ex, s->mtp_g + (size_t)qs[i].slot * E, E, s->mtp_hin + (size_t)i * E, E, ROW0, 1, E);
-    tela_exec_matmul(ex, &Q->mtp_head, s->mtp_hin, E, s->mtp_logits, Q->n_vocab, n, false);
+    mtp_head_logits(Q, s, s->mtp_hin, n);
     if (picks) {
         if (!s->io.picks)
             TELA_TRY(tela_backend_alloc(tela_exec_backend(ex), (size_t)s->n_batch * sizeof(int32_t), "greedy picks",

@@ -115,28 +115,32 @@ describe('speculative decoding (MTP, the Qwen3.5 demo)', () => {
   });
 });
 
-describe('tensor parallelism (the Qwen3.5 demo split over 2 ranks on one device) with prompt lookup', () => {
-  const HYB = path.join(c.SRC, 'models', 'tela-kjv-qwen35-f16.gguf');
-  let tsrv;
-  let tclient;
-  before(async () => {
-    tsrv = await c.startServer(['-m', HYB, '--parallel', '4', '--tensor-parallel', '2', '--spec', 'ngram', '--draft-max', '3']);
-    tclient = new OpenAI({ baseURL: tsrv.url + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
-  });
-  after(async () => {
-    const { code } = await tsrv.stop();
-    assert.equal(code, 0, 'tela serve exits 0 after SIGTERM\n' + tsrv.log());
-  });
+for (const spec of ['ngram', 'mtp']) {
+  describe(`tensor parallelism (the Qwen3.5 demo split over 2 ranks on one device) with --spec ${spec}`, () => {
+    const HYB = path.join(c.SRC, 'models', 'tela-kjv-qwen35-f16.gguf');
+    let tsrv;
+    let tclient;
+    before(async () => {
+      tsrv = await c.startServer(['-m', HYB, '--parallel', '4', '--tensor-parallel', '2', '--spec', spec, '--draft-max', '3']);
+      tclient = new OpenAI({ baseURL: tsrv.url + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+    });
+    after(async () => {
+      const { code } = await tsrv.stop();
+      assert.equal(code, 0, 'tela serve exits 0 after SIGTERM\n' + tsrv.log());
+    });
 
-  it('greedy, batched: the whole model\'s text (split DeltaNet states rewound after rejected drafts)', async () => {
-    const prompts = ['In the beginning', 'And the LORD said unto Moses,', 'Blessed are'];
-    const got = await Promise.all(prompts.map((prompt) => tclient.completions.create({ prompt, max_tokens: 40, temperature: 0 })));
-    for (const [i, prompt] of prompts.entries()) {
-      const ref = c.telaRun(['-m', HYB, '-p', prompt, '-n', '40', '--temp', '0']);
-      assert.equal(got[i].choices[0].text, ref, prompt);
-    }
+    it('greedy, batched: the whole model\'s text (split DeltaNet states rewound after rejected drafts)', async () => {
+      const prompts = ['In the beginning', 'And the LORD said unto Moses,', 'Blessed are'];
+      const got = await Promise.all(prompts.map((prompt) => tclient.completions.create({ prompt, max_tokens: 40, temperature: 0 })));
+      for (const [i, prompt] of prompts.entries()) {
+        const ref = c.telaRun(['-m', HYB, '-p', prompt, '-n', '40', '--temp', '0']);
+        assert.equal(got[i].choices[0].text, ref, prompt);
+        const d = got[i].usage.completion_tokens_details;
+        assert.ok(d.accepted_prediction_tokens > 0, JSON.stringify(d));
+      }
+    });
   });
-});
+}
 
 describe('speculative decoding (a draft model: the 8-bit demo drafting for the f16 one)', () => {
   const F16 = path.join(c.SRC, 'models', 'tela-kjv-f16.gguf');
