@@ -195,6 +195,9 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
     if (L->world > 1) { /* the head and the embedding by vocabulary: rank r's rows */
         TELA_TRY(tela_model_get_vocab_parts(m, tied ? nm->tok_embd : nm->output, L->n_vocab, L->n_embd, &L->heads));
         TELA_TRY(tela_model_get_vocab_parts(m, nm->tok_embd, L->n_vocab, L->n_embd, &L->embd));
+        /* the whole tables are not prepared for any backend: nothing may
+         * read them (an empty matrix, so a use fails on every backend) */
+        L->tok_embd = L->output = (tela_mat){.name = "the token embedding (split by rank)"};
     }
     L->rank_layers = tela_model_alloc(m, (size_t)L->world * sizeof *L->rank_layers);
     if (!L->rank_layers) return TELA_ERR_NOMEM;

@@ -560,6 +560,9 @@ static tela_status load_weights_unpacked(tela_model *m, qwen35_model *Q, const q
         snprintf(name, sizeof name, "%s%s", nm->hf ? nm->prefix : "", nm->tok_embd);
         TELA_TRY(tela_model_get_vocab_parts(m, name, Q->n_vocab, Q->n_embd, &Q->embd));
         TELA_TRY(tela_model_get_vocab_parts(m, tied ? name : nm->output, Q->n_vocab, Q->n_embd, &Q->heads));
+        /* the whole tables are not prepared for any backend: nothing may
+         * read them (an empty matrix, so a use fails on every backend) */
+        Q->tok_embd = Q->output = (tela_mat){.name = "the token embedding (split by rank)"};
     }
     for (int l = 0; l < Q->n_layer; l++) {
         layer_loc loc;
@@ -1407,7 +1410,7 @@ static void mtp_block(const qwen35_model *Q, qwen35_state *s, const qwen35_mtp *
     tela_exec *ex = s->ex;
     const int E = Q->n_embd, nr = b->n_tok;
     tela_exec_profile_phase(ex, "MTP");
-    tela_exec_get_rows(ex, &Q->tok_embd, b->tokens, nr, s->mtp_x, E);
+    tela_model_embed(ex, Q->embd, Q->world, b->tokens, nr, s->mtp_x, E);
     tela_exec_rmsnorm(ex, s->mtp_cat, 2 * E, s->mtp_x, E, B->enorm_b, E, nr, Q->eps);
     tela_exec_rmsnorm(ex, s->mtp_cat + E, 2 * E, h, E, B->hnorm_b, E, nr, Q->eps);
     tela_exec_matmul(ex, &B->eh_proj, s->mtp_cat, 2 * E, s->mtp_x, E, nr, false);
