@@ -168,9 +168,11 @@ typedef struct qwen35_model {
     const bool *skip;            /* [n_layer] layers bypassed, or NULL */
     int n_mtp;                   /* MTP blocks in the source */
     qwen35_mtp *mtp;             /* loaded ones (NULL unless load_mtp) */
-    /* the head the MTP block drafts with: the output head, or its first
-     * mtp_vocab rows (params.mtp_draft_vocab; drafts never fall outside) */
-    tela_mat mtp_head;
+    /* the head the MTP block drafts with, as the ranks hold it: the output
+     * head (heads), or the first mtp_vocab rows of the vocabulary
+     * (params.mtp_draft_vocab; drafts never fall outside): of each rank's
+     * part the rows among them (none for a part past them) */
+    tela_mat *mtp_heads;
     int32_t mtp_vocab;
 } qwen35_model;
 
@@ -466,7 +468,7 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
  * table, read by rows) for the backend (tela_model_prepare_mats). */
 static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     TELA_TRY(backend_consts(m, Q));
-    size_t cap = 2 + 2 * (size_t)Q->world + (size_t)Q->world * (size_t)(Q->n_layer + Q->n_mtp) * 9 + (size_t)Q->n_mtp,
+    size_t cap = 2 + 3 * (size_t)Q->world + (size_t)Q->world * (size_t)(Q->n_layer + Q->n_mtp) * 9 + (size_t)Q->n_mtp,
            n = 0;
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = calloc(cap, sizeof *uses); /* all TELA_MAT_MATMUL */
@@ -487,18 +489,29 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
         for (int r = 0; r < Q->world; r++) n += layer_mats(&Q->mtp[i].layers[r], list + n);
         list[n++] = &Q->mtp[i].eh_proj;
     }
-    /* a draft vocabulary: the head's first rows, a matrix of their own (the
-     * stored rows are contiguous; the backends' layouts need not be) */
+    /* a draft vocabulary: the head's first rows, of each rank's part a
+     * matrix of their own (the stored rows are contiguous; the backends'
+     * layouts need not be), copied before the parts are prepared */
     const bool cut = Q->mtp && m->mtp_draft_vocab > 0 && m->mtp_draft_vocab < Q->n_vocab;
     Q->mtp_vocab = cut ? m->mtp_draft_vocab : Q->n_vocab;
+    Q->mtp_heads = Q->heads;
     if (cut) {
-        Q->mtp_head = Q->output;
-        Q->mtp_head.n_rows = Q->mtp_vocab;
-        Q->mtp_head.name = "the MTP draft head (the output head's first rows)";
-        list[n++] = &Q->mtp_head;
+        Q->mtp_heads = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->mtp_heads);
+        if (!Q->mtp_heads) {
+            free(list);
+            free(uses);
+            return TELA_ERR_NOMEM;
+        }
+        int64_t row0 = 0;
+        for (int r = 0; r < Q->world; row0 += Q->heads[r].n_rows, r++) {
+            const int64_t k = Q->mtp_vocab - row0;
+            Q->mtp_heads[r] = Q->heads[r];
+            Q->mtp_heads[r].n_rows = k < 0 ? 0 : k < Q->heads[r].n_rows ? k : Q->heads[r].n_rows;
+            Q->mtp_heads[r].name = "the MTP draft head (the output head's first rows)";
+            if (Q->mtp_heads[r].n_rows > 0) list[n++] = &Q->mtp_heads[r];
+        }
     }
     tela_status s = tela_model_prepare_mats(m, list, uses, n);
-    if (!cut) Q->mtp_head = Q->output;
     free(list);
     free(uses);
     return s;
@@ -517,11 +530,6 @@ static tela_status plan_ranks(tela_model *m, qwen35_model *Q) {
     Q->world = m->tp_world > 1 ? m->tp_world : 1;
     const tela_shard_dims d = shard_dims(Q);
     if (Q->world > 1) {
-        if (m->load_mtp && Q->n_mtp > 0 && m->mtp_draft_vocab > 0 && m->mtp_draft_vocab < Q->n_vocab)
-            return tela_errorf(TELA_ERR_UNSUPPORTED,
-                               "%s: a draft vocabulary of %d ids (--draft-vocab) is not built with tensor "
-                               "parallelism yet (the MTP block drafts over the whole vocabulary split by ranks)",
-                               m->path, m->mtp_draft_vocab);
         tela_status s = tela_shard_plan_check(&d, Q->world);
         if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
     }
@@ -1482,16 +1490,13 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
 }
 
 /* The draft logits of n rows g (output-normed, rows of n_embd) into
- * s->mtp_logits: the draft head, or with tensor parallelism the head's
- * parts, each filling its columns. */
+ * s->mtp_logits: each rank's part of the draft head filling its columns
+ * (the columns past a draft vocabulary stay -inf). */
 static void mtp_head_logits(const qwen35_model *Q, qwen35_state *s, const float *g, int n) {
-    if (Q->world == 1) {
-        tela_exec_matmul(s->ex, &Q->mtp_head, g, Q->n_embd, s->mtp_logits, Q->n_vocab, n, false);
-        return;
-    }
     int64_t col = 0;
     for (int r = 0; r < Q->world; col += Q->heads[r].n_rows, r++)
-        tela_exec_matmul(s->ex, &Q->heads[r], g, Q->n_embd, s->mtp_logits + col, Q->n_vocab, n, false);
+        if (Q->mtp_heads[r].n_rows > 0)
+            tela_exec_matmul(s->ex, &Q->mtp_heads[r], g, Q->n_embd, s->mtp_logits + col, Q->n_vocab, n, false);
 }
 
 static int qwen35_mtp_layers(const tela_model *m) {
