@@ -47,7 +47,7 @@ typedef struct {
 
 static int kv_f16; /* the pass with f16 KV caches (sessions and the batched state alike) */
 static const char *batch_device; /* NULL: the default (the CPU in test_batch.c) */
-static int batch_tp;             /* the model's tensor_parallel (test_llama_tp.c) */
+static int batch_tp;             /* the model's tensor_parallel (test_tp.c) */
 static double batch_tol;         /* 0: rows bit-identical; else the largest difference relative to the range */
 static double batch_worst;       /* the largest difference seen */
 

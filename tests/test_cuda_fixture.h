@@ -1,5 +1,5 @@
 /* test_cuda_fixture.h: what the CUDA end-to-end tests (test_cuda_llama.c,
- * test_cuda_qwen35.c) and test_llama_tp.c (on the CPU) share: loading a model on a device, the error of a
+ * test_cuda_qwen35.c) and test_tp.c (on the CPU) share: loading a model on a device, the error of a
  * logits row relative to the range of the reference row, and the parity
  * checks against the transformers references of tests/fixtures (every
  * position, then greedy tokens picked on the GPU) and of ../shared's d1
