@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test-amx.sh: on an x86-64 CPU with AMX (the CI machine kind; the GPU
-# device machines' hosts), checks the opt-in AMX tiles of
-# src/backend/cpu/qdot_pack_amx.c on the real instructions and measures
-# them. CPU only (no CUDA); builds build-amx/ (Release) and build-amx-asan/.
+# device machines' hosts), checks the AMX tiles of
+# src/backend/cpu/qdot_pack_amx.c (on by default for Q4_K/Q6_K; TELA_AMX=1
+# adds Q8_0/Q4_0, TELA_AMX_FLOAT=1 the bf16 tiles for F16/BF16) on the real
+# instructions and measures them. CPU only (no CUDA); builds build-amx/ (Release) and build-amx-asan/.
 #  1. The packed-kernel tests with TELA_AMX=1 TELA_AMX_FLOAT=1: gemms of
 #     16+ columns on the tiles against vec_dot / the packed models (int8
 #     tiles bitwise, bf16 tiles within their bound), also under ASan+UBSan.
@@ -15,7 +16,8 @@
 #     and Qwen3.5-2B Q4_K_M files (made here, in $TELA_MODELS or
 #     /tmp/tela-models); and the demo's perplexity with and without the
 #     bf16 tiles. A table is printed last.
-# On a machine without AMX it says so and stops.
+# TELA_AMX_QUICK=1: the checks (1, 2) only. On a machine without AMX it says
+# so and stops.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -f scripts/gpu-env.sh ] && . scripts/gpu-env.sh # the device machines' build packages
@@ -36,6 +38,10 @@ for t in test_qdot_packed_k test_qdot_packed_q8 test_qdot_packed_f test_qdot_amx
     if TELA_AMX_FLOAT=1 ./build-amx/tests/$t > /tmp/tela-amx-$t.log 2>&1; then r=ok; else r=FAILED; tail -5 /tmp/tela-amx-$t.log; fi
     note "$t (TELA_AMX=1 TELA_AMX_FLOAT=1): $r, $(tail -1 /tmp/tela-amx-$t.log)"
 done
+for t in test_qdot_packed_k test_qdot_packed_q8; do # the defaults
+    if env -u TELA_AMX ./build-amx/tests/$t > /tmp/tela-amx-d-$t.log 2>&1; then r=ok; else r=FAILED; tail -5 /tmp/tela-amx-d-$t.log; fi
+    note "$t (defaults): $r, $(grep 'AMX tiles' /tmp/tela-amx-d-$t.log), $(tail -1 /tmp/tela-amx-d-$t.log)"
+done
 if cmake -S . -B build-amx-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTELA_SANITIZE=ON -DTELA_CUDA=OFF -DTELA_SERVER=OFF > /dev/null 2>&1 &&
     ninja -C build-amx-asan tests/test_qdot_packed_k tests/test_qdot_packed_q8 tests/test_qdot_packed_f > /dev/null 2>&1; then
     for t in test_qdot_packed_k test_qdot_packed_q8 test_qdot_packed_f; do
@@ -48,6 +54,7 @@ fi
 (cd build-amx && ctest -j "$JOBS" > /tmp/tela-amx-ctest.log 2>&1)
 note "ctest with TELA_AMX=1: $(grep -E 'tests passed|tests failed' /tmp/tela-amx-ctest.log | tail -1)"
 grep -E "\*\*\*Failed|Failed  " /tmp/tela-amx-ctest.log | head
+[ "${TELA_AMX_QUICK:-0}" = 1 ] && { for s in "${summary[@]}"; do echo "$s"; done; exit 0; } # the checks only
 
 B=./build-amx/bin
 D=${TELA_MODELS:-/tmp/tela-models}

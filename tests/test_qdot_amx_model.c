@@ -122,6 +122,7 @@ static void model_dpbf16(int c, int a, int b) {
  * and a CPU that reports AMX. */
 #define tela_qdot_amx_allow model_amx_allow
 #define tela_qdot_amx_active model_amx_active
+#define tela_qdot_amx_q8_active model_amx_q8_active
 #define tela_qdot_amx_float_allow model_amx_float_allow
 #define tela_qdot_amx_float_active model_amx_float_active
 #define tela_qdot_amx_gemm_q4_K model_gemm_q4_K
@@ -312,7 +313,7 @@ int main(void) {
     if (!q || q->packing.pack_rows == 0) test_skip("no packed AVX-512 kernels on this CPU (the tiles use them)");
     model_amx_allow(true);
     model_amx_float_allow(true);
-    CHECK(model_amx_active() && model_amx_float_active());
+    CHECK(model_amx_active() && model_amx_q8_active() && model_amx_float_active());
     /* below 16 columns the tiles decline */
     CHECK(!model_gemm_q4_K(NULL, 16, 0, 1, NULL, 0, 15, 256, NULL, 16));
     check_int8_type(TELA_TYPE_Q4_K, model_gemm_q4_K, 256);

@@ -5,7 +5,7 @@
  * column, several groups at a time) and several column panels; then through
  * tela_op_matmul with 1, 2 and 3 threads. The scalar vec_dot itself is
  * checked against dequantized dot products in test_qdot.c. Where the CPU
- * has AMX and TELA_AMX=1, gemms of 16 columns or more run on its tiles (qdot_pack_amx.c):
+ * has AMX (and TELA_AMX is not 0), gemms of 16 columns or more run on its tiles (qdot_pack_amx.c):
  * every shape of 16+ columns is then checked twice, AMX tiles and VNNI
  * tiles, against the same vec_dot, plus blocks of extreme levels, scales
  * and activations (the AMX tiles' exactness bound). Skipped where the CPU
@@ -212,7 +212,7 @@ int main(void) {
         check_shape(type, 33, 2048, 470, 0, 3);
         check_matmul(type, 70, 1024, 1);
         check_matmul(type, 70, 1024, 21);
-        /* the AMX tiles where they run (a CPU with AMX, TELA_AMX=1), then
+        /* the AMX tiles where they run (a CPU with AMX, TELA_AMX not 0), then
          * the VNNI tiles */
         const bool amx = tela_qdot_amx_active();
         if (amx) {
@@ -223,6 +223,6 @@ int main(void) {
         tela_qdot_amx_allow(amx);
     }
     printf("AMX tiles %s\n", tela_qdot_amx_active() ? "on: checked against vec_dot, as were the VNNI tiles"
-                                                      : "not in use (no AMX, or TELA_AMX unset): the VNNI tiles checked");
+                                                      : "not in use (no AMX, or TELA_AMX=0): the VNNI tiles checked");
     return test_finish();
 }

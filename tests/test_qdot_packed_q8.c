@@ -365,7 +365,7 @@ int main(void) {
         test_pack_pieces(kd, &q->packing);
         test_edge_shapes(kd, &q->packing);
         test_large(kd, &q->packing);
-        if (tela_qdot_amx_active()) { /* those ran on the AMX tiles (16+ columns): now the VNNI tiles */
+        if (tela_qdot_amx_q8_active()) { /* those ran on the AMX tiles (16+ columns): now the VNNI tiles */
             tela_qdot_amx_allow(false);
             test_edge_shapes(kd, &q->packing);
             test_large(kd, &q->packing);
@@ -376,7 +376,7 @@ int main(void) {
         ran++;
     }
     if (!ran) test_skip("no packed Q8_0/Q4_0 kernels on this CPU");
-    printf("AMX tiles %s\n", tela_qdot_amx_active() ? "on: shapes of 16+ columns checked on them and on the VNNI tiles"
-                                                      : "not in use (no AMX, or TELA_AMX unset): the VNNI tiles checked");
+    printf("AMX tiles %s\n", tela_qdot_amx_q8_active() ? "on: shapes of 16+ columns checked on them and on the VNNI tiles"
+                                                         : "not in use (no AMX, or TELA_AMX not 1): the VNNI tiles checked");
     return test_finish();
 }

@@ -199,10 +199,13 @@ bool tela_qdot_amx_gemm_bf16(const void *packed, int64_t n_rows, int64_t g0, int
                              int64_t n_cols, int64_t n, float *out, int64_t os);
 bool tela_qdot_amx_float_active(void);
 void tela_qdot_amx_float_allow(bool on);
-/* Whether the AMX tiles run (the CPU and OS allow them: tela_cpu_features'
- * amx_int8, after the TELA_CPU cap), and a switch for tests and benchmarks
- * to compare them with the VNNI tiles in one process (on by default). */
+/* Whether the AMX tiles run for the K-quants (the CPU and OS allow them:
+ * tela_cpu_features' amx_int8, after the TELA_CPU cap; TELA_AMX=0 turns
+ * them off), and for Q8_0/Q4_0 (only with TELA_AMX=1: not faster there);
+ * and a switch for tests and benchmarks to put every type on them or none,
+ * to compare them with the VNNI tiles in one process. */
 bool tela_qdot_amx_active(void);
+bool tela_qdot_amx_q8_active(void);
 void tela_qdot_amx_allow(bool allow);
 void tela_qdot_fill_avx2(tela_qdot_isa_table *t);
 void tela_qdot_fill_neon(tela_qdot_isa_table *t);

@@ -37,15 +37,28 @@
 
 #include "util/cpu_features.h"
 
-/* Opt-in (TELA_AMX=1, or tela_qdot_amx_allow): these tiles are checked
- * against vec_dot through a scalar model of the tile instructions
- * (tests/test_qdot_amx_model.c) and, on an Intel Xeon with AMX, on the
- * real ones (scripts/test-amx.sh, 2026-12-05), but measured there at most
- * ~13% faster than the VNNI tiles in pp512 on two cores, within the
- * machine's noise (docs/BENCHMARKS.md): not worth a default yet.
- * 0: TELA_AMX not read yet, 1: off, 2: on. */
+/* Which types take the tiles, where the CPU and OS allow them: by default
+ * the K-quants (Q4_K, Q6_K), whose tiles ran the one-thread gemm at
+ * 1.1-1.8x the VNNI tiles' rate on a Xeon with AMX, and the Llama-1B
+ * Q4_K_M pp512 at 1.4-1.6x (docs/BENCHMARKS.md, 2026-12-06); Q8_0 and
+ * Q4_0 stay on the VNNI tiles, which their tiles did not beat there.
+ * TELA_AMX=1 puts every type on the tiles, TELA_AMX=0 none;
+ * tela_qdot_amx_allow sets all or none (tests, benchmarks). Every route
+ * gives the same bits. 0: TELA_AMX not read yet, 1: none, 2: all, 3: the
+ * K-quants. */
 static atomic_int g_amx_state;
 
+static int amx_state(void) {
+    int v = atomic_load(&g_amx_state);
+    if (!v) {
+        const char *e = getenv("TELA_AMX");
+        v = e && e[0] == '1' ? 2 : e && e[0] == '0' ? 1 : 3;
+        atomic_store(&g_amx_state, v);
+    }
+    return v;
+}
+
+/* TELA_AMX_FLOAT's switch (opt-in: 0 unread, 1 off, 2 on). */
 static bool env_on(atomic_int *state, const char *name) {
     int v = atomic_load(state);
     if (!v) {
@@ -58,9 +71,11 @@ static bool env_on(atomic_int *state, const char *name) {
 
 void tela_qdot_amx_allow(bool allow) { atomic_store(&g_amx_state, allow ? 2 : 1); }
 
-bool tela_qdot_amx_active(void) {
-    return tela_cpu_get_features()->amx_int8 && env_on(&g_amx_state, "TELA_AMX") && tela_cpu_request_amx();
-}
+static bool amx_usable(void) { return tela_cpu_get_features()->amx_int8 && tela_cpu_request_amx(); }
+
+bool tela_qdot_amx_active(void) { return amx_state() != 1 && amx_usable(); }
+
+bool tela_qdot_amx_q8_active(void) { return amx_state() == 2 && amx_usable(); }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -155,117 +170,225 @@ static int64_t panel_cols(size_t xs) {
     return c < 16 ? 16 : c;
 }
 
-/* ------------------------------------------------------------------ Q4_K */
+/* --------------------------------------------------------- Q4_K and Q6_K */
 
-/* A group's super-block unpacked for the tiles: the levels of sub-block j
- * (elements 32 j ..) as B's 8 rows of 64 bytes, the 6-bit scales as
- * floats, the mins in both int16 halves of each lane (VPDPWSSD with the
- * activation pair sums), d and dmin as floats. */
-enum { U4_LV = 0, U4_SC = 4096, U4_MV = 4608, U4_D = 5120, U4_DMIN = 5184, U4_SB = 5248 };
+/* The K-quants' sub-blocks (32 elements for Q4_K, 16 for Q6_K) each have a
+ * scale per row, so a product over one sub-block at a time would leave a
+ * C tile per sub-block for the vector units to scale and add (the first
+ * form of these tiles: 8 or 16 tile stores and ~45 vector instructions a
+ * column and super-block, no faster than the VNNI tiles on a Xeon). Here
+ * the scales go into B instead: each weight level times its sub-block's
+ * scale (Q4_K: q * sc <= 63 * 15 = 945; Q6_K: (q - 32) * sc, |.| <= 4096)
+ * is split into a low byte (unsigned) and a high byte (unsigned for Q4_K,
+ * signed for Q6_K), two B operands over the same 64 activation bytes. A
+ * super-block's products then add up in int32 C tiles over all of its 256
+ * elements, 64 at a time (the full depth of a product), and its integer
+ * dot product is C_lo + 256 C_hi: sum_k a_k sc_k q_k exactly, the integer
+ * the VNNI tiles form (|a| <= 127: below 2^31). Q4_K's mins term sum_j
+ * m_j sum_{k in j} a_k is a third product, with B = each element's
+ * sub-block min, in place of the activations' block sums. The float step
+ * per super-block is then the VNNI tile's, so the bits are the same.
+ *
+ * Loop order (amx_k_gemm): for each group, super-block by super-block,
+ * the super-block is unpacked once per panel (12 KB, kept in L1) and every
+ * 16-column tile of the panel takes its products against it, adding its
+ * float step into the column's 16 row sums, kept in a panel buffer. */
 
-static TGT void q4_K_unpack(const uint8_t *w, int64_t nsb, uint8_t *ub) {
+/* One unpacked Q4_K super-block: for K step p (elements 64 p ..), B's 16
+ * rows of 64 bytes (row r: elements 64 p + 4 r .. + 3 of the 16 weight
+ * rows, 4 bytes a row) at 1024 p in each of LO, HI, MN; d and dmin as
+ * floats. */
+enum { U4_LO = 0, U4_HI = 4096, U4_MN = 8192, U4_D = 12288, U4_DMIN = 12352, U4_SB = 12416 };
+
+/* Levels l (bytes, 4 of a row in each 32-bit lane) times the row's scale s
+ * (in both 16-bit halves of its lane): the products' low bytes to lo, their
+ * high bytes to hi. Even and odd bytes are multiplied as 16-bit words. */
+static inline TGT void scaled_levels(__m512i l, __m512i s, uint8_t *lo, uint8_t *hi) {
+    const __m512i m8 = _mm512_set1_epi16(0x00FF);
+    const __m512i pe = _mm512_mullo_epi16(_mm512_and_si512(l, m8), s);
+    const __m512i po = _mm512_mullo_epi16(_mm512_srli_epi16(l, 8), s);
+    _mm512_store_si512(lo, _mm512_or_si512(_mm512_and_si512(pe, m8), _mm512_slli_epi16(po, 8)));
+    _mm512_store_si512(hi, _mm512_or_si512(_mm512_srli_epi16(pe, 8), _mm512_andnot_si512(m8, po)));
+}
+
+/* 16 bytes (one a row) -> each row's value in both 16-bit halves of its lane */
+static inline TGT __m512i row_words(const uint8_t *p) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm512_or_si512(v, _mm512_slli_epi32(v, 16));
+}
+
+static TGT void q4_K_unpack_sb(const uint8_t *w, uint8_t *ub) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < nsb; b++, w += Q4K_SB, ub += U4_SB) {
-        UNROLL for (int c4 = 0; c4 < 4; c4++) UNROLL for (int s = 0; s < 8; s++) {
+    UNROLL for (int c4 = 0; c4 < 4; c4++) {
+        /* sub-blocks 2 c4 (low nibbles) and 2 c4 + 1 (high nibbles) */
+        const __m512i s0 = row_words(w + Q4K_SC + 16 * (2 * c4)), s1 = row_words(w + Q4K_SC + 16 * (2 * c4 + 1));
+        const __m512i m0 = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + Q4K_M + 32 * c4))),
+                                              _mm512_set1_epi32(0x01010101));
+        const __m512i m1 = _mm512_mullo_epi32(
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + Q4K_M + 32 * c4 + 16))), _mm512_set1_epi32(0x01010101));
+        UNROLL for (int s = 0; s < 8; s++) {
             const __m512i v = _mm512_loadu_si512(w + Q4K_Q + (c4 * 8 + s) * 64);
-            _mm512_store_si512(ub + U4_LV + (2 * c4) * 512 + s * 64, _mm512_and_si512(v, m4));
-            _mm512_store_si512(ub + U4_LV + (2 * c4 + 1) * 512 + s * 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            const size_t o0 = (size_t)(2 * c4) * 512 + (size_t)s * 64, o1 = o0 + 512;
+            scaled_levels(_mm512_and_si512(v, m4), s0, ub + U4_LO + o0, ub + U4_HI + o0);
+            scaled_levels(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), s1, ub + U4_LO + o1, ub + U4_HI + o1);
+            _mm512_store_si512(ub + U4_MN + o0, m0);
+            _mm512_store_si512(ub + U4_MN + o1, m1);
         }
-        UNROLL for (int j = 0; j < 8; j++) {
-            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + Q4K_SC + 16 * j)));
-            _mm512_store_ps(ub + U4_SC + 64 * j, _mm512_cvtepi32_ps(sc));
-            const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + Q4K_M + 16 * j)));
-            _mm512_store_si512(ub + U4_MV + 64 * j, _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
-        }
-        _mm512_store_ps(ub + U4_D, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + Q4K_D))));
-        _mm512_store_ps(ub + U4_DMIN, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + Q4K_DMIN))));
+    }
+    _mm512_store_ps(ub + U4_D, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + Q4K_D))));
+    _mm512_store_ps(ub + U4_DMIN, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + Q4K_DMIN))));
+}
+
+/* The tiles: C in tmm0-2 (Q4_K: lo, hi, mins; Q6_K: lo, hi), A in tmm3-4
+ * (alternating between K steps), B in tmm5-7. */
+static void amx_k_configure(int m) {
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 5; t++) cfg.rows[t] = (uint8_t)m, cfg.colsb[t] = 64;
+    for (int t = 5; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    AMX_LOAD_CONFIG(&cfg);
+}
+
+/* K step p of one super-block: A (tmm3 or tmm4) from the columns' bytes
+ * 64 p .., the B operands from ub + 1024 p, the products into tmm0-2. */
+#define Q4K_STEP(A, p)                                     \
+    do {                                                   \
+        AMX_LOAD(A, xa + 64 * (p), xs);                    \
+        AMX_LOAD(5, ub + U4_LO + 1024 * (p), 64);          \
+        AMX_LOAD(6, ub + U4_HI + 1024 * (p), 64);          \
+        AMX_LOAD(7, ub + U4_MN + 1024 * (p), 64);          \
+        AMX_DPBSUD(0, A, 5);                               \
+        AMX_DPBSUD(1, A, 6);                               \
+        AMX_DPBSUD(2, A, 7);                               \
+    } while (0)
+
+/* m (<= 16) columns at x (their super-block, xs apart) against one
+ * unpacked super-block: f (16 row sums a column) += the float step. */
+static TGT void q4_K_amx_sb(const uint8_t *ub, const uint8_t *x, size_t xs, int m, float *f) {
+    _Alignas(64) int32_t c[3][16][16];
+    const uint8_t *xa = x + X_QS;
+    AMX_ZERO(0);
+    AMX_ZERO(1);
+    AMX_ZERO(2);
+    Q4K_STEP(3, 0);
+    Q4K_STEP(4, 1);
+    Q4K_STEP(3, 2);
+    Q4K_STEP(4, 3);
+    AMX_STORE(0, c[0], 64);
+    AMX_STORE(1, c[1], 64);
+    AMX_STORE(2, c[2], 64);
+    const __m512 d = _mm512_load_ps(ub + U4_D), dmin = _mm512_load_ps(ub + U4_DMIN);
+    for (int i = 0; i < m; i++) {
+        const __m512i tot = _mm512_add_epi32(_mm512_load_si512(c[0][i]), _mm512_slli_epi32(_mm512_load_si512(c[1][i]), 8));
+        /* the VNNI tile's float step */
+        const __m512 dx = _mm512_set1_ps(rd_f32(x + (size_t)i * xs));
+        const __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, dx), _mm512_load_ps(f + 16 * i));
+        _mm512_store_ps(f + 16 * i, _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[2][i])), _mm512_mul_ps(dmin, dx), a));
     }
 }
 
-/* m (<= 16) columns at x (xs apart) against one unpacked group: f[c] gets
- * column c's 16 rows. */
-static TGT void q4_K_amx_tile(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, const float *unused, int m,
-                              __m512 *f) {
-    (void)unused; /* the activation scales are in the Q8_K rows */
-    _Alignas(64) int32_t c[8][16][16];
-    for (int i = 0; i < m; i++) f[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nsb; b++, ub += U4_SB) {
-        const uint8_t *xa = x + (size_t)b * X_BYTES + X_QS;
-        AMX_FOUR(AMX_DPBSUD, xa, xs, 0, 32, ub + U4_LV, 0, 512, c);
-        AMX_FOUR(AMX_DPBSUD, xa, xs, 128, 32, ub + U4_LV, 2048, 512, c + 4);
-        __m512 sc[8];
-        UNROLL for (int j = 0; j < 8; j++) sc[j] = _mm512_load_ps(ub + U4_SC + 64 * j);
-        const __m512 d = _mm512_load_ps(ub + U4_D), dmin = _mm512_load_ps(ub + U4_DMIN);
-        for (int i = 0; i < m; i++) {
-            const uint8_t *xb = x + (size_t)i * xs + (size_t)b * X_BYTES;
-            /* sum_j scale_j * C_j: |C_j| <= 32 * 15 * 128, scale <= 63, so four
-             * terms stay below 2^24 and every float step is exact */
-            __m512i tot = _mm512_setzero_si512();
-            UNROLL for (int h = 0; h < 2; h++) {
-                __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[4 * h][i])), sc[4 * h]);
-                UNROLL for (int j = 1; j < 4; j++)
-                    p = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[4 * h + j][i])), sc[4 * h + j], p);
-                tot = _mm512_add_epi32(tot, _mm512_cvtps_epi32(p));
+/* One unpacked Q6_K super-block: B operands as for Q4_K (LO unsigned, HI
+ * signed bytes of (q - 32) sc), d as floats. */
+enum { U6_LO = 0, U6_HI = 4096, U6_D = 8192, U6_SB = 8256 };
+
+static TGT void q6_K_unpack_sb(const uint8_t *w, uint8_t *ub) {
+    const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m8 = _mm512_set1_epi16(0x00FF), k32 = _mm512_set1_epi16(32);
+    __m512i sc[16];
+    UNROLL for (int q = 0; q < 8; q++) {
+        /* sub-blocks 2 q and 2 q + 1: a 16-bit pair a row */
+        const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + Q6K_SC + q * 32)));
+        const __m512i e = _mm512_slli_epi32(pair, 16), o = _mm512_srli_epi32(pair, 16);
+        sc[2 * q] = _mm512_or_si512(e, _mm512_srli_epi32(e, 16));
+        sc[2 * q + 1] = _mm512_or_si512(o, _mm512_slli_epi32(o, 16));
+    }
+    for (int hh = 0; hh < 2; hh++)
+        UNROLL for (int gq = 0; gq < 4; gq++) UNROLL for (int s = 0; s < 8; s++) {
+            /* elements 128 hh + 32 gq + 4 s ..: sub-block 8 hh + 2 gq + s / 4 */
+            const __m512i l = tela_pk_q6_levels(w, hh, gq, s, m0f, m30), s16 = sc[8 * hh + 2 * gq + s / 4];
+            const __m512i pe = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_and_si512(l, m8), k32), s16);
+            const __m512i po = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_srli_epi16(l, 8), k32), s16);
+            const size_t o = (size_t)(hh * 4 + gq) * 512 + (size_t)s * 64;
+            _mm512_store_si512(ub + U6_LO + o, _mm512_or_si512(_mm512_and_si512(pe, m8), _mm512_slli_epi16(po, 8)));
+            _mm512_store_si512(ub + U6_HI + o, _mm512_or_si512(_mm512_srli_epi16(pe, 8), _mm512_andnot_si512(m8, po)));
+        }
+    _mm512_store_si512(ub + U6_D, _mm512_loadu_si512(w + Q6K_D));
+}
+
+#define Q6K_STEP(A, p)                                     \
+    do {                                                   \
+        AMX_LOAD(A, xa + 64 * (p), xs);                    \
+        AMX_LOAD(5, ub + U6_LO + 1024 * (p), 64);          \
+        AMX_LOAD(6, ub + U6_HI + 1024 * (p), 64);          \
+        AMX_DPBSUD(0, A, 5);                               \
+        AMX_DPBSSD(1, A, 6);                               \
+    } while (0)
+
+static TGT void q6_K_amx_sb(const uint8_t *ub, const uint8_t *x, size_t xs, int m, float *f) {
+    _Alignas(64) int32_t c[2][16][16];
+    const uint8_t *xa = x + X_QS;
+    AMX_ZERO(0);
+    AMX_ZERO(1);
+    Q6K_STEP(3, 0);
+    Q6K_STEP(4, 1);
+    Q6K_STEP(3, 2);
+    Q6K_STEP(4, 3);
+    AMX_STORE(0, c[0], 64);
+    AMX_STORE(1, c[1], 64);
+    const __m512 d = _mm512_load_ps(ub + U6_D);
+    for (int i = 0; i < m; i++) {
+        const __m512i isum = _mm512_add_epi32(_mm512_load_si512(c[0][i]), _mm512_slli_epi32(_mm512_load_si512(c[1][i]), 8));
+        /* the VNNI tile's float step */
+        const __m512 dx = _mm512_set1_ps(rd_f32(x + (size_t)i * xs));
+        _mm512_store_ps(f + 16 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), _mm512_load_ps(f + 16 * i)));
+    }
+}
+
+typedef struct {
+    size_t sb_bytes; /* a packed super-block of a group */
+    void (*unpack_sb)(const uint8_t *w, uint8_t *ub);
+    void (*sb)(const uint8_t *ub, const uint8_t *x, size_t xs, int m, float *f);
+} amx_k_kind;
+
+/* Groups [g0, g1) x all columns of a K-quant (n / 256 super-blocks). */
+static TGT bool amx_k_gemm(const amx_k_kind *kd, const void *packed, int64_t n_rows, int64_t g0, int64_t g1,
+                           const void *vx, size_t xs, int64_t n_cols, int64_t n, float *out, int64_t os) {
+    if (n_cols < TELA_AMX_MIN_COLS || g1 <= g0 || n < 256 || !tela_qdot_amx_active()) return false;
+    const int64_t nsb = n / 256;
+    int64_t pc = panel_cols(xs);
+    if (pc > n_cols) pc = n_cols;
+    uint8_t *ub = aligned_alloc(64, U4_SB);
+    float *f = aligned_alloc(64, sizeof(float) * 16 * (size_t)((pc + 15) / 16 * 16));
+    if (!ub || !f) {
+        free(ub);
+        free(f);
+        return false;
+    }
+    const uint8_t *pw = packed, *x = vx;
+    int cur = 16;
+    amx_k_configure(cur);
+    for (int64_t p0 = 0; p0 < n_cols; p0 += pc) {
+        const int64_t p1 = p0 + pc < n_cols ? p0 + pc : n_cols;
+        for (int64_t g = g0; g < g1; g++) {
+            const uint8_t *grp = pw + (size_t)g * (size_t)nsb * kd->sb_bytes;
+            memset(f, 0, sizeof(float) * 16 * (size_t)(p1 - p0));
+            for (int64_t b = 0; b < nsb; b++) {
+                kd->unpack_sb(grp + (size_t)b * kd->sb_bytes, ub);
+                for (int64_t c0 = p0; c0 < p1; c0 += 16) {
+                    const int m = p1 - c0 < 16 ? (int)(p1 - c0) : 16;
+                    if (m != cur) amx_k_configure(cur = m);
+                    kd->sb(ub, x + (size_t)c0 * xs + (size_t)b * X_BYTES, xs, m, f + 16 * (c0 - p0));
+                }
             }
-            __m512i ms = _mm512_setzero_si512();
-            UNROLL for (int j = 0; j < 8; j++)
-                ms = _mm512_dpwssd_epi32(ms, _mm512_load_si512(ub + U4_MV + 64 * j),
-                                         _mm512_set1_epi32((int)rd32(xb + X_BSUMS + 4 * j)));
-            /* the VNNI tile's float step */
-            const __m512 dx = _mm512_set1_ps(rd_f32(xb));
-            const __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, dx), f[i]);
-            f[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmin, dx), a);
+            for (int64_t c = p0; c < p1; c++)
+                store_rows(out + c * os + g * TELA_PK_ROWS, _mm512_load_ps(f + 16 * (c - p0)), n_rows - g * TELA_PK_ROWS);
         }
     }
-}
-
-/* ------------------------------------------------------------------ Q6_K */
-
-/* A group's super-block unpacked for the tiles: the levels (B's 4 rows of
- * 64 bytes for each 16-element sub-block k at 256 k), the 16 scales as
- * int32 vectors, the scale pairs as int16 pairs (for the -32 offset with
- * the activation block sums), d. */
-enum { U6_LV = 0, U6_SC = 4096, U6_PAIR = 5120, U6_D = 5632, U6_SB = 5696 };
-
-static TGT void q6_K_unpack(const uint8_t *w, int64_t nsb, uint8_t *ub) {
-    for (int64_t b = 0; b < nsb; b++, w += Q6K_SB, ub += U6_SB) {
-        tela_pk_q6_K_unpack(w, 1, ub + U6_LV);
-        UNROLL for (int q = 0; q < 8; q++) {
-            const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + Q6K_SC + q * 32)));
-            _mm512_store_si512(ub + U6_PAIR + 64 * q, pair);
-            _mm512_store_si512(ub + U6_SC + 64 * (2 * q), _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16));
-            _mm512_store_si512(ub + U6_SC + 64 * (2 * q + 1), _mm512_srai_epi32(pair, 16));
-        }
-        _mm512_store_si512(ub + U6_D, _mm512_loadu_si512(w + Q6K_D));
-    }
-}
-
-static TGT void q6_K_amx_tile(const uint8_t *ub, int64_t nsb, const uint8_t *x, size_t xs, const float *unused, int m,
-                              __m512 *f) {
-    (void)unused;
-    _Alignas(64) int32_t c[16][16][16];
-    for (int i = 0; i < m; i++) f[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nsb; b++, ub += U6_SB) {
-        const uint8_t *xa = x + (size_t)b * X_BYTES + X_QS;
-        UNROLL for (int r = 0; r < 4; r++)
-            AMX_FOUR(AMX_DPBSUD, xa, xs, 64 * r, 16, ub + U6_LV, 1024 * r, 256, c + 4 * r);
-        const __m512 d = _mm512_load_ps(ub + U6_D);
-        for (int i = 0; i < m; i++) {
-            const uint8_t *xb = x + (size_t)i * xs + (size_t)b * X_BYTES;
-            __m512i tot = _mm512_setzero_si512();
-            UNROLL for (int k = 0; k < 16; k++)
-                tot = _mm512_add_epi32(tot, _mm512_mullo_epi32(_mm512_load_si512(c[k][i]),
-                                                               _mm512_load_si512(ub + U6_SC + 64 * k)));
-            __m512i off = _mm512_setzero_si512();
-            UNROLL for (int q = 0; q < 8; q++)
-                off = _mm512_dpwssd_epi32(off, _mm512_load_si512(ub + U6_PAIR + 64 * q),
-                                          _mm512_set1_epi32((int)rd32(xb + X_BSUMS + 4 * q)));
-            /* the VNNI tile's float step: isum = tot - 32 * sum_k scale_k * bsums[k] */
-            const __m512 dx = _mm512_set1_ps(rd_f32(xb));
-            const __m512i isum = _mm512_sub_epi32(tot, _mm512_slli_epi32(off, 5));
-            f[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), f[i]);
-        }
-    }
+    AMX_RELEASE();
+    free(ub);
+    free(f);
+    return true;
 }
 
 /* ------------------------------------------------------------ Q8_0, Q4_0 */
@@ -522,7 +645,7 @@ typedef struct {
  * once per panel, then its tiles of 16 columns (the last one narrower). */
 static TGT bool amx_gemm(const amx_kind *kd, const void *packed, int64_t n_rows, int64_t g0, int64_t g1,
                          const void *vx, size_t xs, int64_t n_cols, int64_t n, float *out, int64_t os) {
-    if (n_cols < TELA_AMX_MIN_COLS || g1 <= g0 || n < kd->unit || !tela_qdot_amx_active()) return false;
+    if (n_cols < TELA_AMX_MIN_COLS || g1 <= g0 || n < kd->unit || !tela_qdot_amx_q8_active()) return false;
     const int64_t units = n / kd->unit;
     const size_t gb = kd->group_bytes(n);
     int64_t pc = panel_cols(xs);
@@ -564,25 +687,23 @@ static TGT bool amx_gemm(const amx_kind *kd, const void *packed, int64_t n_rows,
     return true;
 }
 
-static size_t q4_K_gb(int64_t n) { return (size_t)(n / 256) * Q4K_SB; }
-static size_t q6_K_gb(int64_t n) { return (size_t)(n / 256) * Q6K_SB; }
 /* the Q8_0/Q4_0 group: its scale area (32 bytes a block, padded to 64), then the levels */
 static size_t q8_0_gb(int64_t n) { return ((size_t)(n / 32) * 32 + 63) / 64 * 64 + (size_t)(n / 32) * 512; }
 static size_t q4_0_gb(int64_t n) { return ((size_t)(n / 32) * 32 + 63) / 64 * 64 + (size_t)(n / 32) * 256; }
 
-static const amx_kind k_q4_K = {256, q4_K_gb, U4_SB, 32, q4_K_unpack, q4_K_amx_tile, false};
-static const amx_kind k_q6_K = {256, q6_K_gb, U6_SB, 16, q6_K_unpack, q6_K_amx_tile, false};
+static const amx_k_kind k_q4_K = {Q4K_SB, q4_K_unpack_sb, q4_K_amx_sb};
+static const amx_k_kind k_q6_K = {Q6K_SB, q6_K_unpack_sb, q6_K_amx_sb};
 static const amx_kind k_q8_0 = {32, q8_0_gb, U8_BLK, 32, q8_0_unpack, q8_amx_tile, true};
 static const amx_kind k_q4_0 = {32, q4_0_gb, U8_BLK, 32, q4_0_unpack, q8_amx_tile, true};
 
 bool tela_qdot_amx_gemm_q4_K(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
                              int64_t n_cols, int64_t n, float *out, int64_t os) {
-    return amx_gemm(&k_q4_K, packed, n_rows, g0, g1, x, xs, n_cols, n, out, os);
+    return amx_k_gemm(&k_q4_K, packed, n_rows, g0, g1, x, xs, n_cols, n, out, os);
 }
 
 bool tela_qdot_amx_gemm_q6_K(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
                              int64_t n_cols, int64_t n, float *out, int64_t os) {
-    return amx_gemm(&k_q6_K, packed, n_rows, g0, g1, x, xs, n_cols, n, out, os);
+    return amx_k_gemm(&k_q6_K, packed, n_rows, g0, g1, x, xs, n_cols, n, out, os);
 }
 
 bool tela_qdot_amx_gemm_q8_0(const void *packed, int64_t n_rows, int64_t g0, int64_t g1, const void *x, size_t xs,
