@@ -125,7 +125,6 @@ static void amx_configure(int m, int k) {
     AMX_LOAD_CONFIG(&cfg);
 }
 
-static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static inline float rd_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
 
 /* Four products (OP: AMX_DPBSUD or AMX_DPBSSD) into tmm0-3, sub-blocks at A
