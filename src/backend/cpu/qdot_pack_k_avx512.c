@@ -129,11 +129,17 @@ static int64_t panel_cols(size_t x_row) {
  * streams faster with it too: on the AMD EPYC (Zen 5) VM, 2 threads, 1B
  * Q4_K_M tg64 went from 53-61 to 60-70 tok/s, the Q6_K head from ~40 to
  * ~60 GB/s (docs/PERF-NOTES.md). 0: off. */
+#ifndef PF_SB
 #define PF_SB 2
+#endif
+/* ... into L1 (a build-time knob, as PF_SB, for experiments) */
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
 
 /* Prefetches bytes [0, n) of p, a line at a time. */
 INL void prefetch_lines(const uint8_t *p, int n) {
-    for (int o = 0; o < n; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
+    for (int o = 0; o < n; o += 64) _mm_prefetch((const char *)(p + o), PF_HINT);
 }
 
 /* ------------------------------------------------------------------ Q4_K */
