@@ -2,7 +2,8 @@
  * the CUDA backend, end to end.
  *   - Parity with transformers on tests/fixtures/qwen35 (qwen35-sym: 2 key
  *     / 2 value heads, tied; qwen35-asym: 2 key / 4 value heads, untied;
- *     F32 and F16 files; prompts of 1 to 150 tokens) and on ../shared's
+ *     F32 and F16 files; qwen35-wide: 4 key / 8 value heads, F32; prompts
+ *     of 1 to 150 tokens; whole and split over 2 ranks) and on ../shared's
  *     qwen35-d1.gguf (llama.cpp's converter, the value heads in its tiled
  *     order): in the exact mode (f32 KV cache, f32 activations and
  *     accumulation; the recurrent state is f32 in both modes) every
@@ -133,6 +134,7 @@ int main(void) {
             check_fixture(dir, "qwen35-sym-f16.gguf", "qwen35-sym", fast ? 2e-2 : 1e-3, fast);
             check_fixture(dir, "qwen35-asym-f32.gguf", "qwen35-asym", fast ? 2e-2 : 1e-4, fast);
             check_fixture(dir, "qwen35-asym-f16.gguf", "qwen35-asym", fast ? 2e-2 : 1e-3, fast);
+            check_fixture(dir, "qwen35-wide-f32.gguf", "qwen35-wide", fast ? 2e-2 : 1e-4, fast);
             check_shared("qwen35-d1", fast ? 2e-2 : 1e-4);
         }
         /* the layers split over two ranks (tensor parallelism; the ranks
@@ -143,6 +145,7 @@ int main(void) {
             tela_ops_set_exact_matmul(!fast);
             check_fixture(dir, "qwen35-sym-f16.gguf", "qwen35-sym", fast ? 2e-2 : 1e-3, fast);
             check_fixture(dir, "qwen35-asym-f32.gguf", "qwen35-asym", fast ? 2e-2 : 1e-4, fast);
+            check_fixture(dir, "qwen35-wide-f32.gguf", "qwen35-wide", fast ? 2e-2 : 1e-4, fast);
         }
         fixture_tp = 0;
         tela_ops_set_exact_matmul(false);

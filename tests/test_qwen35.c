@@ -2,7 +2,7 @@
  * end against transformers' outputs:
  *  - ../shared/reference/fixtures/qwen35-d1.gguf (llama.cpp's converter, F16)
  *    against refs-d1.json + qwen35-d1.logits.f32 (last-position logits);
- *  - tests/fixtures/qwen35/qwen35-{sym,asym}-{f32,f16}.gguf (when present)
+ *  - tests/fixtures/qwen35/qwen35-{sym,asym}-{f32,f16}.gguf, qwen35-wide-f32.gguf (when present)
  *    against their reference JSON and every-position logits;
  * with the checks: logits within tol * (max - min of the reference row)
  * (1e-4 for F32 weights, 1e-3 for F16), per-position argmax where the
@@ -996,17 +996,19 @@ int main(void) {
         ref_prompt_free(&lp);
     }
 
-    /* the committed fixtures: symmetric and asymmetric GDN heads */
+    /* the committed fixtures: symmetric, asymmetric and wide GDN heads */
     if (src) {
         char dir[2048];
         snprintf(dir, sizeof dir, "%s/tests/fixtures/qwen35", src);
-        static const char *names[] = {"qwen35-sym", "qwen35-asym"};
-        for (int i = 0; i < 2; i++) {
+        /* qwen35-wide: 4 key / 8 value heads, two value heads a key head
+         * (the GGUF's tiled value order over several key heads); f32 only */
+        static const char *names[] = {"qwen35-sym", "qwen35-asym", "qwen35-wide"};
+        for (int i = 0; i < 3; i++) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s-f32.gguf", dir, names[i]);
             tela_model *m32 = NULL;
             test_fixture(dir, names[i], "f32", 1e-4, &m32);
-            test_fixture(dir, names[i], "f16", 1e-3, NULL);
+            if (i < 2) test_fixture(dir, names[i], "f16", 1e-3, NULL);
             if (m32) {
                 ran = 1;
                 /* a prompt longer than two chunks, from the reference */

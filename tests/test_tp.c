@@ -10,9 +10,10 @@
  *     1 to 260 tokens, for 2 ranks (llama-gqa: 2 KV heads, 4 query heads,
  *     FFN 96), 4 ranks of llama-gqa (each KV head copied to two ranks),
  *     2 and 4 ranks (llama-tied: 4 heads), and 2 ranks of qwen35-sym (2 key
- *     / 2 value heads; its one KV head copied) and qwen35-asym (2 key / 4
+ *     / 2 value heads; its one KV head copied), qwen35-asym (2 key / 4
  *     value heads in llama.cpp's tiled order, so a rank's value heads are
- *     two runs of rows);
+ *     two runs of rows) and qwen35-wide (4 key / 8 value heads: two key
+ *     heads a rank, where the tiled order matters inside the rank);
  *   - greedy decoding gives the reference tokens up to the first step
  *     whose reference margin is < 0.01;
  *   - a snapshot (every rank's cache) restored into a new session goes on
@@ -200,7 +201,10 @@ int main(void) {
             const char *gguf, *ref;
             double tol;
         } q[] = {{"qwen35-sym-f32.gguf", "qwen35-sym", 1e-4}, {"qwen35-sym-f16.gguf", "qwen35-sym", 1e-3},
-                 {"qwen35-asym-f32.gguf", "qwen35-asym", 1e-4}, {"qwen35-asym-f16.gguf", "qwen35-asym", 1e-3}};
+                 {"qwen35-asym-f32.gguf", "qwen35-asym", 1e-4}, {"qwen35-asym-f16.gguf", "qwen35-asym", 1e-3},
+                 /* 4 key / 8 value heads: two key heads a rank, the tiled
+                  * value order inside each rank, against transformers */
+                 {"qwen35-wide-f32.gguf", "qwen35-wide", 1e-4}};
         fixture_tp = 2;
         for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) check_fixture(dir, q[i].gguf, q[i].ref, q[i].tol, 0);
         fixture_tp = 0;

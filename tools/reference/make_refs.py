@@ -84,13 +84,13 @@ def llama_tied_config():
     )
 
 
-def qwen35_config(n_v_heads, tied):
+def qwen35_config(n_v_heads, tied, n_k_heads=2):
     return Qwen3_5TextConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
         num_attention_heads=2, num_key_value_heads=1, head_dim=32,
         max_position_embeddings=1024, rms_norm_eps=1e-6,
         linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
-        linear_num_key_heads=2, linear_num_value_heads=n_v_heads,
+        linear_num_key_heads=n_k_heads, linear_num_value_heads=n_v_heads,
         layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
         rope_parameters={
             "rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
@@ -106,6 +106,9 @@ MODELS = [
     ("llama-tied", "llama", llama_tied_config, 260, ["f32", "f16"]),
     ("qwen35-sym", "qwen35", lambda: qwen35_config(2, True), 150, ["f32", "f16"]),
     ("qwen35-asym", "qwen35", lambda: qwen35_config(4, False), 150, ["f32", "f16"]),
+    # 4 key / 8 value heads: several key heads of value heads each (the
+    # tiled value order of a GGUF matters within a tensor-parallel rank)
+    ("qwen35-wide", "qwen35", lambda: qwen35_config(8, True, n_k_heads=4), 70, ["f32"]),
 ]
 
 
@@ -319,7 +322,10 @@ def main():
     ap.add_argument("--out", required=True, help="output directory (created)")
     ap.add_argument("--seed", type=int, default=20260)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    ap.add_argument("--only", default="", help="comma-separated model names to build (default: all); "
+                    "each keeps the seed of its place in MODELS")
     args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
 
     t0 = time.time()
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -335,6 +341,8 @@ def main():
                 "gdn_kernels": "torch (fla and causal_conv1d blocked)", "models": []}
     summary = []
     for idx, (name, arch, make_config, long_len, gguf_types) in enumerate(MODELS):
+        if only and name not in only:
+            continue
         t1 = time.time()
         gen = torch.Generator().manual_seed(args.seed + 1000 * idx)
         config = make_config()
