@@ -34,22 +34,13 @@ note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log |
 # (TELA_GPU_VARIANTS=0: not)
 # (TELA_GPU_VARIANTS="A=1 B=2,C=3": those settings instead; a comma joins
 # settings of one variant)
-variants="TELA_CUDA_GEMV_STREAM=1 TELA_CUDA_GEMV_STREAM=2 TELA_CUDA_GEMV_EARLY=0 TELA_CUDA_GEMV_EARLY_NT=0 TELA_CUDA_GEMV_ORDER=0 TELA_CUDA_GEMV_ORDER=2 TELA_CUDA_GEMV_WPR=1 TELA_CUDA_GEMV_WPR=2 TELA_CUDA_GEMV_WPR=4 TELA_CUDA_GEMV_QROWS=4 TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2 TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4 TELA_CUDA_ATTN_SHORT=4096 TELA_CUDA_ATTN=1 TELA_CUDA_ATTN=2 TELA_CUDA_GEMV_DEPTH=1 TELA_CUDA_GEMV_DEPTH=2 TELA_CUDA_GEMV_SPLIT=1 TELA_CUDA_GEMV_SPLIT=2 TELA_CUDA_FLOAT_GEMM_BYTES=0 TELA_CUDA_GEMV_FM=0 TELA_CUDA_GEMV_FM=1 TELA_CUDA_FM_SLICES=8 TELA_CUDA_FM_RB=1 TELA_CUDA_FM2=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1,TELA_CUDA_FM_SLICES=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1,TELA_CUDA_FM_SLICES=2 TELA_CUDA_CHAIN=1 TELA_CUDA_CHAIN=2"
+variants="TELA_CUDA_GEMV_STREAM=1 TELA_CUDA_GEMV_STREAM=2 TELA_CUDA_GEMV_EARLY=0 TELA_CUDA_GEMV_EARLY_NT=0 TELA_CUDA_GEMV_ORDER=0 TELA_CUDA_GEMV_ORDER=2 TELA_CUDA_GEMV_WPR=1 TELA_CUDA_GEMV_WPR=2 TELA_CUDA_GEMV_WPR=4 TELA_CUDA_GEMV_QROWS=4 TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2 TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4 TELA_CUDA_ATTN_SHORT=4096 TELA_CUDA_ATTN=1 TELA_CUDA_ATTN=2 TELA_CUDA_GEMV_DEPTH=1 TELA_CUDA_GEMV_DEPTH=2 TELA_CUDA_GEMV_SPLIT=1 TELA_CUDA_GEMV_SPLIT=2 TELA_CUDA_FLOAT_GEMM_BYTES=0 TELA_CUDA_GEMV_FM=0 TELA_CUDA_GEMV_FM=1 TELA_CUDA_FM_SLICES=8 TELA_CUDA_FM_RB=1 TELA_CUDA_FM2=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1,TELA_CUDA_FM_SLICES=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1,TELA_CUDA_FM_SLICES=2"
 case "${TELA_GPU_VARIANTS:-1}" in 0) variants="" ;; 1) ;; *) variants=$TELA_GPU_VARIANTS ;; esac
 for v in $variants; do
     # shellcheck disable=SC2046 # the variant's settings, one word each
     if env $(echo "$v" | tr , ' ') TELA_SOURCE_DIR=$PWD ./build-cuda/tests/test_cuda_ops > /tmp/tela-ops-$v.log 2>&1; then r=ok; else r=FAILED; grep -E "FAIL|failed" /tmp/tela-ops-$v.log | head -5; fi
     note "test_cuda_ops $v: $r ($(grep -E '^[0-9]+ passed, [0-9]+ failed' /tmp/tela-ops-$v.log | tail -1))"
 done
-# the model tests again with the chained products (one persistent kernel for
-# a run of one-token quantized products; TELA_GPU_CHAIN=0: not)
-if [ "${TELA_GPU_CHAIN:-1}" != 0 ]; then
-    for t in test_cuda_llama test_cuda_qwen35 test_cuda_spec test_cuda_batch; do
-        if TELA_CUDA_CHAIN=1 TELA_SOURCE_DIR=$PWD TELA_BIN=$PWD/build-cuda/bin/tela TELA_SHARED_DIR=${TELA_SHARED_DIR:-$PWD/../shared} \
-            ./build-cuda/tests/$t > /tmp/tela-chain-$t.log 2>&1; then r=ok; else r=FAILED; grep -E "FAIL|failed" /tmp/tela-chain-$t.log | head -5; fi
-        note "$t TELA_CUDA_CHAIN=1: $r ($(grep -E '^[0-9]+ passed, [0-9]+ failed' /tmp/tela-chain-$t.log | tail -1))"
-    done
-fi
 [ "${TELA_CPU_TESTS:-1}" = 0 ] || (cd build-cuda && TELA_DEVICE=cpu ctest -j "$JOBS" -E '^test_cuda' 2>&1 | tee /tmp/tela-ctest-cpu.log | tail -5)
 [ "${TELA_CPU_TESTS:-1}" = 0 ] || grep -hE 'FAIL|failed:|CHECK failed|Error' build-cuda/Testing/Temporary/LastTest.log | head -20
 [ "${TELA_CPU_TESTS:-1}" = 0 ] || note "other tests (CPU): $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-cpu.log | tail -1)"

@@ -11,9 +11,7 @@
  *     gives each token the bits of a one-token product (quantized and F32
  *     weights; F16/BF16 with TELA_CUDA_GEMV_FM=1);
  *   - a chain of one-token quantized products, each reading the one
- *     before's output with no download in between; and the chained
- *     products (TELA_CUDA_CHAIN=1|2, one persistent kernel) bit for bit
- *     against the early-load kernels on such a chain;
+ *     before's output with no download in between;
  *   - embedding rows, RMSNorm, RoPE (both pair conventions), add, argmax
  *     (ties go to the lower index);
  *   - attention over f16 and f32 caches: decode steps at short and long
@@ -333,99 +331,6 @@ static void test_matmul_shape(int64_t R, int64_t K, const int *toks, size_t n_to
     tela_ops_set_exact_matmul(false);
 }
 
-/* The stages of test_chain_bits on the exec gx: a = Wa x; b = Wb
- * rmsnorm(a); c = a + Wa b; d = silu(Wb c) * (Wc c); e = Wa rmsnorm(d),
- * downloaded into out[0..4] (E, F, E, F, E floats). */
-static void chain_bits_run(tela_mat *wa, tela_mat *wb, tela_mat *wc, const float *x, const float *nw_e,
-                           const float *nw_f, int64_t E, int64_t F, float *out[5]) {
-    const int64_t n[5] = {E, F, E, F, E};
-    float *dx = dmalloc((size_t)F * 4), *dne = dmalloc((size_t)E * 4), *dnf = dmalloc((size_t)F * 4);
-    float *dxn = dmalloc((size_t)F * 4), *st[5];
-    for (int i = 0; i < 5; i++) {
-        st[i] = dmalloc((size_t)n[i] * 4);
-        poison(st[i], (size_t)n[i]);
-    }
-    up(dx, x, (size_t)F * 4);
-    up(dne, nw_e, (size_t)E * 4);
-    up(dnf, nw_f, (size_t)F * 4);
-    const tela_norm_in norm_e = {dne, 1e-5f, dxn}, norm_f = {dnf, 1e-5f, dxn};
-    tela_exec_matmul(gx, wa, dx, F, st[0], E, 1, false);
-    const tela_matmul_target tb = {wb, st[1], F};
-    tela_exec_norm_matmul_many(gx, &norm_e, &tb, 1, st[0], E, 1);
-    tela_exec_copy_rows(gx, st[2], E, st[0], E, (const int32_t[]){0}, 1, E);
-    tela_exec_matmul(gx, wa, st[1], F, st[2], E, 1, true);
-    tela_exec_matmul_swiglu(gx, wb, wc, st[2], E, st[3], F, 1);
-    const tela_matmul_target te = {wa, st[4], E};
-    tela_exec_norm_matmul_many(gx, &norm_f, &te, 1, st[3], F, 1);
-    for (int i = 0; i < 5; i++) {
-        down(out[i], st[i], (size_t)n[i] * 4);
-        tela_backend_free_mem(gpu, st[i]);
-    }
-    tela_backend_free_mem(gpu, dx);
-    tela_backend_free_mem(gpu, dne);
-    tela_backend_free_mem(gpu, dnf);
-    tela_backend_free_mem(gpu, dxn);
-}
-
-/* The chained products (TELA_CUDA_CHAIN=1|2: consecutive one-token
- * quantized products run as the stages of one persistent kernel) give the
- * bits of the early-load kernels they replace, which verification passes
- * rely on: the same five dependent stages on an exec with the chain off
- * and on execs with it on, compared bit for bit. 256 x 4352 makes rows the
- * early-load kernel splits between two warps (gemv3_split) and rounds of
- * units left partly empty; there are a norm in front, an accumulation and
- * the SwiGLU pair. */
-static void test_chain_bits(void) {
-    const int64_t E = 256, F = 4352;
-    const tela_type types[] = {TELA_TYPE_Q8_0, TELA_TYPE_Q4_0, TELA_TYPE_Q4_K, TELA_TYPE_Q5_K, TELA_TYPE_Q6_K};
-    const char *was = getenv("TELA_CUDA_CHAIN");
-    char saved[16] = "";
-    if (was) snprintf(saved, sizeof saved, "%s", was);
-    tela_exec *keep = gx;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        test_mat wa, wb, wc;
-        make_mat(&wa, types[ti], E, F, 130 + (int)ti);
-        make_mat(&wb, types[ti], F, E, 138 + (int)ti);
-        make_mat(&wc, types[ti], F, E, 146 + (int)ti);
-        tela_mat *list[3] = {&wa.m, &wb.m, &wc.m};
-        tela_mat_use uses[3] = {TELA_MAT_MATMUL, TELA_MAT_MATMUL, TELA_MAT_MATMUL};
-        CHECK_OK(tela_backend_prepare_mats(gpu, list, uses, 3, 0));
-        float *x = rand_floats((size_t)F, 1.0f), *nw_e = rand_floats((size_t)E, 1.0f), *nw_f = rand_floats((size_t)F, 1.0f);
-        const int64_t n[5] = {E, F, E, F, E};
-        float *ref[5], *got[5];
-        for (int i = 0; i < 5; i++) ref[i] = malloc((size_t)n[i] * 4), got[i] = malloc((size_t)n[i] * 4);
-        static const char *modes[3] = {"0", "1", "2"};
-        for (int m = 0; m < 3; m++) {
-            setenv("TELA_CUDA_CHAIN", modes[m], 1);
-            tela_exec *ex = NULL;
-            CHECK_OK(tela_exec_create(gpu, 0, &ex));
-            if (!ex) continue;
-            gx = ex;
-            chain_bits_run(&wa.m, &wb.m, &wc.m, x, nw_e, nw_f, E, F, m == 0 ? ref : got);
-            gx = keep;
-            tela_exec_free(ex);
-            if (m == 0) continue;
-            for (int i = 0; i < 5; i++) {
-                int64_t bad = -1;
-                for (int64_t c = 0; c < n[i] && bad < 0; c++)
-                    if (memcmp(&ref[i][c], &got[i][c], 4) != 0) bad = c;
-                CHECK_MSG(bad < 0, "chained %s products (TELA_CUDA_CHAIN=%s), stage %d: element %lld is %.9g, the "
-                          "early-load kernels give %.9g", tela_type_name(types[ti]), modes[m], i, (long long)bad,
-                          bad < 0 ? 0.0 : got[i][bad], bad < 0 ? 0.0 : ref[i][bad]);
-            }
-        }
-        for (int i = 0; i < 5; i++) free(ref[i]), free(got[i]);
-        free(x);
-        free(nw_e);
-        free(nw_f);
-        free_mat(&wa);
-        free_mat(&wb);
-        free_mat(&wc);
-    }
-    if (was) setenv("TELA_CUDA_CHAIN", saved, 1);
-    else unsetenv("TELA_CUDA_CHAIN");
-}
-
 /* A decode step's chain of one-token quantized products, each reading the
  * one before's output, queued without a download in between (so that each
  * may start, under programmatic dependent launch, while the one before it
@@ -524,7 +429,6 @@ static void test_matmul(void) {
     const int one[] = {1};
     test_matmul_shape(1000, 2048, one, 1);
     test_matmul_chain();
-    test_chain_bits();
 }
 
 static void test_small_ops(void) {

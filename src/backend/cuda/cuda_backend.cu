@@ -237,7 +237,6 @@ static void cuda_exec_free(tela_exec *e) {
     cudaSetDevice(ex->be->device);
     if (ex->stream) cudaStreamSynchronize(ex->stream);
     tela_cuda_drop_graphs(ex);
-    tela_cuda_chain_free(ex); /* held products are dropped with the session */
     if (ex->cublas) cublasDestroy(ex->cublas);
     cudaFree(ex->cublas_ws);
     cudaFree(ex->scratch);
@@ -321,9 +320,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->pdl = b->cc_major >= 9 && !(pd && !strcmp(pd, "0"));
     const char *dbg = getenv("TELA_CUDA_DEBUG");
     ex->debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
-    const char *ch = getenv("TELA_CUDA_CHAIN");
-    ex->chain_on = ch && (!strcmp(ch, "1") || !strcmp(ch, "2")) ? atoi(ch) : 0; /* opt-in until measured
-                                                                                (docs/PERF-NOTES.md, GPU round 12) */
     cudaError_t e = cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMalloc(&ex->cublas_ws, CUBLAS_WS_BYTES);
     if (e != cudaSuccess) {
@@ -339,10 +335,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     }
     cublasSetMathMode(ex->cublas, CUBLAS_DEFAULT_MATH);
     tela_cuda_fm2_init(ex);
-    if (ex->chain_on && !tela_cuda_chain_init(ex)) {
-        cuda_exec_free(&ex->head);
-        return tela_errorf(TELA_ERR_NOMEM, "cuda:%d: cannot allocate the chained products' buffers", b->device);
-    }
     *out = &ex->head;
     return TELA_OK;
 }
@@ -356,7 +348,6 @@ static int cuda_preferred_batch(const tela_exec *ex) {
 
 static tela_status cuda_sync(tela_exec *e) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize");
     ex->ring_used = 0;
     return take_failure(ex);
@@ -369,7 +360,6 @@ static tela_status cuda_sync(tela_exec *e) {
 
 static tela_status cuda_upload(tela_exec *e, void *dst, const void *src, size_t bytes) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     ex->after_copy = true;
     if (!ex->ring && cudaMallocHost(&ex->ring, UPLOAD_RING_BYTES) != cudaSuccess) {
         cudaGetLastError();
@@ -395,7 +385,6 @@ static tela_status cuda_upload(tela_exec *e, void *dst, const void *src, size_t 
 
 static tela_status cuda_download(tela_exec *e, void *dst, const void *src, size_t bytes) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     ex->after_copy = true;
     if (bytes > ex->pinned_bytes) {
         cudaStreamSynchronize(ex->stream);
@@ -415,7 +404,6 @@ static tela_status cuda_download(tela_exec *e, void *dst, const void *src, size_
 
 static bool cuda_graph_begin(tela_exec *e, uint64_t key) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     ex->cur = -1;
     ex->mode = 0;
     if (!ex->graphs || ex->failed != TELA_OK) return true;
@@ -451,7 +439,6 @@ static bool cuda_graph_begin(tela_exec *e, uint64_t key) {
 
 static tela_status cuda_graph_end(tela_exec *e) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     const int slot = ex->cur, mode = ex->mode;
     ex->cur = -1;
     ex->mode = 0;
@@ -488,7 +475,6 @@ static tela_status cuda_graph_end(tela_exec *e) {
 
 static void cuda_graphs_drop(tela_exec *e) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "synchronize");
     tela_cuda_drop_graphs(ex);
 }
@@ -656,7 +642,6 @@ static void cuda_argmax(tela_exec *e, const float *x, int64_t n, int n_rows, int
 static void cuda_copy_rows(tela_exec *e, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
                            const int32_t *rows, int n, int64_t width) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     ex->after_copy = true;
     for (int i = 0; i < n; i++)
         tela_cuda_check(ex, cudaMemcpyAsync(dst + (size_t)i * dst_stride, src + (size_t)rows[i] * src_stride,
@@ -789,7 +774,6 @@ static void cuda_kv_clear(tela_exec *e, tela_kv_cache *kv) {
  * paged cache's block copies). */
 static tela_status cuda_kv_copy_rows(tela_exec *e, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     ex->after_copy = true;
     const cuda_kv *c = (const cuda_kv *)kv;
     const tela_kv_shape *s = &kv->shape;
@@ -814,7 +798,6 @@ static size_t cuda_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past) {
 /* The image: per layer, the keys [n_kv_head][n_past][k_dim], then the
  * values, in the cache's precision. */
 static tela_status kv_copy(cuda_exec *ex, const cuda_kv *c, int32_t n_past, unsigned char *host, bool save) {
-    tela_cuda_chain_flush(ex);
     ex->after_copy = true;
     const tela_kv_shape *s = &c->head.shape;
     if (n_past == 0) return TELA_OK;
@@ -883,7 +866,6 @@ static void cuda_attention(tela_exec *e, const tela_kv_cache *kv, int layer, con
 
 static void cuda_zero(tela_exec *e, void *p, size_t bytes) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     ex->after_copy = true;
     tela_cuda_check(ex, cudaMemsetAsync(p, 0, bytes, ex->stream), "clearing state");
 }
@@ -910,7 +892,6 @@ static void cuda_gdn_delta(tela_exec *e, const tela_gdn_args *a) { tela_cuda_gdn
  * timed on the device, not by host clocks around asynchronous launches. */
 static int cuda_prof_mark(tela_exec *e) {
     cuda_exec *ex = as_ex(e);
-    tela_cuda_chain_flush(ex);
     if (ex->n_ev == ex->cap_ev) {
         int cap = ex->cap_ev ? 2 * ex->cap_ev : 1024;
         cudaEvent_t *ev = (cudaEvent_t *)realloc(ex->ev, (size_t)cap * sizeof *ev);

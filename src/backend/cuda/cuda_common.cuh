@@ -112,11 +112,6 @@ typedef struct cuda_exec {
     int fm_slices, fm_rb;        /* TELA_CUDA_FM_SLICES=1|2|4|8, TELA_CUDA_FM_RB=1|2|4: their shape, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
-    int chain_on;                /* one-token quantized products chained into one persistent kernel (TELA_CUDA_CHAIN=1,
-                                    or 2: two blocks an SM at 128 registers instead of three at 80; cuda_matvec.cu) */
-    bool chain_pending;          /* products are held back: the next launch or copy launches them first */
-    void *chain;                 /* the held products (cuda_matvec.cu's cuda_chain) */
-    void *chain_bar;             /* device: the chain's grid-barrier counter */
     bool after_copy;             /* the last operation queued was a copy or a memset, not a kernel */
     bool gdn_step;               /* fused decode steps of the delta rule (default; TELA_CUDA_GDN_STEP=0: off) */
     int float_gemm_min;          /* float weights: cuBLAS from this many tokens on (3; TELA_CUDA_FLOAT_GEMM=N, 9: never below the prefill's) */
@@ -204,18 +199,9 @@ void tela_cuda_prefer_shared(const void *kernel);
 /* Launches kernel<<<grid, block, smem, ex->stream>>>(args...), with the
  * programmatic-dependent-launch attribute when the exec uses it (ex->pdl).
  * Errors are read by tela_cuda_launched, as for <<<>>>. */
-/* The chained products (cuda_matvec.cu): launches the held products (every
- * operation that queues work calls it first: tela_cuda_launch does, and
- * cuda_backend.cu before its copies, synchronizations and captures), and
- * the chain's buffers of an exec. */
-void tela_cuda_chain_flush(cuda_exec *ex);
-bool tela_cuda_chain_init(cuda_exec *ex);
-void tela_cuda_chain_free(cuda_exec *ex);
-
 template <typename... P, typename... A>
 static inline void tela_cuda_launch(cuda_exec *ex, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                                     A &&...args) {
-    if (ex->chain_pending) tela_cuda_chain_flush(ex);
     if (ex->carveout) tela_cuda_prefer_shared((const void *)kernel);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;

@@ -257,9 +257,7 @@ static __device__ __forceinline__ int4 act_piece(const int8_t *xt, int u, int i,
  * quantization per block is scale-invariant, so the norm's 1/rms factor is
  * applied to the products' results instead (gemv_write), and each thread
  * adds the squares of the x it reads to ss[t] (its own partial sum). */
-/* CG: x was written earlier in the same kernel (the chained products):
- * read through L2 (ld.global.cg), not the non-coherent path. */
-template <int NT, int LT = 0, bool CG = false>
+template <int NT, int LT = 0>
 static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n_tok, const float *nw, int8_t *xq,
                                   float *xd, float *xs, float *ss, int tid, int n_threads) {
     const int xq_tok = act_tok_bytes(LT, K);
@@ -277,11 +275,11 @@ static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n
             if (ok) {
                 if (vec) {
                     const float4 *x4 = (const float4 *)(xt + 8 * g);
-                    const float4 a = CG ? __ldcg(x4) : __ldg(x4), b = CG ? __ldcg(x4 + 1) : __ldg(x4 + 1);
+                    const float4 a = __ldg(x4), b = __ldg(x4 + 1);
                     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
                 } else {
 #pragma unroll
-                    for (int i = 0; i < 8; i++) v[i] = CG ? __ldcg(xt + 8 * g + i) : xt[8 * g + i];
+                    for (int i = 0; i < 8; i++) v[i] = xt[8 * g + i];
                 }
                 if (nw) {
 #pragma unroll
@@ -2062,11 +2060,6 @@ static quantize_act_fn quantize_act_for(tela_type type) {
 
 typedef void (*gemv2_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
 
-/* the chained products (below) */
-static bool chain_takes(const cuda_exec *ex, tela_type type, int64_t K, int n_w);
-static void chain_add(cuda_exec *ex, const tela_mat *const *w, float *const *y, int n_w, const tela_mat *w_up,
-                      const float *x, bool accumulate, const float *norm_w, float eps);
-
 template <int NT, int R>
 static gemv2_kernel_fn gemv2_pick_nt(tela_type type) {
     switch (type) {
@@ -2105,10 +2098,6 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     const int S3 = gemv3_split(ex, w[0]->type, K, rows, w_up != NULL);
     const int D3 = gemv3_depth(ex, w[0]->type, K, w_up != NULL, S3);
     const int R3 = n_tok == 1 && ex->gemv_early ? (S3 > 1 ? 1 : gemv3_rows(ex, w[0]->type, rows, w_up != NULL, D3)) : 0;
-    if (R3 > 0 && chain_takes(ex, w[0]->type, K, n_w)) {
-        chain_add(ex, w, y, n_w, w_up, x, accumulate, norm_w, eps);
-        return true;
-    }
     gemv_params p;
     const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)act_tok_bytes(w[0]->type, (int)K));
     const size_t sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
@@ -2139,365 +2128,6 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     tela_cuda_launch(ex, fn, blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
     tela_cuda_launched(ex, "gemv (variant 2)");
     return true;
-}
-
-/* ------------------------------------ decode: chained products (opt-in) */
-
-/* TELA_CUDA_CHAIN=1: consecutive one-token quantized products (those the
- * early-load kernel above takes) are held back and run as the stages of
- * one persistent kernel, launched when anything else is queued (the next
- * RoPE, attention, argmax, copy or synchronization). Each block quantizes
- * a stage's activations into its shared memory (with the RMSNorm's factor
- * computed there too), its warps take rows gw, gw + GW, ... of the stage
- * (GW warps in the grid) with their loads D rounds of units ahead across
- * the rows, and the stages are separated by a barrier of the whole grid
- * (every block resident: the grid is sized by the occupancy and launched
- * cooperatively). What it
- * removes: a launch and a quantize_act kernel a product, the partial last
- * wave of each product, and the drain at each product's end, where the
- * next product's loads could not start (the weights of a stage are asked
- * for before its barrier). A Llama layer's wo, SwiGLU pair, down and the
- * next layer's q/k/v become one launch. Same arithmetic per row as the
- * early-load kernel (chain_run says how), so the same bits: a verification
- * pass of several tokens still gives each token a decode step's bits.
- * Measured: not yet (docs/PERF-NOTES.md, GPU round 12). */
-#define CHAIN_WARPS 8
-#define CHAIN_MAX 8
-#define CHAIN_MAX_K 32768
-
-struct chain_stage {
-    gemv_target t[GEMV_MAX_TARGETS];
-    int64_t row_end[GEMV_MAX_TARGETS]; /* rows of targets 0..i together */
-    int n_targets;
-    int type;
-    int K;
-    int accumulate;
-    int barrier;                       /* wait for the whole grid first: it reads what a stage before wrote */
-    int split;                         /* 2: rows summed in two parts (gemv3_split's rows) */
-    wview w_up;                        /* w_up.p != NULL: the SwiGLU pair */
-    const float *x;
-    const float *norm_w;
-    float eps;
-};
-
-struct chain_params {
-    chain_stage st[CHAIN_MAX];
-    int n;
-    unsigned *bar;                     /* the grid barrier's counter (bit 31 flips at each barrier) */
-};
-
-struct cuda_chain {
-    chain_params p;
-    size_t smem;
-};
-
-/* Every block arrives (block 0 with 2^31 - (blocks - 1), the others with
- * 1, so the sum flips bit 31 and leaves the rest as it was) and waits for
- * the flip; release and acquire at GPU scope order the stages' stores. */
-static __device__ __forceinline__ void chain_barrier(unsigned *bar) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-        unsigned old, cur;
-        __threadfence();
-        asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(bar), "r"(add) : "memory");
-        do {
-            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(cur) : "l"(bar) : "memory");
-        } while (((old ^ cur) & 0x80000000u) == 0);
-        __threadfence();
-    }
-    __syncthreads();
-}
-
-/* A stage's targets, in shared memory (indexing the kernel's parameters
- * by a row's target made the compiler copy them to local memory, and in
- * registers they took ~40 a thread). */
-struct chain_targets {
-    wview w[GEMV_MAX_TARGETS];
-    float *y[GEMV_MAX_TARGETS];
-    int64_t end[GEMV_MAX_TARGETS];
-    int n;
-};
-
-/* Target of row r (its matrix view and output) and the row in it. */
-static __device__ __forceinline__ wview chain_target(const chain_targets &ct, int64_t r, int64_t *lr, float **y) {
-    wview w = ct.w[0];
-    float *yy = ct.y[0];
-    int64_t base = 0;
-#pragma unroll
-    for (int i = 1; i < GEMV_MAX_TARGETS; i++)
-        if (i < ct.n && r >= ct.end[i - 1]) w = ct.w[i], yy = ct.y[i], base = ct.end[i - 1];
-    *lr = r - base;
-    *y = yy;
-    return w;
-}
-
-/* One stage in a block. A warp's work is a stream of items (row, round):
- * rounds_a_row items a row, its rows gw, gw + GW, ...; slot i % D holds
- * item i's units, loaded D items ahead. The first D items are loaded
- * before the barrier (or, for the first stage, the wait for the kernel
- * before). The arithmetic is the early-load kernel's, bit for bit: the
- * activations quantized as quantize_act_kernel does with its 512 threads
- * (each of this block's threads plays two of them, so the norm's sum of
- * squares is added in the same order), each lane's units added in order,
- * and rows that kernel splits between S = 2 warps (gemv3_split) summed as
- * two parts, the even rounds and the odd, added in part order. */
-template <int TYPE, bool SW, int MINB>
-static __device__ __noinline__ void chain_run(const chain_stage &st, bool first, unsigned *bar,
-                                                 unsigned char *smem, float *red, chain_targets *sct) {
-    typedef typename qunits<TYPE>::raw raw;
-    constexpr int D = SW || TYPE == TELA_TYPE_Q5_K || TYPE == TELA_TYPE_Q6_K ? 1 : 2; /* as the registers allow */
-    chain_targets &ct = *sct;
-#pragma unroll
-    for (int i = 0; i < GEMV_MAX_TARGETS; i++)
-        if (threadIdx.x == i) ct.w[i] = st.t[i].w, ct.y[i] = st.t[i].y, ct.end[i] = st.row_end[i];
-    if (threadIdx.x == 0) ct.n = st.n_targets;
-    __syncthreads();
-    const wview w_up = st.w_up;
-    const int K = st.K, n_units = qunits<TYPE>::count(K), rpr = (n_units + 31) / 32;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int64_t GW = (int64_t)gridDim.x * CHAIN_WARPS, total = ct.end[ct.n - 1];
-    const int64_t gw = (int64_t)blockIdx.x * CHAIN_WARPS + warp;
-    const int n_items = gw < total ? (int)((total - gw + GW - 1) / GW) * rpr : 0;
-    const bool two = st.split == 2;
-    raw a[D], b[D];
-    auto load_item = [&](int sl, int i) {
-        const int64_t r = gw + (int64_t)(i / rpr) * GW;
-        const int u = lane + 32 * (i % rpr);
-        if (u >= n_units) return;
-        int64_t lr;
-        float *y;
-        a[sl] = qunits<TYPE>::load(chain_target(ct, r, &lr, &y), lr, u);
-        if (SW) b[sl] = qunits<TYPE>::load(w_up, lr, u);
-    };
-#pragma unroll
-    for (int sl = 0; sl < D; sl++)
-        if (sl < n_items) load_item(sl, sl);
-    if (first) TELA_PDL_WAIT();
-    else if (st.barrier) chain_barrier(bar);
-    int8_t *xq = (int8_t *)smem;
-    float *xd = (float *)(smem + ((act_tok_bytes(TYPE, K) + 15) & ~15)), *xs = xd + K / 32;
-    float ss0[1] = {0.0f}, ss1[1] = {0.0f};
-    quantize_x<1, TYPE, true>(st.x, K, K, 1, st.norm_w, xq, xd, xs, ss0, threadIdx.x, 2 * CHAIN_WARPS * 32);
-    quantize_x<1, TYPE, true>(st.x, K, K, 1, st.norm_w, xq, xd, xs, ss1, threadIdx.x + CHAIN_WARPS * 32,
-                              2 * CHAIN_WARPS * 32);
-    if (st.norm_w) {
-        const float w0 = warp_sum(ss0[0]), w1 = warp_sum(ss1[0]);
-        if (lane == 0) red[warp] = w0, red[warp + CHAIN_WARPS] = w1;
-    }
-    __syncthreads();
-    float scale = 1.0f;
-    if (st.norm_w) {
-        float tot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 2 * CHAIN_WARPS; i++) tot += red[i];
-        scale = rsqrtf(tot / (float)K + st.eps);
-    }
-    float acc0 = 0.0f, acc1 = 0.0f, up = 0.0f;
-    for (int i0 = 0; i0 < n_items; i0 += D) {
-#pragma unroll
-        for (int sl = 0; sl < D; sl++) {
-            const int i = i0 + sl;
-            if (i >= n_items) break;
-            const int round = i % rpr, u = lane + 32 * round;
-            if (u < n_units) {
-                /* into the part's sum itself: the types' dots end in a fused multiply-add */
-                if (two && (round & 1)) qunits<TYPE>::template dot_raw<1, TYPE>(a[sl], u, xq, xd, xs, K, 1, &acc1);
-                else qunits<TYPE>::template dot_raw<1, TYPE>(a[sl], u, xq, xd, xs, K, 1, &acc0);
-                if (SW) qunits<TYPE>::template dot_raw<1, TYPE>(b[sl], u, xq, xd, xs, K, 1, &up);
-            }
-            if (i + D < n_items) load_item(sl, i + D);
-            if (round == rpr - 1) {
-                float v = two ? (warp_sum(acc0) + warp_sum(acc1)) * scale : warp_sum(acc0) * scale;
-                if (SW) v = silu(v) * (warp_sum(up) * scale);
-                if (lane == 0) {
-                    int64_t lr;
-                    float *yp;
-                    chain_target(ct, gw + (int64_t)(i / rpr) * GW, &lr, &yp);
-                    yp += lr;
-                    *yp = st.accumulate ? __ldcg(yp) + v : v;
-                }
-                acc0 = acc1 = up = 0.0f;
-            }
-        }
-    }
-    __syncthreads(); /* the activations and red are the next stage's */
-}
-
-template <bool SW, int MINB>
-static __device__ __forceinline__ void chain_dispatch(const chain_stage &st, bool first, unsigned *bar,
-                                                      unsigned char *smem, float *red, chain_targets *sct) {
-    switch (st.type) {
-    case TELA_TYPE_Q4_K: chain_run<TELA_TYPE_Q4_K, SW, MINB>(st, first, bar, smem, red, sct); break;
-    case TELA_TYPE_Q5_K: chain_run<TELA_TYPE_Q5_K, SW, MINB>(st, first, bar, smem, red, sct); break;
-    case TELA_TYPE_Q6_K: chain_run<TELA_TYPE_Q6_K, SW, MINB>(st, first, bar, smem, red, sct); break;
-    case TELA_TYPE_Q8_0: chain_run<TELA_TYPE_Q8_0, SW, MINB>(st, first, bar, smem, red, sct); break;
-    default: chain_run<TELA_TYPE_Q4_0, SW, MINB>(st, first, bar, smem, red, sct); break;
-    }
-}
-
-/* The dependent kernel is let launch only once every block has passed a
- * barrier (all are resident then: a dependent's blocks taking an SM
- * earlier could keep one of ours from starting, and the barrier from
- * completing). */
-template <int MINB>
-static __global__ void __launch_bounds__(CHAIN_WARPS * 32, MINB) chain_kernel(const __grid_constant__ chain_params p) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ float red[2 * CHAIN_WARPS];
-    __shared__ chain_targets sct;
-    bool launched = false;
-    for (int s = 0; s < p.n; s++) {
-        const chain_stage &st = p.st[s];
-        if (st.w_up.p) chain_dispatch<true, MINB>(st, s == 0, p.bar, smem, red, &sct);
-        else chain_dispatch<false, MINB>(st, s == 0, p.bar, smem, red, &sct);
-        if (!launched && s > 0 && st.barrier) {
-            TELA_PDL_LAUNCH();
-            launched = true;
-        }
-    }
-}
-
-static size_t chain_smem(tela_type type, int K) {
-    return (size_t)((act_tok_bytes(type, K) + 15) & ~15) + 2 * (size_t)(K / 32) * 4;
-}
-
-static_assert(CHAIN_MAX_K + 2 * (CHAIN_MAX_K / 32) * 4 <= 48 * 1024, "a chain's activations fit the default shared memory");
-
-/* Whether a one-token product joins the chain: the switch is on, the type
- * is quantized, and the activations fit the shared memory. */
-static bool chain_takes(const cuda_exec *ex, tela_type type, int64_t K, int n_w) {
-    if (!ex->chain_on || n_w > GEMV_MAX_TARGETS || K > CHAIN_MAX_K) return false;
-    switch (type) {
-    case TELA_TYPE_Q4_K: case TELA_TYPE_Q5_K: case TELA_TYPE_Q6_K: case TELA_TYPE_Q8_0: case TELA_TYPE_Q4_0: break;
-    default: return false;
-    }
-    return chain_smem(type, (int)K) <= ex->be->smem_optin;
-}
-
-static bool ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
-    const char *x = (const char *)a, *y = (const char *)b;
-    return x < y + nb && y < x + na;
-}
-
-/* Appends a product to the chain (flushing first when it is full or would
- * need more shared memory than a block may have). A stage needs the
- * barrier unless it reads nothing the stages since the last barrier
- * write and writes nothing they read or write (a layer's q/k/v of two
- * types: two stages on one input). */
-static void chain_add(cuda_exec *ex, const tela_mat *const *w, float *const *y, int n_w, const tela_mat *w_up,
-                      const float *x, bool accumulate, const float *norm_w, float eps) {
-    cuda_chain *c = (cuda_chain *)ex->chain;
-    const tela_type type = w[0]->type;
-    const int K = (int)w[0]->n_cols;
-    const size_t smem = chain_smem(type, K);
-    if (c->p.n == CHAIN_MAX) tela_cuda_chain_flush(ex);
-    chain_stage *st = &c->p.st[c->p.n];
-    memset(st, 0, sizeof *st);
-    int64_t rows = 0;
-    for (int i = 0; i < n_w; i++) {
-        st->t[i].w = {(const uint8_t *)w[i]->dev, w[i]->n_rows, w[i]->n_cols};
-        st->t[i].y = y[i];
-        st->t[i].y_stride = 0;
-        rows += w[i]->n_rows;
-        st->row_end[i] = rows;
-    }
-    st->n_targets = n_w;
-    st->type = type;
-    st->K = K;
-    st->accumulate = accumulate;
-    if (w_up) st->w_up = {(const uint8_t *)w_up->dev, w_up->n_rows, w_up->n_cols};
-    st->x = x;
-    st->norm_w = norm_w;
-    st->eps = eps;
-    /* the barrier: against every stage back to (and including) the last one with a barrier */
-    bool need = false;
-    for (int j = c->p.n - 1; j >= 0 && !need; j--) {
-        const chain_stage *o = &c->p.st[j];
-        for (int a = 0; a < o->n_targets && !need; a++) {
-            const size_t ob = (size_t)o->t[a].w.n_rows * 4;
-            if (ranges_overlap(x, (size_t)K * 4, o->t[a].y, ob)) need = true;
-            for (int b = 0; b < n_w && !need; b++)
-                if (ranges_overlap(y[b], (size_t)w[b]->n_rows * 4, o->t[a].y, ob) ||
-                    ranges_overlap(y[b], (size_t)w[b]->n_rows * 4, o->x, (size_t)o->K * 4))
-                    need = true;
-        }
-        if (o->barrier) break;
-    }
-    st->barrier = need;
-    st->split = gemv3_split(ex, type, K, rows, w_up != NULL);
-    c->p.n++;
-    ex->chain_pending = true;
-    if (smem > c->smem) c->smem = smem;
-}
-
-void tela_cuda_chain_flush(cuda_exec *ex) {
-    cuda_chain *c = (cuda_chain *)ex->chain;
-    if (!c || c->p.n == 0) return;
-    const size_t smem = c->smem;
-    c->p.bar = (unsigned *)ex->chain_bar;
-    const chain_params p = c->p;
-    c->p.n = 0;
-    c->smem = 0;
-    ex->chain_pending = false;
-    /* three blocks an SM (80 registers a thread) or, TELA_CUDA_CHAIN=2, two
-     * (128); their shared memory stays under the 48 KB a block gets without
-     * asking (CHAIN_MAX_K's activations: 40 KB) */
-    void (*kernel)(chain_params) = ex->chain_on == 2 ? chain_kernel<2> : chain_kernel<3>;
-    int per_sm = 0;
-    if (!tela_cuda_check(ex, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, CHAIN_WARPS * 32, smem),
-                         "chained products: occupancy"))
-        return;
-    if (per_sm < 1) {
-        tela_cuda_check(ex, cudaErrorLaunchOutOfResources, "chained products: no block fits an SM");
-        return;
-    }
-    /* a cooperative launch: the driver guarantees every block resident at
-     * once, also beside another exec's chain on another stream (two chains
-     * each holding part of the GPU would wait on each other's barriers);
-     * with programmatic dependent launch where the driver takes both */
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(ex->be->sm_count * per_sm));
-    cfg.blockDim = dim3(CHAIN_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = ex->stream;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    static int pdl_ok = -1; /* whether the driver takes a cooperative launch with the PDL attribute */
-    const bool pdl = ex->pdl && !ex->after_copy && pdl_ok != 0;
-    cfg.numAttrs = pdl ? 2 : 1;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
-    if (e != cudaSuccess && pdl && pdl_ok < 0) {
-        cudaGetLastError();
-        pdl_ok = 0;
-        cfg.numAttrs = 1;
-        e = cudaLaunchKernelEx(&cfg, kernel, p);
-    } else if (e == cudaSuccess && pdl) {
-        pdl_ok = 1;
-    }
-    ex->after_copy = false;
-    if (e != cudaSuccess) tela_cuda_check(ex, e, "chained products: launch");
-    else tela_cuda_launched(ex, "chained products");
-}
-
-bool tela_cuda_chain_init(cuda_exec *ex) {
-    ex->chain = calloc(1, sizeof(cuda_chain));
-    if (!ex->chain) return false;
-    /* the counter's low 31 bits must start small (a barrier flips bit 31),
-     * and be zero before any chain runs on the exec's (non-blocking) stream */
-    return tela_cuda_check(ex, cudaMalloc(&ex->chain_bar, 256), "chained products: barrier") &&
-           tela_cuda_check(ex, cudaMemset(ex->chain_bar, 0, 256), "chained products: barrier") &&
-           tela_cuda_check(ex, cudaDeviceSynchronize(), "chained products: barrier");
-}
-
-void tela_cuda_chain_free(cuda_exec *ex) {
-    free(ex->chain);
-    ex->chain = NULL;
-    if (ex->chain_bar) cudaFree(ex->chain_bar);
-    ex->chain_bar = NULL;
 }
 
 /* ------------------------------- decode: weights streamed through shared memory */
@@ -3073,7 +2703,6 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const wview v = {(const uint8_t *)w->dev, R, K};
     cublasStatus_t cs;
-    tela_cuda_chain_flush(ex); /* cuBLAS queues work of its own */
     if (w->type == TELA_TYPE_F32) {
         cs = cublasGemmEx(ex->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)R, n_tok, (int)K, &alpha, w->dev, CUDA_R_32F,
                           (int)K, x, CUDA_R_32F, (int)x_stride, &beta, y, CUDA_R_32F, (int)y_stride, CUBLAS_COMPUTE_32F,
