@@ -4,32 +4,30 @@
  * prompt evaluation.
  *
  * An AMX tile product TDPBSUD C += A B takes A as 16 rows of signed bytes
- * (here: 16 activation columns, the Q8_K levels of one sub-block each) and
- * B as K/4 rows of 16 x 4 unsigned bytes (here: the 4-interleaved levels of
- * the group's 16 weight rows, exactly the packed layout's vectors), and
- * adds to C, 16 x 16 int32, every column's sub-block dot product with every
- * row: 16 x 16 x 32 multiply-adds (Q4_K) or x 16 (Q6_K) in one
- * instruction, where VPDPBUSD does 16 x 4.
+ * (here: 16 activation columns, 64 of their Q8 levels each) and B as 16
+ * rows of 16 x 4 unsigned bytes (here: 4 consecutive weight levels of each
+ * of the group's 16 rows, the packed layout's vectors), and adds to C, 16 x
+ * 16 int32, every column's dot product with every row: 16 x 16 x 64
+ * multiply-adds in one instruction, where VPDPBUSD does 16 x 4.
  *
- * Q8_0/Q4_0 levels are made signed when unpacked (TDPBSSD); their float
- * step is per 32-element block, as in the VNNI tiles. F16/BF16 weights
- * have their own, opt-in route on the bf16 tiles (near f32, not the same
- * bits: "F16, BF16" below).
+ * K-quants ("Q4_K and Q6_K" below): the sub-block scales are multiplied
+ * into B (low and high bytes of level x scale as two B operands), so a
+ * super-block's products run at full depth into C and one C pair gives its
+ * exact integer dot product; Q4_K's mins are a third product. Q8_0/Q4_0:
+ * one product per 32-element block (made signed when unpacked: TDPBSSD),
+ * four blocks at a time, their float step per block as in the VNNI tiles.
+ * F16/BF16 weights have their own, opt-in route on the bf16 tiles (near
+ * f32, not the same bits: "F16, BF16" below).
  *
  * Results are the VNNI tiles' (and so the scalar vec_dot's) bit for bit:
- * each sub-block's sum is an exact int32 in C; the sub-block scales are
- * applied exactly (Q6_K: int32 products; Q4_K: float products of integers,
- * four sub-blocks at a time, whose sums stay integers below 2^24, so every
- * step is exact, then added as int32), and the per-super-block float step
- * is the same expression, lane for lane.
+ * every integer sum is exact in int32 and the float steps are the VNNI
+ * tiles' expressions, lane for lane.
  *
  * Work is a loop over column panels (kept in L2), the thread's groups, and
- * tiles of 16 columns. Each group is first unpacked once per panel into a
- * scratch buffer (levels as bytes, scales as vectors), so the tile loop
- * reads only tile-ready data. The tile registers: C in tmm0-3, A in
- * tmm4-5, B in tmm6-7, alternating so consecutive products do not wait on
- * one another's loads. The instructions are written as inline assembly
- * (binutils knows them; no compiler flag or intrinsic header needed). */
+ * tiles of 16 columns; each group's weights are unpacked into tile-ready
+ * bytes once per panel (the K-quants a super-block at a time, kept in L1).
+ * The instructions are written as inline assembly (binutils knows them; no
+ * compiler flag or intrinsic header needed). */
 #include "backend/cpu/qdot.h"
 
 #include <stdatomic.h>
