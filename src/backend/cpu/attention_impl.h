@@ -1,15 +1,15 @@
 /* attention_impl.h: the CPU backend's causal grouped-query attention
- * (tela_op_attention, ops.h), included by two files that compile it for
- * different targets: attention.c as the build's flags have it (generic:
- * baseline x86-64 or whatever -march=native gives) and attention_avx512.c
- * with AVX-512 F/BW/DQ/VL, FMA and F16C. Where the target has AVX-512 the
- * code takes its AVX-512 paths (intrinsic FMAs, F16C loads, the decoding
- * kernel attention_few_rows), elsewhere the 64-byte vectors are lowered to
- * what there is. The including file defines ATT_NAME(name), which names
- * the entry point of its variant (tela_op_attention_generic, ..._avx512);
+ * (tela_op_attention, ops.h), compiled twice as cpu_variant.h describes:
+ * attention.c as the build's flags have it (generic: baseline x86-64 or
+ * whatever -march=native gives) and attention_avx512.c with AVX-512
+ * F/BW/DQ/VL, FMA and F16C. Where the target has AVX-512 the code takes
+ * its AVX-512 paths (intrinsic FMAs, F16C loads, the decoding kernel
+ * attention_few_rows), elsewhere the 64-byte vectors are lowered to what
+ * there is. The entry point of the including file's variant is
+ * TELA_VARIANT(tela_op_attention) (tela_op_attention_generic, ..._avx512);
  * everything else here is static. Not a header to include anywhere else. */
-#ifndef ATT_NAME
-#error "attention_impl.h: define ATT_NAME(name) before including it (see attention.c)"
+#ifndef TELA_VARIANT
+#error "attention_impl.h: include backend/cpu/cpu_variant.h first (see attention.c)"
 #endif
 
 #include "backend/cpu/ops.h"
@@ -26,8 +26,7 @@
 #include <immintrin.h>
 #endif
 
-/* Entry point of the including file's variant. */
-void ATT_NAME(tela_op_attention)(tela_threadpool *pool, const tela_attn_args *args, int n_args);
+TELA_VARIANT_DECLARE(void, tela_op_attention, (tela_threadpool *pool, const tela_attn_args *args, int n_args));
 
 /* The rows of one KV head's queries (the query heads sharing it, for every
  * token of the batch) are taken 16 at a time, one row per vector lane, so
@@ -491,10 +490,10 @@ static void attention_block(void *arg, int chunk, int ith) {
 }
 
 /* tela_op_attention (ops.h) in this file's variant; attention.c picks one. */
-void ATT_NAME(tela_op_attention)(tela_threadpool *pool, const tela_attn_args *args, int n_args) {
+void TELA_VARIANT(tela_op_attention)(tela_threadpool *pool, const tela_attn_args *args, int n_args) {
     attn_part stack[16], *parts = n_args <= 16 ? stack : malloc((size_t)n_args * sizeof *parts);
     if (!parts) { /* no memory for the table: one dispatch each */
-        for (int i = 0; i < n_args; i++) ATT_NAME(tela_op_attention)(pool, args + i, 1);
+        for (int i = 0; i < n_args; i++) TELA_VARIANT(tela_op_attention)(pool, args + i, 1);
         return;
     }
     int chunks = 0;

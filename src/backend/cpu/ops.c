@@ -1,9 +1,9 @@
 /* ops.c: the CPU backend's operations (matrix products over stored weight
  * types through the qdot kernels, with an exact dequantizing reference path;
- * RMSNorm, RoPE, softmax, SwiGLU; the attention is in attention.c). */
+ * RoPE, softmax; RMSNorm and SwiGLU split over the pool, their rows in
+ * vecops.c; the attention is in attention.c). */
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qdot.h"
-#include "backend/cpu/vec16.h"
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -310,28 +310,6 @@ void tela_op_get_rows_part(const tela_mat *w, int64_t row0, bool accumulate, con
     }
 }
 
-typedef double tela_v8d __attribute__((vector_size(64)));
-
-void tela_op_rmsnorm(float *out, int64_t out_stride, const float *x, int64_t x_stride, const float *w, int64_t n,
-                     int n_tok, float eps) {
-    for (int t = 0; t < n_tok; t++) {
-        const float *xr = x + t * x_stride;
-        float *o = out + t * out_stride;
-        /* sum of squares in double, 8 lanes (element i in lane i % 8) */
-        tela_v8d acc = {0};
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            const tela_v8f v = *(const tela_v8f *)(xr + i);
-            const tela_v8d d = __builtin_convertvector(v, tela_v8d);
-            acc += d * d;
-        }
-        for (int j = 0; i < n; i++, j++) acc[j] += (double)xr[i] * xr[i];
-        const double ss = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-        float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-        for (i = 0; i < n; i++) o[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
-    }
-}
-
 typedef struct {
     float *out;
     int64_t out_stride;
@@ -404,29 +382,6 @@ void tela_op_softmax(float *x, int64_t n) {
     }
     float inv = 1.0f / sum;
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
-}
-
-/* silu(g) * u = g / (1 + exp(-g)) * u, 16 at a time (the tail through a
- * padded vector, so every element takes the same steps). */
-void tela_op_swiglu(float *gate, const float *up, int64_t n) {
-    int64_t i = 0;
-    for (; i < n; i += 16) {
-        tela_v16f g = {0}, u = {0};
-        const int64_t m = n - i < 16 ? n - i : 16;
-        if (m == 16) {
-            g = *(const tela_v16f *)(gate + i);
-            u = *(const tela_v16f *)(up + i);
-        } else {
-            for (int64_t j = 0; j < m; j++) g[j] = gate[i + j], u[j] = up[i + j];
-        }
-        tela_v16f e = -g;
-        exp_v16(&e);
-        const tela_v16f y = g / (1.0f + e) * u;
-        if (m == 16)
-            *(tela_v16f *)(gate + i) = y;
-        else
-            for (int64_t j = 0; j < m; j++) gate[i + j] = y[j];
-    }
 }
 
 typedef struct {

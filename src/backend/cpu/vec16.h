@@ -1,8 +1,8 @@
 /* vec16.h: 16-lane float and int32 vectors (GCC/Clang vector extension,
  * loadable from any float address) and the vectorized exp over them,
- * shared by ops.c (SwiGLU) and the attention (attention_impl.h). Static
- * inline, so each file compiles them for its own target (the attention's
- * AVX-512 variant included). */
+ * shared by SwiGLU (vecops_impl.h) and the attention (attention_impl.h).
+ * Static inline, so each file compiles them for its own target (the
+ * AVX-512 variants included). */
 #ifndef TELA_BACKEND_CPU_VEC16_H
 #define TELA_BACKEND_CPU_VEC16_H
 
