@@ -43,12 +43,13 @@
 #include "test_cuda_fixture.h" /* check_fixture, on the CPU here */
 
 static char dir[1024];
+static const char *tp_device = "cpu"; /* "cpu,cpu": a rank per exec */
 
 static tela_status load(const char *gguf, int world, tela_model **m) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, gguf);
     tela_model_params mp = tela_model_default_params();
-    mp.device = "cpu";
+    mp.device = tp_device;
     mp.tensor_parallel = world;
     return tela_model_load(path, &mp, m);
 }
@@ -143,6 +144,54 @@ done:
     tela_model_free(split);
 }
 
+/* A rank per exec (device "cpu,cpu", the form of a rank per GPU: each
+ * rank's own exec, activations and copy of the step's tokens, the
+ * partial sums all-reduced through copies and adds on rank 0, the head's
+ * columns copied into rank 0's logits) against the ranks taking turns on
+ * one exec: the same bits (the all-reduce adds the ranks' sums in rank
+ * order, as the ranks on one exec accumulate them), for a prompt of every
+ * position's logits, decode steps and greedy picks. */
+static void check_rank_execs(const char *gguf, int world) {
+    static const char *lists[] = {NULL, NULL, "cpu,cpu", NULL, "cpu,cpu,cpu,cpu"};
+    tela_model *one = NULL, *many = NULL;
+    tp_device = "cpu";
+    CHECK_OK(load(gguf, world, &one));
+    tp_device = lists[world];
+    CHECK_OK(load(gguf, world, &many));
+    tp_device = "cpu";
+    if (!one || !many) goto done;
+    CHECK_MSG(strstr(tela_model_get_info(many)->device, "ranks") != NULL, "%s: device '%s'", gguf,
+              tela_model_get_info(many)->device);
+    const int V = tela_model_get_info(one)->n_vocab, n = 70, steps = 6;
+    int32_t ids[70];
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(test_rnd() % (uint64_t)V);
+    tela_session_params sp = tela_session_default_params();
+    sp.n_ctx = 96;
+    tela_session *a = NULL, *b = NULL;
+    CHECK_OK(tela_session_create(one, &sp, &a));
+    CHECK_OK(tela_session_create(many, &sp, &b));
+    float *la = malloc(sizeof(float) * (size_t)n * V), *lb = malloc(sizeof(float) * (size_t)n * V);
+    if (a && b && la && lb) {
+        CHECK_OK(tela_session_eval(a, ids, n, la, 1));
+        CHECK_OK(tela_session_eval(b, ids, n, lb, 1));
+        CHECK_MSG(!memcmp(la, lb, sizeof(float) * (size_t)n * V), "%s, %d ranks on their own execs: prompt logits "
+                  "differ from the ranks on one exec", gguf, world);
+        for (int k = 0; k < steps; k++) {
+            CHECK_OK(tela_session_eval(a, ids + k, 1, la, 0));
+            CHECK_OK(tela_session_eval(b, ids + k, 1, lb, 0));
+            CHECK_MSG(!memcmp(la, lb, sizeof(float) * (size_t)V), "%s, %d ranks: decode step %d's logits differ", gguf,
+                      world, k);
+        }
+    }
+    free(la);
+    free(lb);
+    tela_session_free(a);
+    tela_session_free(b);
+done:
+    tela_model_free(one);
+    tela_model_free(many);
+}
+
 /* Loading fails, with a message that contains `what`. */
 static void check_refused(const char *gguf, int world, const char *what) {
     tela_model *m = NULL;
@@ -179,6 +228,28 @@ int main(void) {
     snprintf(path, sizeof path, "%s/llama-gqa-f32.gguf", dir);
     batch_tp = 2;
     for (kv_f16 = 0; kv_f16 < 2; kv_f16++) check_model(path);
+
+    /* a rank per exec: the fixtures against transformers, the bits of the
+     * ranks on one exec, snapshots and batched steps */
+    fixture_device = "cpu,cpu";
+    fixture_tp = 2;
+    check_fixture(dir, "llama-gqa-f32.gguf", "llama-gqa", 1e-4, 0);
+    check_fixture(dir, "llama-tied-f16.gguf", "llama-tied", 1e-3, 0);
+    fixture_device = "cpu,cpu,cpu,cpu";
+    fixture_tp = 4;
+    check_fixture(dir, "llama-gqa-f32.gguf", "llama-gqa", 1e-4, 0);
+    fixture_device = "cpu";
+    fixture_tp = 0;
+    check_rank_execs("llama-gqa-f32.gguf", 2);
+    check_rank_execs("llama-tied-f16.gguf", 4);
+    check_rank_execs("llama-gqa-q8_0.gguf", 4);
+    tp_device = "cpu,cpu";
+    check_snapshot("llama-gqa-f32.gguf", 2);
+    tp_device = "cpu";
+    batch_device = "cpu,cpu";
+    kv_f16 = 0;
+    check_model(path);
+    batch_device = NULL;
 
     check_refused("llama-gqa-f32.gguf", 3, "KV heads");
     check_refused("llama-gqa-f32.gguf", 8, "4 query heads");

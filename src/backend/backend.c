@@ -81,9 +81,26 @@ static int cuda_index(const char *device) {
     return (int)v;
 }
 
+/* The exec this thread last issued to. A backend whose execs may be on
+ * different devices (several GPUs driven by one thread: tensor
+ * parallelism) makes an exec's device current when a thread moves to it;
+ * the backend-level calls (allocations, uploads of weights) may change the
+ * current device, so they forget it. */
+static _Thread_local const tela_exec *active_exec;
+
+static inline void activate(tela_exec *ex) {
+    if (ex != active_exec) {
+        active_exec = ex;
+        if (ex->ops->activate) ex->ops->activate(ex);
+    }
+}
+
+static inline void forget_active(void) { active_exec = NULL; }
+
 /* An operation, timed when the exec is profiled (one pointer test when not). */
 #define PROF_OP(ex, call, op, mm, wt, by, fl)                            \
     do {                                                                 \
+        activate(ex);                                                    \
         const int pm_ = (ex)->prof ? tela_prof_begin(ex) : -1;          \
         call;                                                            \
         if (pm_ >= 0) tela_prof_end(ex, pm_, op, mm, wt, by, fl);        \
@@ -135,6 +152,7 @@ const char *tela_backend_description(const tela_backend *be) { return be->descri
 int tela_backend_preferred_batch(const tela_backend *be) { return be->preferred_batch; }
 
 tela_status tela_backend_mem_info(tela_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    forget_active();
     return be->ops->mem_info(be, free_bytes, total_bytes);
 }
 
@@ -142,6 +160,7 @@ bool tela_backend_type_supported(const tela_backend *be, tela_type type) { retur
 
 tela_status tela_backend_prepare_mats(tela_backend *be, tela_mat *const *mats, const tela_mat_use *uses, size_t n,
                                       int verbose) {
+    forget_active();
     return be->ops->prepare_mats(be, mats, uses, n, verbose);
 }
 
@@ -150,26 +169,31 @@ size_t tela_backend_mats_bytes(const tela_backend *be, tela_mat *const *mats, si
 }
 
 tela_status tela_backend_alloc(tela_backend *be, size_t bytes, const char *what, void **out) {
+    forget_active();
     return be->ops->alloc(be, bytes, what, out);
 }
 
 void tela_backend_free_mem(tela_backend *be, void *p) {
+    forget_active();
     if (p) be->ops->free_mem(be, p);
 }
 
 tela_status tela_backend_const(tela_backend *be, const void *host, size_t bytes, const void **out) {
     *out = NULL;
     if (!host) return TELA_OK;
+    forget_active();
     return be->ops->make_const(be, host, bytes, out);
 }
 
 tela_status tela_exec_create(tela_backend *be, int n_threads, tela_exec **out) {
+    forget_active();
     return be->ops->exec_create(be, n_threads, out);
 }
 
 void tela_exec_free(tela_exec *ex) {
     if (!ex) return;
     tela_exec_profile_stop(ex);
+    forget_active();
     ex->ops->exec_free(ex);
 }
 
@@ -177,25 +201,37 @@ tela_backend *tela_exec_backend(const tela_exec *ex) { return ex->be; }
 bool tela_exec_host_visible(const tela_exec *ex) { return ex->be->host_visible; }
 int tela_exec_preferred_batch(const tela_exec *ex) { return ex->ops->preferred_batch(ex); }
 tela_status tela_exec_sync(tela_exec *ex) {
+    activate(ex);
     tela_status s = ex->ops->sync(ex);
     if (ex->prof) tela_prof_resolve(ex);
     return s;
 }
 
 tela_status tela_exec_upload(tela_exec *ex, void *dst, const void *host_src, size_t bytes) {
+    activate(ex);
     return bytes ? ex->ops->upload(ex, dst, host_src, bytes) : TELA_OK;
 }
 
 tela_status tela_exec_download(tela_exec *ex, void *host_dst, const void *src, size_t bytes) {
+    activate(ex);
     tela_status s = ex->ops->download(ex, host_dst, src, bytes);
     if (ex->prof) tela_prof_resolve(ex);
     return s;
 }
 
-bool tela_exec_graph_begin(tela_exec *ex, uint64_t key) { return ex->ops->graph_begin(ex, key); }
-tela_status tela_exec_graph_end(tela_exec *ex) { return ex->ops->graph_end(ex); }
+bool tela_exec_graph_begin(tela_exec *ex, uint64_t key) {
+    activate(ex);
+    return ex->ops->graph_begin(ex, key);
+}
+
+tela_status tela_exec_graph_end(tela_exec *ex) {
+    activate(ex);
+    return ex->ops->graph_end(ex);
+}
+
 uint32_t tela_exec_length_bucket(const tela_exec *ex, int32_t n_kv) { return ex->ops->length_bucket(ex, n_kv); }
 void tela_exec_graphs_drop(tela_exec *ex) {
+    activate(ex);
     if (ex->ops->graphs_drop) ex->ops->graphs_drop(ex);
 }
 
@@ -355,6 +391,7 @@ tela_status tela_kv_create(tela_exec *ex, const tela_kv_shape *shape, tela_kv_ca
             return tela_errorf(TELA_ERR_INTERNAL, "paged KV cache: %d rows are not blocks of %d", shape->n_ctx,
                                shape->block_size);
     }
+    forget_active();
     return ex->ops->kv_create(ex, shape, out);
 }
 
@@ -365,22 +402,30 @@ tela_status tela_kv_copy_rows(tela_exec *ex, tela_kv_cache *kv, int32_t dst, int
     if (dst < 0 || src < 0 || dst > kv->shape.n_ctx - n || src > kv->shape.n_ctx - n)
         return tela_errorf(TELA_ERR_INTERNAL, "KV row copy [%d, +%d) -> %d outside %d rows", src, n, dst,
                            kv->shape.n_ctx);
+    activate(ex);
     return kv->ops->kv_copy_rows(ex, kv, dst, src, n);
 }
 
 void tela_kv_free(tela_kv_cache *kv) {
+    forget_active();
     if (kv) kv->ops->kv_free(kv);
 }
 
 const tela_kv_shape *tela_kv_get_shape(const tela_kv_cache *kv) { return &kv->shape; }
-void tela_kv_clear(tela_exec *ex, tela_kv_cache *kv) { kv->ops->kv_clear(ex, kv); }
+void tela_kv_clear(tela_exec *ex, tela_kv_cache *kv) {
+    activate(ex);
+    kv->ops->kv_clear(ex, kv);
+}
+
 size_t tela_kv_image_bytes(const tela_kv_cache *kv, int32_t n_past) { return kv->ops->kv_image_bytes(kv, n_past); }
 
 tela_status tela_kv_save(tela_exec *ex, const tela_kv_cache *kv, int32_t n_past, void *host_dst) {
+    activate(ex);
     return kv->ops->kv_save(ex, kv, n_past, host_dst);
 }
 
 tela_status tela_kv_load(tela_exec *ex, tela_kv_cache *kv, int32_t n_past, const void *host_src) {
+    activate(ex);
     return kv->ops->kv_load(ex, kv, n_past, host_src);
 }
 
@@ -427,4 +472,102 @@ void tela_exec_gdn_gates(tela_exec *ex, float *qkv, int64_t qkv_stride, int n_qk
 void tela_exec_gdn_delta(tela_exec *ex, const tela_gdn_args *a) {
     PROF_OP(ex, ex->ops->gdn_delta(ex, a), a->n_tok > 1 ? "DeltaNet chunked prefill" : "DeltaNet recurrence", false, -1,
             0, 0);
+}
+
+/* ------------------------------------------------------- several execs */
+
+void tela_exec_wait_for(tela_exec *ex, tela_exec *other) {
+    if (ex == other || !ex->ops->wait_for) return;
+    activate(ex);
+    ex->ops->wait_for(ex, other);
+    active_exec = NULL; /* (it may have visited other's device) */
+}
+
+void tela_exec_copy_from(tela_exec *ex, void *dst, size_t dst_pitch, tela_exec *other, const void *src,
+                         size_t src_pitch, size_t width, size_t rows) {
+    if (!width || !rows) return;
+    PROF_OP(ex, ex->ops->copy_from(ex, dst, dst_pitch, other, src, src_pitch, width, rows), "copies between ranks",
+            false, -1, 0, 0);
+}
+
+struct tela_exec_group {
+    int n;
+    tela_exec **ex;
+    void *comm;              /* the backend's collective, or NULL: copies and adds on rank 0 */
+    const char *transport;
+    float *stage;            /* rank 0's memory: another rank's buffer, to add */
+    int64_t max_floats;
+};
+
+void tela_exec_group_free(tela_exec_group *g) {
+    if (!g) return;
+    if (g->comm && g->ex[0]->ops->comm_free) g->ex[0]->ops->comm_free(g->comm, g->n);
+    if (g->stage) tela_backend_free_mem(g->ex[0]->be, g->stage);
+    free(g->ex);
+    free(g);
+}
+
+tela_status tela_exec_group_create(tela_exec *const *execs, int n, int64_t max_floats, tela_exec_group **out) {
+    *out = NULL;
+    if (n < 1 || max_floats < 0) return tela_errorf(TELA_ERR_ARG, "exec group: %d ranks of %lld floats", n,
+                                                    (long long)max_floats);
+    for (int r = 1; r < n; r++)
+        if (execs[r]->ops != execs[0]->ops)
+            return tela_errorf(TELA_ERR_UNSUPPORTED, "tensor parallelism: rank %d is on %s, rank 0 on %s (the ranks "
+                               "must be devices of one kind)", r, execs[r]->be->description, execs[0]->be->description);
+    tela_exec_group *g = calloc(1, sizeof *g);
+    if (!g || !(g->ex = malloc((size_t)n * sizeof *g->ex))) {
+        free(g);
+        return tela_errorf(TELA_ERR_NOMEM, "out of memory");
+    }
+    memcpy(g->ex, execs, (size_t)n * sizeof *g->ex);
+    g->n = n;
+    g->max_floats = max_floats;
+    g->transport = "copies";
+    tela_status s = TELA_OK;
+    if (n > 1 && execs[0]->ops->comm_create) {
+        forget_active();
+        s = execs[0]->ops->comm_create(execs, n, &g->comm, &g->transport);
+        if (!g->comm) g->transport = "copies";
+    }
+    if (s == TELA_OK && n > 1 && !g->comm && max_floats == 0)
+        s = tela_errorf(TELA_ERR_ARG, "exec group: %d ranks without a buffer to add through", n);
+    if (s == TELA_OK && n > 1 && !g->comm)
+        s = tela_backend_alloc(execs[0]->be, (size_t)max_floats * sizeof(float), "all-reduce buffer", (void **)&g->stage);
+    if (s != TELA_OK) {
+        tela_exec_group_free(g);
+        return s;
+    }
+    *out = g;
+    return TELA_OK;
+}
+
+const char *tela_exec_group_transport(const tela_exec_group *g) { return g->transport; }
+
+void tela_exec_allreduce_sum(tela_exec_group *g, float *const *bufs, int64_t n) {
+    if (g->n < 2 || n <= 0) return;
+    tela_exec *ex0 = g->ex[0];
+    if (g->comm) {
+        PROF_OP(ex0, ex0->ops->comm_allreduce(g->comm, g->ex, bufs, n), "all-reduce", false, -1, 0, 0);
+        active_exec = NULL;
+        return;
+    }
+    /* rank 0 adds the others' buffers in rank order (the bits of the ranks
+     * summed one after another on one exec), a stage at a time, and the
+     * ranks copy the sum back; rank 0 then waits for their copies, so that
+     * it does not write bufs[0] again before they have read it */
+    for (int64_t off = 0; off < n; off += g->max_floats) {
+        const int64_t k = n - off < g->max_floats ? n - off : g->max_floats;
+        const size_t bytes = (size_t)k * sizeof(float);
+        for (int r = 1; r < g->n; r++) {
+            tela_exec_wait_for(ex0, g->ex[r]);
+            tela_exec_copy_from(ex0, g->stage, bytes, g->ex[r], bufs[r] + off, bytes, bytes, 1);
+            tela_exec_add(ex0, bufs[0] + off, g->stage, k);
+        }
+        for (int r = 1; r < g->n; r++) {
+            tela_exec_wait_for(g->ex[r], ex0);
+            tela_exec_copy_from(g->ex[r], bufs[r] + off, bytes, ex0, bufs[0] + off, bytes, bytes, 1);
+        }
+        for (int r = 1; r < g->n; r++) tela_exec_wait_for(ex0, g->ex[r]);
+    }
 }

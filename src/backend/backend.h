@@ -357,6 +357,43 @@ void tela_exec_argmax(tela_exec *ex, const float *x, int64_t n, int32_t *out);
 /* out[r] = the argmax of row r of x (n_rows rows of n, one after the other). */
 void tela_exec_argmax_rows(tela_exec *ex, const float *x, int64_t n, int n_rows, int32_t *out);
 
+/* -------------------------------------------- several execs (ranks) */
+
+/* Tensor parallelism with a rank per device (docs/MULTI-GPU.md): each rank
+ * has its own exec on its own backend (a GPU each, or for tests several
+ * on one device), and one host thread issues every rank's operations.
+ * Execs of one group are of one backend kind. A thread may move from one
+ * exec to another between any two calls (a GPU backend makes the exec's
+ * device current). */
+
+/* Operations issued on ex from now on start after everything issued on
+ * other before this call (on the CPU, where an operation is complete when
+ * its call returns, nothing to do). While ex is capturing a decode step
+ * (tela_exec_graph_begin), other joins the capture: every rank's work of a
+ * step becomes one graph, provided the step ends with ex waiting for each
+ * rank it forked. */
+void tela_exec_wait_for(tela_exec *ex, tela_exec *other);
+/* rows rows of width bytes from src (other's memory, src_pitch bytes
+ * apart) to dst (ex's memory, dst_pitch apart), ordered on ex; ex must
+ * already wait for what other wrote there (tela_exec_wait_for). */
+void tela_exec_copy_from(tela_exec *ex, void *dst, size_t dst_pitch, tela_exec *other, const void *src,
+                         size_t src_pitch, size_t width, size_t rows);
+
+/* The all-reduce of a group of execs, one a rank: NCCL where the ranks are
+ * on distinct GPUs and tela was built with it; otherwise rank 0 adds the
+ * other ranks' buffers in rank order (copied through a buffer of its own,
+ * of max_floats) and copies the sum back: the sums of the ranks run one
+ * after another, bit for bit. */
+typedef struct tela_exec_group tela_exec_group;
+tela_status tela_exec_group_create(tela_exec *const *execs, int n, int64_t max_floats, tela_exec_group **out);
+void tela_exec_group_free(tela_exec_group *g);
+/* "NCCL" or "copies": what the group's all-reduce goes through. */
+const char *tela_exec_group_transport(const tela_exec_group *g);
+/* bufs[r] (rank r's memory, n <= max_floats floats) = the sum over the
+ * ranks of bufs[r], on every rank, after each rank's operations issued
+ * before and before those issued after. */
+void tela_exec_allreduce_sum(tela_exec_group *g, float *const *bufs, int64_t n);
+
 /* ------------------------------------------------------- profiling */
 
 /* Profiling an exec (--profile; backend/profile.c): from start on, each

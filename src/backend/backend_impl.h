@@ -88,6 +88,22 @@ struct tela_backend_ops {
     double (*prof_seconds)(tela_exec *ex, int a, int b);
     void (*prof_clear)(tela_exec *ex);
     void (*prof_mode)(tela_exec *ex, bool on);
+
+    /* Several execs (tensor parallelism, backend.h "Several execs").
+     * activate: makes the calling thread issue to ex's device (NULL: no
+     * such state); backend.c calls it when a thread moves from one exec to
+     * another. wait_for: ex's later operations after other's earlier ones
+     * (NULL: operations are complete when issued). copy_from: a 2-D copy
+     * into ex's memory from other's. comm_create: the backend's collective
+     * over these execs (NCCL), *comm NULL where it has none for them (the
+     * group then sums with copy_from and add); NULL: never one. */
+    void (*activate)(tela_exec *ex);
+    void (*wait_for)(tela_exec *ex, tela_exec *other);
+    void (*copy_from)(tela_exec *ex, void *dst, size_t dst_pitch, tela_exec *other, const void *src, size_t src_pitch,
+                      size_t width, size_t rows);
+    tela_status (*comm_create)(tela_exec *const *ex, int n, void **comm, const char **transport);
+    void (*comm_free)(void *comm, int n);
+    void (*comm_allreduce)(void *comm, tela_exec *const *ex, float *const *bufs, int64_t n);
 };
 
 typedef struct tela_prof tela_prof;

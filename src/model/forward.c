@@ -5,6 +5,7 @@
 #include "model/model.h"
 #include "util/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,3 +253,122 @@ void tela_model_ffn_swiglu(tela_exec *ex, const tela_model_ffn *f, const float *
     tela_exec_profile_phase(ex, NULL);
 }
 
+
+/* ------------------------------------------- a rank per device (ranks) */
+
+/* Rows of the head a rank > 0 computes at a time into its own buffer
+ * before rank 0 copies them into its logits. */
+#define RANK_HEAD_ROWS 64
+
+tela_status tela_model_ranks_init(const tela_model *m, tela_model_ranks *R, tela_exec *ex0, int n_batch,
+                                  int64_t max_floats, const tela_mat *heads) {
+    memset(R, 0, sizeof *R);
+    R->n = 1;
+    R->rk = calloc((size_t)(m->n_dev > 1 ? m->n_dev : 1), sizeof *R->rk);
+    if (!R->rk) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    R->rk[0].ex = ex0;
+    if (m->n_dev <= 1) return TELA_OK;
+    R->n = m->n_dev;
+    R->head_rows = n_batch < RANK_HEAD_ROWS ? n_batch : RANK_HEAD_ROWS;
+    const int threads = m->n_threads;
+    for (int r = 1; r < R->n; r++) {
+        tela_model_rank *k = &R->rk[r];
+        tela_backend *be = m->devs[r];
+        TELA_TRY(tela_exec_create(be, threads, &k->ex));
+        TELA_TRY(tela_backend_alloc(be, (size_t)n_batch * sizeof(int32_t), "token ids", (void **)&k->tok));
+        TELA_TRY(tela_backend_alloc(be, (size_t)n_batch * sizeof(int32_t), "positions", (void **)&k->pos));
+        TELA_TRY(tela_backend_alloc(be, (size_t)R->head_rows * (size_t)heads[r].n_rows * sizeof(float),
+                                    "logits of a rank", (void **)&k->logits));
+    }
+    tela_exec *ex[TELA_MODEL_MAX_RANKS];
+    for (int r = 0; r < R->n; r++) ex[r] = R->rk[r].ex;
+    TELA_TRY(tela_exec_group_create(ex, R->n, max_floats, &R->group));
+    if (m->verbose)
+        fprintf(stderr, "tela: %d ranks, a device each, summed through %s\n", R->n,
+                tela_exec_group_transport(R->group));
+    return TELA_OK;
+}
+
+void tela_model_ranks_free(tela_model_ranks *R) {
+    if (!R->rk) return;
+    tela_exec_group_free(R->group);
+    for (int r = 1; r < R->n; r++) {
+        tela_model_rank *k = &R->rk[r];
+        if (!k->ex) continue;
+        tela_exec_sync(k->ex);
+        tela_backend *be = tela_exec_backend(k->ex);
+        tela_backend_free_mem(be, k->tok);
+        tela_backend_free_mem(be, k->pos);
+        tela_backend_free_mem(be, k->logits);
+        tela_exec_free(k->ex);
+    }
+    free(R->rk);
+    memset(R, 0, sizeof *R);
+}
+
+void tela_model_ranks_begin(tela_model_ranks *R, const tela_batch *b) {
+    R->rk[0].batch = *b;
+    tela_exec *ex0 = R->rk[0].ex;
+    const size_t bytes = (size_t)b->n_tok * sizeof(int32_t);
+    for (int r = 1; r < R->n; r++) {
+        tela_model_rank *k = &R->rk[r];
+        tela_exec_wait_for(k->ex, ex0);
+        tela_exec_copy_from(k->ex, k->tok, bytes, ex0, b->tokens, bytes, bytes, 1);
+        tela_exec_copy_from(k->ex, k->pos, bytes, ex0, b->pos, bytes, bytes, 1);
+        k->batch = *b;
+        k->batch.tokens = k->tok;
+        k->batch.pos = k->pos;
+    }
+}
+
+void tela_model_ranks_end(tela_model_ranks *R) {
+    for (int r = 1; r < R->n; r++) tela_exec_wait_for(R->rk[0].ex, R->rk[r].ex);
+}
+
+void tela_model_ranks_sum(tela_model_ranks *R, float *const *bufs, int64_t n) {
+    if (R->n > 1) tela_exec_allreduce_sum(R->group, bufs, n);
+}
+
+void tela_model_embed_ranks(tela_model_ranks *R, const tela_mat *parts, int n_tok, float *const *x, int n_embd) {
+    int64_t row0 = 0;
+    for (int r = 0; r < R->n; row0 += parts[r].n_rows, r++)
+        tela_exec_get_rows_part(R->rk[r].ex, &parts[r], row0, R->rk[r].batch.tokens, n_tok, x[r], n_embd, false);
+    tela_model_ranks_sum(R, x, (int64_t)n_tok * n_embd);
+}
+
+void tela_model_output_head_ranks(tela_model_ranks *R, const tela_mat *parts, const float *const *norm, float eps,
+                                  float *const *x, float *const *xb, int n_embd, const tela_model_step *step,
+                                  tela_model_io *io) {
+    if (step->rows == 0) return;
+    int64_t col = 0;
+    tela_exec *ex0 = R->rk[0].ex;
+    for (int r = 0; r < R->n; col += parts[r].n_rows, r++) {
+        tela_exec *ex = R->rk[r].ex;
+        const float *first = x[r] + (size_t)(step->n_tok - step->rows) * n_embd;
+        if (step->row_idx) {
+            tela_exec_copy_rows(ex, xb[r], n_embd, x[r], n_embd, step->row_idx, step->rows, n_embd);
+            first = xb[r];
+        }
+        const tela_norm_in nrm = {norm[r], eps, xb[r]};
+        tela_exec_profile_phase(ex, "output head");
+        if (r == 0) { /* rank 0 writes its columns of the logits */
+            const tela_matmul_target t = {&parts[0], step->logits, io->n_vocab};
+            tela_exec_norm_matmul_many(ex, &nrm, &t, 1, first, n_embd, step->rows);
+        } else { /* the others a stretch of rows at a time, copied into rank 0's */
+            const int64_t w = parts[r].n_rows;
+            const tela_matmul_target t = {&parts[r], R->rk[r].logits, w};
+            for (int i = 0; i < step->rows; i += R->head_rows) {
+                const int nr = step->rows - i < R->head_rows ? step->rows - i : R->head_rows;
+                if (i > 0) tela_exec_wait_for(ex, ex0); /* rank 0 has copied the stretch before */
+                tela_exec_norm_matmul_many(ex, &nrm, &t, 1, first + (size_t)i * n_embd, n_embd, nr);
+                tela_exec_wait_for(ex0, ex);
+                tela_exec_copy_from(ex0, step->logits + (size_t)i * io->n_vocab + col, (size_t)io->n_vocab * sizeof(float),
+                                    ex, R->rk[r].logits, (size_t)w * sizeof(float), (size_t)w * sizeof(float),
+                                    (size_t)nr);
+            }
+        }
+        tela_exec_profile_phase(ex, NULL);
+    }
+    if (step->pick)
+        tela_exec_argmax(ex0, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
+}

@@ -62,14 +62,14 @@ typedef struct llama_model {
     int n_head, n_kv_head, head_dim, v_dim, n_rot;
     float eps;
     double *inv_freq;        /* [n_rot/2] */
-    const double *inv_freq_b;
+    const double **inv_freq_b; /* [world]: each rank's copy (one copy for all at one device) */
     tela_rope_mode rope_mode;
     tela_mat tok_embd, output;
     tela_mat *embd;          /* the token embedding as the ranks hold it: world row ranges (&tok_embd at one) */
     tela_mat *heads;         /* the output head as the ranks hold it: world row ranges of the vocabulary
                                 in order (&output at world 1) */
     float *output_norm;
-    const float *output_norm_b;
+    const float **output_norm_b; /* [world], as inv_freq_b */
     llama_layer *layers;     /* rank 0's (the whole layers without tensor parallelism) */
     int world;               /* ranks each layer is split across (1: none) */
     llama_layer **rank_layers; /* [world]: rank r's parts of the layers; [0] == layers */
@@ -79,18 +79,29 @@ typedef struct llama_model {
     int n_kv_layers;
 } llama_model;
 
+/* The activations of one step on one exec (a rank's, with a rank per
+ * device; else every rank's in turn). */
+typedef struct llama_acts {
+    float *x, *xb, *q, *k, *v, *att, *gate, *cs;
+    float *part;             /* with tensor parallelism: the ranks' partial sums of a residual update */
+} llama_acts;
+
 /* A session: the KV cache and the activations of one step of up to
  * n_batch tokens, all in backend memory. */
 typedef struct llama_state {
     tela_exec *ex;
     int32_t n_ctx;
     int n_batch;
-    tela_kv_cache **kv;      /* [world]: each rank's KV heads */
+    tela_kv_cache **kv;      /* [world]: each rank's KV heads (on its exec) */
     int n_kv;
-    float *x, *xb, *q, *k, *v, *att, *gate, *cs;
-    float *part;             /* with tensor parallelism: the ranks' partial sums of a residual update */
-    tela_model_io io;        /* the step's tokens and positions, logits, greedy pick */
+    tela_model_ranks ranks;  /* the execs: one, or a rank's each (ranks.n) */
+    llama_acts *acts;        /* [ranks.n] */
+    tela_model_io io;        /* the step's tokens and positions, logits, greedy pick (rank 0's) */
 } llama_state;
+
+/* The exec and activations that rank r's work runs on. */
+static tela_exec *rank_ex(const llama_state *s, int r) { return s->ranks.rk[s->ranks.n > 1 ? r : 0].ex; }
+static llama_acts *rank_acts(const llama_state *s, int r) { return &s->acts[s->ranks.n > 1 ? r : 0]; }
 
 static const char *const llama_hf_types[] = {"llama", NULL};
 
@@ -229,10 +240,24 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
 }
 
 /* Gives the backend its copies: norm weights and RoPE frequencies, and
- * every matrix (the embedding table is only read by rows). */
+ * every matrix (the embedding table is only read by rows); with a rank per
+ * device, each rank's to its own. */
 static tela_status prepare_backend(tela_model *m, llama_model *L) {
-    TELA_TRY(tela_model_const(m, L->inv_freq, (size_t)(L->n_rot / 2) * sizeof(double), (const void **)&L->inv_freq_b));
-    TELA_TRY(tela_model_const(m, L->output_norm, (size_t)L->n_embd * sizeof(float), (const void **)&L->output_norm_b));
+    const int n_dev = m->n_dev > 1 ? L->world : 1; /* backends that take copies */
+    L->inv_freq_b = tela_model_alloc(m, (size_t)L->world * sizeof *L->inv_freq_b);
+    L->output_norm_b = tela_model_alloc(m, (size_t)L->world * sizeof *L->output_norm_b);
+    if (!L->inv_freq_b || !L->output_norm_b) return TELA_ERR_NOMEM;
+    for (int r = 0; r < L->world; r++) {
+        if (r < n_dev) {
+            TELA_TRY(tela_model_const_rank(m, r, L->inv_freq, (size_t)(L->n_rot / 2) * sizeof(double),
+                                           (const void **)&L->inv_freq_b[r]));
+            TELA_TRY(tela_model_const_rank(m, r, L->output_norm, (size_t)L->n_embd * sizeof(float),
+                                           (const void **)&L->output_norm_b[r]));
+        } else {
+            L->inv_freq_b[r] = L->inv_freq_b[0];
+            L->output_norm_b[r] = L->output_norm_b[0];
+        }
+    }
     const size_t cap = (size_t)L->world * (2 + (size_t)L->n_layer * 7);
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = malloc(cap * sizeof *uses);
@@ -243,31 +268,33 @@ static tela_status prepare_backend(tela_model *m, llama_model *L) {
     }
     size_t n = 0;
     tela_status s = TELA_OK;
-    for (int r = 0; r < L->world; r++) { /* (&L->tok_embd and &L->output at one rank) */
-        uses[n] = TELA_MAT_ROWS;
+    for (int r = 0; r < L->world && s == TELA_OK; r++) {
+        if (r < n_dev) n = 0; /* a list a backend */
+        uses[n] = TELA_MAT_ROWS; /* (&L->tok_embd and &L->output at one rank) */
         list[n++] = &L->embd[r];
         uses[n] = TELA_MAT_MATMUL;
         list[n++] = &L->heads[r];
-    }
-    for (int l = 0; l < L->n_layer && s == TELA_OK; l++) {
-        if (L->skip && L->skip[l]) continue; /* a skipped layer's weights stay in the file */
-        llama_layer *ly0 = &L->layers[l];
-        const size_t nb = (size_t)L->n_embd * sizeof(float);
-        s = tela_model_const(m, ly0->attn_norm, nb, (const void **)&ly0->attn_norm_b);
-        if (s == TELA_OK) s = tela_model_const(m, ly0->ffn_norm, nb, (const void **)&ly0->ffn.norm);
-        for (int r = 0; r < L->world; r++) {
-            llama_layer *ly = &L->rank_layers[r][l];
-            ly->attn_norm_b = ly0->attn_norm_b;
-            ly->ffn.norm = ly0->ffn.norm;
-            ly->ffn_norm_b = ly0->ffn.norm;
+        for (int l = 0; l < L->n_layer && s == TELA_OK; l++) {
+            if (L->skip && L->skip[l]) continue; /* a skipped layer's weights stay in the file */
+            llama_layer *ly = &L->rank_layers[r][l], *ly0 = &L->rank_layers[0][l];
+            const size_t nb = (size_t)L->n_embd * sizeof(float);
+            if (r < n_dev) { /* the norms are whole on every rank */
+                s = tela_model_const_rank(m, r, ly0->attn_norm, nb, (const void **)&ly->attn_norm_b);
+                if (s == TELA_OK) s = tela_model_const_rank(m, r, ly0->ffn_norm, nb, (const void **)&ly->ffn.norm);
+            } else {
+                ly->attn_norm_b = ly0->attn_norm_b;
+                ly->ffn.norm = ly0->ffn.norm;
+            }
+            ly->ffn_norm_b = ly->ffn.norm;
             tela_mat *mats[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->ffn.w_gate, &ly->ffn.w_up, &ly->ffn.w_down};
             for (size_t i = 0; i < 7; i++) {
                 uses[n] = TELA_MAT_MATMUL;
                 list[n++] = mats[i];
             }
         }
+        if (s == TELA_OK && (n_dev > 1 || r == L->world - 1))
+            s = tela_model_prepare_mats_rank(m, n_dev > 1 ? r : 0, list, uses, n);
     }
-    if (s == TELA_OK) s = tela_model_prepare_mats(m, list, uses, n);
     free(list);
     free(uses);
     return s;
@@ -465,12 +492,17 @@ static void llama_free(tela_model *m) { m->impl = NULL; }
 static void llama_state_free(void *p) {
     llama_state *s = p;
     if (!s) return;
-    tela_backend *be = tela_exec_backend(s->ex);
     for (int r = 0; r < s->n_kv && s->kv; r++) tela_kv_free(s->kv[r]);
     free(s->kv);
-    float *bufs[] = {s->x, s->xb, s->q, s->k, s->v, s->att, s->gate, s->cs, s->part};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(be, bufs[i]);
+    for (int e = 0; e < s->ranks.n && s->acts; e++) {
+        tela_backend *be = tela_exec_backend(s->ranks.rk[e].ex);
+        const llama_acts *a = &s->acts[e];
+        float *bufs[] = {a->x, a->xb, a->q, a->k, a->v, a->att, a->gate, a->cs, a->part};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(be, bufs[i]);
+    }
+    free(s->acts);
     tela_model_io_free(&s->io);
+    tela_model_ranks_free(&s->ranks);
     free(s);
 }
 
@@ -486,28 +518,35 @@ static tela_status llama_state_create(const tela_model *m, tela_exec *ex, const 
     const bool paged = p->kv_block_size > 0;
     const tela_kv_shape shape = {L->n_kv_layers, paged ? p->kv_rows : p->n_ctx, L->r_kv_head, L->head_dim,
                                  L->v_dim, p->kv_dtype, paged ? p->kv_block_size : 0, p->n_ctx};
-    tela_status st = TELA_OK;
-    s->kv = calloc((size_t)L->world, sizeof *s->kv);
-    if (!s->kv) st = tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
-    for (int r = 0; r < L->world && st == TELA_OK; r++, s->n_kv++) st = tela_kv_create(ex, &shape, &s->kv[r]);
     const size_t nb = (size_t)s->n_batch;
+    tela_status st = tela_model_ranks_init(m, &s->ranks, ex, s->n_batch, (int64_t)nb * L->n_embd, L->heads);
+    if (st == TELA_OK) {
+        s->kv = calloc((size_t)L->world, sizeof *s->kv);
+        s->acts = calloc((size_t)s->ranks.n, sizeof *s->acts);
+        if (!s->kv || !s->acts) st = tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    }
+    for (int r = 0; r < L->world && st == TELA_OK; r++, s->n_kv++)
+        st = tela_kv_create(rank_ex(s, r), &shape, &s->kv[r]);
     const size_t q_dim = (size_t)L->r_head * L->head_dim, k_dim = (size_t)L->r_kv_head * L->head_dim;
     const size_t v_dim = (size_t)L->r_kv_head * L->v_dim, att_dim = (size_t)L->r_head * L->v_dim;
-    const struct {
-        float **buf;
-        size_t floats;
-        const char *what;
-    } acts[] = {
-        {&s->x, nb * L->n_embd, "activations"}, {&s->xb, nb * L->n_embd, "activations"},
-        {&s->q, nb * q_dim, "queries"},         {&s->k, nb * k_dim, "keys"},
-        {&s->v, nb * v_dim, "values"},          {&s->att, nb * att_dim, "attention outputs"},
-        {&s->gate, nb * L->r_ff, "feed-forward activations"}, {&s->cs, nb * L->n_rot, "RoPE table"},
-        {&s->part, L->world > 1 ? nb * L->n_embd : 0, "partial sums"},
-    };
-    tela_backend *be = tela_exec_backend(ex);
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0] && st == TELA_OK; i++)
-        if (acts[i].floats)
-            st = tela_backend_alloc(be, acts[i].floats * sizeof(float), acts[i].what, (void **)acts[i].buf);
+    for (int e = 0; e < s->ranks.n && st == TELA_OK; e++) {
+        llama_acts *a = &s->acts[e];
+        const struct {
+            float **buf;
+            size_t floats;
+            const char *what;
+        } acts[] = {
+            {&a->x, nb * L->n_embd, "activations"}, {&a->xb, nb * L->n_embd, "activations"},
+            {&a->q, nb * q_dim, "queries"},         {&a->k, nb * k_dim, "keys"},
+            {&a->v, nb * v_dim, "values"},          {&a->att, nb * att_dim, "attention outputs"},
+            {&a->gate, nb * L->r_ff, "feed-forward activations"}, {&a->cs, nb * L->n_rot, "RoPE table"},
+            {&a->part, L->world > 1 ? nb * L->n_embd : 0, "partial sums"},
+        };
+        tela_backend *be = tela_exec_backend(s->ranks.rk[e].ex);
+        for (size_t i = 0; i < sizeof acts / sizeof acts[0] && st == TELA_OK; i++)
+            if (acts[i].floats)
+                st = tela_backend_alloc(be, acts[i].floats * sizeof(float), acts[i].what, (void **)acts[i].buf);
+    }
     if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, L->n_vocab, L->n_embd, s->n_batch);
     if (st != TELA_OK) {
         llama_state_free(s);
@@ -523,7 +562,9 @@ static uint64_t llama_state_bytes(const tela_model *m, const tela_state_params *
     if (p->n_batch > 0) n_batch = p->n_batch;
     const uint64_t nb = (uint64_t)(!paged && p->n_ctx < n_batch ? p->n_ctx : n_batch);
     const uint64_t rows = (uint64_t)(paged ? p->kv_rows : p->n_ctx);
-    const uint64_t kv = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)L->n_kv_layers * rows * (uint64_t)L->world *
+    /* with a rank per device, what one device holds: its rank's KV heads */
+    const uint64_t kv_ranks = m->n_dev > 1 ? 1 : (uint64_t)L->world;
+    const uint64_t kv = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)L->n_kv_layers * rows * kv_ranks *
                                                           (uint64_t)L->r_kv_head * (uint64_t)(L->head_dim + L->v_dim));
     const uint64_t row = (L->world > 1 ? 3ull : 2ull) * L->n_embd + (uint64_t)L->r_head * (L->head_dim + L->v_dim) +
                          (uint64_t)L->r_kv_head * (L->head_dim + L->v_dim) + 2ull * L->r_ff + (uint64_t)L->n_rot;
@@ -533,7 +574,7 @@ static uint64_t llama_state_bytes(const tela_model *m, const tela_state_params *
 static void llama_state_reset(const tela_model *m, void *state) {
     (void)m;
     llama_state *s = state;
-    for (int r = 0; r < s->n_kv; r++) tela_kv_clear(s->ex, s->kv[r]);
+    for (int r = 0; r < s->n_kv; r++) tela_kv_clear(rank_ex(s, r), s->kv[r]);
 }
 
 static size_t llama_state_size(const tela_model *m, const void *state, int32_t n_past) {
@@ -549,7 +590,7 @@ static tela_status llama_state_save(const tela_model *m, const void *state, int3
     const llama_state *s = state;
     unsigned char *p = dst;
     for (int r = 0; r < s->n_kv; p += tela_kv_image_bytes(s->kv[r], n_past), r++) /* the ranks' images in order */
-        TELA_TRY(tela_kv_save(s->ex, s->kv[r], n_past, p));
+        TELA_TRY(tela_kv_save(rank_ex(s, r), s->kv[r], n_past, p));
     return TELA_OK;
 }
 
@@ -558,66 +599,99 @@ static tela_status llama_state_load(const tela_model *m, void *state, int32_t n_
     llama_state *s = state;
     const unsigned char *p = src;
     for (int r = 0; r < s->n_kv; p += tela_kv_image_bytes(s->kv[r], n_past), r++)
-        TELA_TRY(tela_kv_load(s->ex, s->kv[r], n_past, p));
+        TELA_TRY(tela_kv_load(rank_ex(s, r), s->kv[r], n_past, p));
     return TELA_OK;
 }
 
 /* ------------------------------------------------------------ forward */
 
 /* Decoder layer l: attention, then the feed-forward block, each adding
- * its output to the residual stream s->x. Split over ranks (tensor
- * parallelism), each rank in turn adds its part of wo's product (its
- * heads) into s->part, which is then added to the residual (the
- * all-reduce, then the residual add); the same for the FFN's down product
- * (its part of the inner dimension). With one rank the products add into
- * s->x directly. */
-static void layer(const llama_model *L, llama_state *s, const tela_batch *b, int l, int kl) {
-    tela_exec *ex = s->ex;
-    const int nt = b->n_tok, E = L->n_embd;
+ * its output to the residual stream x. Split over ranks (tensor
+ * parallelism), each rank adds its part of wo's product (its heads) into
+ * its partial sum `part`, the ranks' sums are added up (the all-reduce)
+ * and then to the residual; the same for the FFN's down product (its part
+ * of the inner dimension). On one exec the ranks take turns and add into
+ * one partial sum (the first writes, the others add); with one rank the
+ * products add into x directly. */
+static void layer(const llama_model *L, llama_state *s, int l, int kl) {
+    const int nt = s->io.batch.n_tok, E = L->n_embd;
     const int64_t q_dim = (int64_t)L->r_head * L->head_dim, k_dim = (int64_t)L->r_kv_head * L->head_dim;
     const int64_t v_dim = (int64_t)L->r_kv_head * L->v_dim, att_dim = (int64_t)L->r_head * L->v_dim;
     const float scale = (float)(1.0 / sqrt((double)L->head_dim));
-    const bool split = L->world > 1;
-    float *update = split ? s->part : s->x;
+    const bool split = L->world > 1, shared = s->ranks.n == 1;
+    float *parts[TELA_MODEL_MAX_RANKS];
+    for (int e = 0; e < s->ranks.n; e++) parts[e] = s->acts[e].part;
     /* attention */
     for (int r = 0; r < L->world; r++) {
         const llama_layer *ly = &L->rank_layers[r][l];
-        const tela_norm_in norm = {ly->attn_norm_b, L->eps, s->xb};
-        const tela_matmul_target qkv[3] = {{&ly->wq, s->q, q_dim}, {&ly->wk, s->k, k_dim}, {&ly->wv, s->v, v_dim}};
-        tela_exec_norm_matmul_many(ex, &norm, qkv, 3, s->x, E, nt);
-        tela_exec_rope_store(ex, s->kv[r], kl, s->q, q_dim, L->r_head, s->k, k_dim, s->v, v_dim, b, s->cs, L->n_rot,
+        tela_exec *ex = rank_ex(s, r);
+        const llama_acts *a = rank_acts(s, r);
+        const tela_batch *b = &s->ranks.rk[shared ? 0 : r].batch;
+        const tela_norm_in norm = {ly->attn_norm_b, L->eps, a->xb};
+        const tela_matmul_target qkv[3] = {{&ly->wq, a->q, q_dim}, {&ly->wk, a->k, k_dim}, {&ly->wv, a->v, v_dim}};
+        tela_exec_norm_matmul_many(ex, &norm, qkv, 3, a->x, E, nt);
+        tela_exec_rope_store(ex, s->kv[r], kl, a->q, q_dim, L->r_head, a->k, k_dim, a->v, v_dim, b, a->cs, L->n_rot,
                              L->rope_mode);
-        tela_exec_attention(ex, s->kv[r], kl, s->q, q_dim, s->att, att_dim, b, L->r_head, scale);
-        tela_exec_matmul(ex, &ly->wo, s->att, att_dim, update, E, nt, !split || r > 0);
+        tela_exec_attention(ex, s->kv[r], kl, a->q, q_dim, a->att, att_dim, b, L->r_head, scale);
+        tela_exec_matmul(ex, &ly->wo, a->att, att_dim, split ? a->part : a->x, E, nt, !split || (shared && r > 0));
     }
-    if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+    if (split) {
+        tela_model_ranks_sum(&s->ranks, parts, (int64_t)nt * E);
+        for (int e = 0; e < s->ranks.n; e++)
+            tela_exec_add(s->ranks.rk[e].ex, s->acts[e].x, s->acts[e].part, (int64_t)nt * E);
+    }
     /* feed-forward */
-    for (int r = 0; r < L->world; r++)
-        tela_model_ffn_swiglu(ex, &L->rank_layers[r][l].ffn, s->x, s->xb, s->gate, update, !split || r > 0, E, nt,
-                              L->eps);
-    if (split) tela_exec_add(ex, s->x, s->part, (int64_t)nt * E);
+    for (int r = 0; r < L->world; r++) {
+        const llama_acts *a = rank_acts(s, r);
+        tela_model_ffn_swiglu(rank_ex(s, r), &L->rank_layers[r][l].ffn, a->x, a->xb, a->gate, split ? a->part : a->x,
+                              !split || (shared && r > 0), E, nt, L->eps);
+    }
+    if (split) {
+        tela_model_ranks_sum(&s->ranks, parts, (int64_t)nt * E);
+        for (int e = 0; e < s->ranks.n; e++)
+            tela_exec_add(s->ranks.rk[e].ex, s->acts[e].x, s->acts[e].part, (int64_t)nt * E);
+    }
 }
 
 /* One step over the batch's tokens (at most n_batch; the cache already
- * holds the positions before them). Leaves the final hidden states in s->x. */
-static void forward_step(const llama_model *L, llama_state *s, const tela_batch *b) {
-    tela_exec *ex = s->ex;
+ * holds the positions before them). Leaves the final hidden states in x. */
+static void forward_step(const llama_model *L, llama_state *s) {
+    const tela_batch *b = &s->io.batch;
     const int nt = b->n_tok, E = L->n_embd;
-    tela_exec_rope_table(ex, s->cs, b, L->inv_freq_b, L->n_rot);
-    tela_model_embed(ex, L->embd, L->world, b->tokens, nt, s->x, E);
-    tela_model_probe(&s->io, -1, s->x, nt, E);
+    tela_model_ranks_begin(&s->ranks, b);
+    for (int e = 0; e < s->ranks.n; e++)
+        tela_exec_rope_table(s->ranks.rk[e].ex, s->acts[e].cs, &s->ranks.rk[e].batch, L->inv_freq_b[e], L->n_rot);
+    if (s->ranks.n > 1) {
+        float *x[TELA_MODEL_MAX_RANKS];
+        for (int e = 0; e < s->ranks.n; e++) x[e] = s->acts[e].x;
+        tela_model_embed_ranks(&s->ranks, L->embd, nt, x, E);
+    } else {
+        tela_model_embed(s->ex, L->embd, L->world, b->tokens, nt, s->acts[0].x, E);
+    }
+    tela_model_probe(&s->io, -1, s->acts[0].x, nt, E);
     for (int l = 0; l < L->n_layer; l++) {
         const int kl = L->kv_slot[l];
-        if (kl >= 0) layer(L, s, b, l, kl); /* else skipped: the residual stream passes unchanged */
-        tela_model_probe(&s->io, l, s->x, nt, E);
+        if (kl >= 0) layer(L, s, l, kl); /* else skipped: the residual stream passes unchanged */
+        tela_model_probe(&s->io, l, s->acts[0].x, nt, E);
     }
 }
 
 static void forward_output(const tela_model *m, void *state, const tela_model_step *step) {
     const llama_model *L = m->impl;
     llama_state *s = state;
-    forward_step(L, s, &s->io.batch);
-    tela_model_output_head(s->ex, L->heads, L->world, L->output_norm_b, L->eps, s->x, s->xb, L->n_embd, step, &s->io);
+    forward_step(L, s);
+    if (s->ranks.n > 1) {
+        float *x[TELA_MODEL_MAX_RANKS], *xb[TELA_MODEL_MAX_RANKS];
+        for (int e = 0; e < s->ranks.n; e++) {
+            x[e] = s->acts[e].x;
+            xb[e] = s->acts[e].xb;
+        }
+        tela_model_output_head_ranks(&s->ranks, L->heads, L->output_norm_b, L->eps, x, xb, L->n_embd, step, &s->io);
+    } else {
+        tela_model_output_head(s->ex, L->heads, L->world, L->output_norm_b[0], L->eps, s->acts[0].x, s->acts[0].xb,
+                               L->n_embd, step, &s->io);
+    }
+    tela_model_ranks_end(&s->ranks);
 }
 
 static tela_status llama_forward_batch(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
@@ -657,7 +731,7 @@ static tela_status llama_slot_load(const tela_model *m, void *state, int slot, c
 static tela_status llama_kv_copy_rows(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n) {
     (void)m;
     llama_state *s = state;
-    for (int r = 0; r < s->n_kv; r++) TELA_TRY(tela_kv_copy_rows(s->ex, s->kv[r], dst, src, n));
+    for (int r = 0; r < s->n_kv; r++) TELA_TRY(tela_kv_copy_rows(rank_ex(s, r), s->kv[r], dst, src, n));
     return TELA_OK;
 }
 
@@ -801,6 +875,7 @@ const tela_arch tela_arch_llama = {
     .name = "llama",
     .backends = 1u << TELA_BACKEND_CPU | 1u << TELA_BACKEND_CUDA,
     .tensor_parallel = true,
+    .rank_devices = true,
     .hf_model_types = llama_hf_types,
     .load = llama_load,
     .free = llama_free,

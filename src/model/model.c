@@ -133,23 +133,87 @@ static void tensor_stats(tela_model *m) {
 
 /* The backend the user asked for (params.device, else $TELA_DEVICE, else
  * the default: a GPU when there is one and the architecture runs there). */
+/* The backends of a rank per device: a device list ("cuda:0,cuda:1",
+ * "cpu,cpu") puts rank r on its r-th entry; --tensor-parallel N on the
+ * automatic choice or "cuda" with at least N GPUs puts rank r on cuda:r.
+ * Otherwise every rank runs on the one backend, one after another. */
+static tela_status choose_rank_devices(tela_model *m, const char *dev, bool automatic) {
+    int listed = 1;
+    for (const char *p = dev; p && *p; p++) listed += *p == ',';
+    if (listed > 1) {
+        if (m->tp_world > 1 && m->tp_world != listed)
+            return tela_errorf(TELA_ERR_ARG, "%s: the device list '%s' names %d devices but --tensor-parallel is %d",
+                               m->path, dev, listed, m->tp_world);
+        if (listed > TELA_MODEL_MAX_RANKS)
+            return tela_errorf(TELA_ERR_ARG, "%s: the device list '%s' names more than %d devices", m->path, dev,
+                               TELA_MODEL_MAX_RANKS);
+        m->tp_world = listed;
+    } else if (m->tp_world > 1 && (automatic || !strcmp(dev, "cuda")) &&
+               (m->arch->backends & (1u << TELA_BACKEND_CUDA)) && tela_backend_cuda_device_count() >= m->tp_world) {
+        listed = m->tp_world; /* a GPU a rank: cuda:0 .. cuda:N-1 */
+    } else {
+        return TELA_OK;
+    }
+    m->devs = tela_model_alloc(m, (size_t)listed * sizeof *m->devs);
+    if (!m->devs) return TELA_ERR_NOMEM;
+    m->n_dev = listed;
+    const char *p = dev;
+    for (int r = 0; r < listed; r++) {
+        char name[64];
+        if (listed > 1 && dev && strchr(dev, ',')) {
+            size_t len = strcspn(p, ",");
+            snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+            p += len + (p[len] == ',');
+        } else {
+            snprintf(name, sizeof name, "cuda:%d", r);
+        }
+        if (!name[0] || !strcmp(name, "auto"))
+            return tela_errorf(TELA_ERR_ARG, "%s: the device list '%s' must name each device (cpu, cuda:N)", m->path,
+                               dev);
+        tela_status s = tela_backend_create(name, m->n_threads, &m->devs[r]);
+        if (s != TELA_OK) return tela_error_prefix(s, "%s: rank %d: ", m->path, r);
+        if (r > 0 && tela_backend_get_kind(m->devs[r]) != tela_backend_get_kind(m->devs[0]))
+            return tela_errorf(TELA_ERR_ARG, "%s: the device list '%s' mixes the CPU and GPUs (the ranks must be "
+                               "devices of one kind)", m->path, dev);
+    }
+    m->be = m->devs[0];
+    return TELA_OK;
+}
+
 static tela_status choose_backend(tela_model *m) {
     const char *dev = m->device_req && m->device_req[0] ? m->device_req : getenv("TELA_DEVICE");
     bool automatic = !dev || !dev[0] || !strcmp(dev, "auto");
-    tela_status s;
-    if (automatic) {
+    tela_status s = TELA_OK;
+    TELA_TRY(choose_rank_devices(m, dev, automatic));
+    if (m->be) {
+        /* chosen by the ranks */
+    } else if (automatic) {
         bool gpu = tela_backend_cuda_device_count() > 0 && (m->arch->backends & (1u << TELA_BACKEND_CUDA));
         s = tela_backend_create(gpu ? "cuda" : "cpu", m->n_threads, &m->be);
     } else {
         s = tela_backend_create(dev, m->n_threads, &m->be);
     }
     if (s != TELA_OK) return tela_error_prefix(s, "%s: ", m->path);
+    if (!m->devs) {
+        m->devs = tela_model_alloc(m, sizeof *m->devs);
+        if (!m->devs) return TELA_ERR_NOMEM;
+        m->devs[0] = m->be;
+        m->n_dev = 1;
+    }
     tela_backend_kind kind = tela_backend_get_kind(m->be);
     if (!(m->arch->backends & (1u << kind)))
         return tela_errorf(TELA_ERR_UNSUPPORTED,
                            "%s: %s models do not run on %s yet in this version of tela; use --device cpu", m->path,
                            m->arch->name, tela_backend_description(m->be));
-    snprintf(m->device_buf, sizeof m->device_buf, "%s", tela_backend_description(m->be));
+    if (m->n_dev > 1 && !m->arch->rank_devices)
+        return tela_errorf(TELA_ERR_UNSUPPORTED,
+                           "%s: %s models do not spread their ranks over several devices yet (Llama only); give one "
+                           "device, on which the ranks run one after another", m->path, m->arch->name);
+    if (m->n_dev > 1)
+        snprintf(m->device_buf, sizeof m->device_buf, "%d ranks: %s, ... %s", m->n_dev,
+                 tela_backend_description(m->devs[0]), tela_backend_description(m->devs[m->n_dev - 1]));
+    else
+        snprintf(m->device_buf, sizeof m->device_buf, "%s", tela_backend_description(m->be));
     m->info.device = m->device_buf;
     return TELA_OK;
 }
@@ -271,7 +335,10 @@ void tela_model_free(tela_model *model) {
     if (model->vocab) tela_vocab_free(model->vocab);
     if (model->gguf) tela_gguf_close(model->gguf);
     if (model->ckpt) tela_checkpoint_close(model->ckpt);
-    tela_backend_free(model->be);
+    if (model->n_dev > 1)
+        for (int r = 0; r < model->n_dev; r++) tela_backend_free(model->devs[r]);
+    else
+        tela_backend_free(model->be);
     for (size_t i = 0; i < model->n_allocs; i++) free(model->allocs[i]);
     free(model->allocs);
     free(model->no_vocab_reason);

@@ -45,7 +45,11 @@ struct tela_model {
     int load_mtp;
     int32_t mtp_draft_vocab;     /* tela_model_params.mtp_draft_vocab */
     int tp_world;               /* tela_model_params.tensor_parallel (1: none) */
-    tela_backend *be;           /* where the weights are and the forward pass runs */
+    tela_backend *be;           /* where the weights are and the forward pass runs (rank 0's) */
+    int n_dev;                  /* backends the ranks run on: 1 (every rank on be, one after another) or
+                                   tp_world (rank r on devs[r], with its own exec: tensor parallelism over
+                                   devices) */
+    tela_backend **devs;        /* [n_dev]; devs[0] == be */
     const char *device_req;     /* params.device during the load */
     int32_t *skip_req;          /* params.skip_layers (a copy) */
     size_t n_skip_req;
@@ -131,6 +135,7 @@ struct tela_arch {
     const char *const *hf_model_types;  /* config.json model_type values, NULL-terminated */
     unsigned backends;                  /* bit 1 << kind for each backend kind the forward pass runs on */
     bool tensor_parallel;               /* load() splits the layers over m->tp_world ranks (else it must be 1) */
+    bool rank_devices;                  /* ... and runs them on m->devs, a rank a device (else n_dev must be 1) */
 
     /* Reads hyperparameters and weights (shapes and types checked) from the
      * model's source and gives the backend its copies (tela_model_const,
@@ -259,6 +264,14 @@ tela_status tela_model_const(tela_model *m, const void *host, size_t bytes, cons
  * architecture at the end of its load. */
 tela_status tela_model_prepare_mats(tela_model *m, tela_mat *const *mats, const tela_mat_use *uses, size_t n);
 
+/* With a rank per device (m->n_dev > 1): rank r's backend, and its copies
+ * of constants and matrices (the model's backend for every rank
+ * otherwise). */
+tela_backend *tela_model_rank_backend(const tela_model *m, int rank);
+tela_status tela_model_const_rank(tela_model *m, int rank, const void *host, size_t bytes, const void **out);
+tela_status tela_model_prepare_mats_rank(tela_model *m, int rank, tela_mat *const *mats, const tela_mat_use *uses,
+                                         size_t n);
+
 /* ---- helpers for architectures' forward passes (forward.c) ---- */
 
 /* A session's input and output buffers in backend memory: the tokens and
@@ -345,6 +358,50 @@ void tela_model_embed(tela_exec *ex, const tela_mat *parts, int n_parts, const i
 /* Hands the last of n_tok hidden-state rows (backend memory) to the probe
  * of a probed evaluation, as the state after `layer` (-1: the embedding). */
 void tela_model_probe(tela_model_io *io, int layer, const float *x, int n_tok, int n_embd);
+
+/* A state's ranks with a rank per device (m->n_dev > 1: tensor
+ * parallelism over devices, docs/MULTI-GPU.md). Rank 0 runs on the
+ * session's exec, rank r > 0 on an exec of its own on m->devs[r]; one
+ * thread issues every rank's work, and the sums of the ranks' partial
+ * results are all-reduces (tela_exec_allreduce_sum). With one device
+ * (n 1) every rank's work runs on the session's exec, one rank after
+ * another, and the ranks' partial sums add up in one buffer. */
+typedef struct tela_model_rank {
+    tela_exec *ex;
+    int32_t *tok, *pos;          /* r > 0: the step's tokens and positions, copied from rank 0 */
+    tela_batch batch;            /* the step as this rank sees it (its own tokens and positions) */
+    float *logits;               /* r > 0: its columns of the logits, head_rows rows at a time */
+} tela_model_rank;
+
+typedef struct tela_model_ranks {
+    int n;                       /* execs: 1, or m->n_dev */
+    tela_model_rank *rk;         /* [n] */
+    tela_exec_group *group;      /* the all-reduce (n > 1) */
+    int head_rows;
+} tela_model_ranks;
+
+/* The ranks of a new state whose steps have at most n_batch tokens, whose
+ * sums are at most max_floats floats, and whose output head is split as
+ * heads[r] (rows of the vocabulary). */
+tela_status tela_model_ranks_init(const tela_model *m, tela_model_ranks *R, tela_exec *ex0, int n_batch,
+                                  int64_t max_floats, const tela_mat *heads);
+void tela_model_ranks_free(tela_model_ranks *R);
+/* A step's start: every rank waits for rank 0 and takes a copy of the
+ * step's tokens and positions (b: rank 0's; R->rk[r].batch: rank r's);
+ * its end: rank 0 waits for every rank (so that a captured decode step
+ * holds all their work). */
+void tela_model_ranks_begin(tela_model_ranks *R, const tela_batch *b);
+void tela_model_ranks_end(tela_model_ranks *R);
+/* bufs[r] = the sum over the ranks of bufs[r] (n floats each); nothing
+ * with one exec. */
+void tela_model_ranks_sum(tela_model_ranks *R, float *const *bufs, int64_t n);
+/* tela_model_embed and tela_model_output_head with a rank per device:
+ * x[r], xb[r], norm[r] are rank r's; the embedding's parts summed into
+ * every rank's x, the logits (and pick) on rank 0. */
+void tela_model_embed_ranks(tela_model_ranks *R, const tela_mat *parts, int n_tok, float *const *x, int n_embd);
+void tela_model_output_head_ranks(tela_model_ranks *R, const tela_mat *parts, const float *const *norm, float eps,
+                                  float *const *x, float *const *xb, int n_embd, const tela_model_step *step,
+                                  tela_model_io *io);
 
 /* A SwiGLU feed-forward block, as Llama and Qwen3.5 have it:
  *     out (+)= W_down (silu(W_gate h) * W_up h),   h = rmsnorm(x) * norm

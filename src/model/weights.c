@@ -126,6 +126,23 @@ tela_status tela_model_prepare_mats(tela_model *m, tela_mat *const *mats, const 
     return s == TELA_OK ? s : tela_error_prefix(s, "%s: ", m->path);
 }
 
+tela_backend *tela_model_rank_backend(const tela_model *m, int rank) {
+    return m->n_dev > 1 ? m->devs[rank] : m->be;
+}
+
+tela_status tela_model_const_rank(tela_model *m, int rank, const void *host, size_t bytes, const void **out) {
+    tela_status s = tela_backend_const(tela_model_rank_backend(m, rank), host, bytes, out);
+    return s == TELA_OK ? s : tela_error_prefix(s, "%s: rank %d: ", m->path, rank);
+}
+
+tela_status tela_model_prepare_mats_rank(tela_model *m, int rank, tela_mat *const *mats, const tela_mat_use *uses,
+                                         size_t n) {
+    if (m->verbose && m->n_dev > 1)
+        fprintf(stderr, "tela: rank %d on %s\n", rank, tela_backend_description(tela_model_rank_backend(m, rank)));
+    tela_status s = tela_backend_prepare_mats(tela_model_rank_backend(m, rank), mats, uses, n, m->verbose);
+    return s == TELA_OK ? s : tela_error_prefix(s, "%s: rank %d: ", m->path, rank);
+}
+
 tela_status tela_model_get_vec(tela_model *m, const char *name, int64_t n, bool optional, float **out) {
     *out = NULL;
     const tela_tensor *t = tela_model_find_tensor(m, name);

@@ -651,6 +651,15 @@ static void cpu_prof_mode(tela_exec *ex, bool on) {
     (void)on;
 }
 
+/* Several CPU execs (tensor parallelism's ranks in tests): host memory,
+ * and every operation complete when its call returns. */
+static void cpu_copy_from(tela_exec *ex, void *dst, size_t dst_pitch, tela_exec *other, const void *src,
+                          size_t src_pitch, size_t width, size_t rows) {
+    (void)ex;
+    (void)other;
+    for (size_t i = 0; i < rows; i++) memmove((char *)dst + i * dst_pitch, (const char *)src + i * src_pitch, width);
+}
+
 static const tela_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .mem_info = cpu_mem_info,
@@ -698,6 +707,7 @@ static const tela_backend_ops cpu_ops = {
     .prof_seconds = cpu_prof_seconds,
     .prof_clear = cpu_prof_clear,
     .prof_mode = cpu_prof_mode,
+    .copy_from = cpu_copy_from,
 };
 
 static tela_status cpu_exec_create(tela_backend *be, int n_threads, tela_exec **out) {

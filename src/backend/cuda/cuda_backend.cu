@@ -248,6 +248,7 @@ static void cuda_exec_free(tela_exec *e) {
     free(ex->pg_host);
     free(ex->pg_seq_tbl);
     for (int i = 0; i < ex->cap_ev; i++) cudaEventDestroy(ex->ev[i]);
+    if (ex->join_ev) cudaEventDestroy(ex->join_ev);
     free(ex->ev);
     if (ex->stream) cudaStreamDestroy(ex->stream);
     free(ex);
@@ -322,6 +323,7 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
     cudaError_t e = cudaStreamCreateWithFlags(&ex->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMalloc(&ex->cublas_ws, CUBLAS_WS_BYTES);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ex->join_ev, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         cudaGetLastError();
         cuda_exec_free(&ex->head);
@@ -985,6 +987,12 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_prof_seconds,
     cuda_prof_clear,
     cuda_prof_mode,
+    tela_cuda_activate,
+    tela_cuda_wait_for,
+    tela_cuda_copy_from,
+    tela_cuda_comm_create,
+    tela_cuda_comm_free,
+    tela_cuda_comm_allreduce,
 };
 
 tela_status tela_backend_cuda_create(int device, int n_threads, tela_backend **out) {

@@ -137,6 +137,7 @@ typedef struct cuda_exec {
     size_t pg_dev_cap, pg_host_cap;
     int32_t *pg_seq_tbl;
     int pg_seq_cap;
+    cudaEvent_t join_ev;         /* recorded where another exec waits for this one (cuda_ranks.cu) */
 } cuda_exec;
 
 typedef struct cuda_kv {
@@ -185,6 +186,15 @@ bool tela_cuda_launched(cuda_exec *ex, const char *what);
 void *tela_cuda_scratch(cuda_exec *ex, size_t bytes);
 void *tela_cuda_aux(cuda_exec *ex, size_t bytes);
 void *tela_cuda_act(cuda_exec *ex, size_t bytes);
+/* Several execs, one a rank (cuda_ranks.cu): backend.h "Several execs". */
+void tela_cuda_activate(tela_exec *ex);
+void tela_cuda_wait_for(tela_exec *ex, tela_exec *other);
+void tela_cuda_copy_from(tela_exec *ex, void *dst, size_t dst_pitch, tela_exec *other, const void *src,
+                         size_t src_pitch, size_t width, size_t rows);
+tela_status tela_cuda_comm_create(tela_exec *const *ex, int n, void **comm, const char **transport);
+void tela_cuda_comm_free(void *comm, int n);
+void tela_cuda_comm_allreduce(void *comm, tela_exec *const *ex, float *const *bufs, int64_t n);
+
 /* Destroys the captured graphs (they are captured again on next use). */
 void tela_cuda_drop_graphs(cuda_exec *ex);
 
