@@ -251,6 +251,11 @@ int main(void) {
     check_model(path);
     batch_device = NULL;
 
+    tp_device = "cpu,cpu";
+    check_refused("llama-gqa-f32.gguf", 4, "names 2 devices");
+    tp_device = "cpu,,cpu";
+    check_refused("llama-gqa-f32.gguf", 0, "must name each device");
+    tp_device = "cpu";
     check_refused("llama-gqa-f32.gguf", 3, "KV heads");
     check_refused("llama-gqa-f32.gguf", 8, "4 query heads");
     check_refused("llama-gqa-q8_0.gguf", 2, "attn_output");
@@ -284,6 +289,9 @@ int main(void) {
         snprintf(path, sizeof path, "%s/qwen35-asym-f32.gguf", dir);
         for (kv_f16 = 0; kv_f16 < 2; kv_f16++) check_model(path);
         check_refused("qwen35-sym-f32.gguf", 4, "KV heads");
+        tp_device = "cpu,cpu"; /* a rank per device: Llama only so far */
+        check_refused("qwen35-sym-f32.gguf", 2, "spread their ranks");
+        tp_device = "cpu";
     }
     batch_tp = 0;
     /* several key heads a rank: qwen3.5-tiny with 4 key / 8 value heads

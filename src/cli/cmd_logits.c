@@ -20,7 +20,7 @@ static void usage(FILE *f) {
             "      --all            write the logits of every position\n"
             "  -o, --output FILE    where to write ('-' for stdout)\n"
             "  -t, --threads N      computation threads (default: all cores)\n"
-            "      --device DEV     cpu, cuda or cuda:N (default: the GPU when there is one)\n"
+            "      --device DEV     cpu, cuda, cuda:N or a list (default: the GPU when there is one)\n"
             "  -h, --help           this help\n");
 }
 

@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "  -c, --ctx-size N       window length in tokens (default %d)\n"
             "      --chunks N         score at most the first N windows (default: all)\n"
             "  -t, --threads N        computation threads (default: all cores)\n"
-            "      --device DEV       cpu, cuda or cuda:N (default: the GPU when there is one)\n"
+            "      --device DEV       cpu, cuda, cuda:N or a list (default: the GPU when there is one)\n"
             "      --skip-layers LIST bypass these decoder layers (comma-separated; see tela prune-plan)\n"
             "      --mem-budget B     memory the session may take: 8G, 512M, 80%% (default: what is available)\n"
             "      --kv-type T        KV cache precision: f16, f32 or q8_0 (the CPU only)\n"

@@ -33,7 +33,7 @@ static void usage(FILE *f) {
             "  -c, --ctx-size N       at most N tokens of each prompt (default %d)\n"
             "      --json             one JSON object instead of the table\n"
             "  -t, --threads N        computation threads (default: all cores)\n"
-            "      --device DEV       cpu, cuda or cuda:N (default: the GPU when there is one)\n"
+            "      --device DEV       cpu, cuda, cuda:N or a list (default: the GPU when there is one)\n"
             "      --skip-layers LIST layers already removed (comma-separated)\n"
             "  -h, --help             this help\n",
             PLAN_DEFAULT_PROMPTS, PLAN_DEFAULT_CTX);

@@ -149,7 +149,8 @@ static tela_status choose_rank_devices(tela_model *m, const char *dev, bool auto
                                TELA_MODEL_MAX_RANKS);
         m->tp_world = listed;
     } else if (m->tp_world > 1 && (automatic || !strcmp(dev, "cuda")) &&
-               (m->arch->backends & (1u << TELA_BACKEND_CUDA)) && tela_backend_cuda_device_count() >= m->tp_world) {
+               m->arch->rank_devices && (m->arch->backends & (1u << TELA_BACKEND_CUDA)) &&
+               tela_backend_cuda_device_count() >= m->tp_world) {
         listed = m->tp_world; /* a GPU a rank: cuda:0 .. cuda:N-1 */
     } else {
         return TELA_OK;
