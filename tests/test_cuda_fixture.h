@@ -42,6 +42,62 @@ static inline tela_model *load_on(const char *path, const char *device) {
 }
 
 
+/* Tensor parallelism with an exec a rank (the device list `many`, e.g.
+ * "cuda:0,cuda:0" or "cpu,cpu": each rank its own exec, activations, KV
+ * cache and states, the sums all-reduced through copies and adds on rank
+ * 0) against the same world of ranks taking turns on one exec of `one`:
+ * a 40-token prompt's logits at every position and 8 decode steps (on a
+ * GPU captured and replayed as graphs from the third), bit for bit: the
+ * all-reduce adds the ranks' sums in rank order, as the turns accumulate
+ * them. */
+static inline void check_rank_execs(const char *dir, const char *gguf, int world, const char *one, const char *many) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, gguf);
+    tela_model *m1 = NULL, *mn = NULL;
+    tela_model_params mp = tela_model_default_params();
+    mp.device = one;
+    mp.tensor_parallel = world;
+    CHECK_OK(tela_model_load(path, &mp, &m1));
+    mp.device = many;
+    CHECK_OK(tela_model_load(path, &mp, &mn));
+    tela_session *a = NULL, *b = NULL;
+    float *la = NULL, *lb = NULL;
+    if (!m1 || !mn) goto done;
+    CHECK_MSG(strstr(tela_model_get_info(mn)->device, "ranks") != NULL, "%s on %s: device '%s'", gguf, many,
+              tela_model_get_info(mn)->device);
+    const int V = tela_model_get_info(m1)->n_vocab, n = 40;
+    int32_t ids[40];
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
+    CHECK_OK(tela_session_create(m1, NULL, &a));
+    CHECK_OK(tela_session_create(mn, NULL, &b));
+    la = malloc(sizeof(float) * (size_t)n * V);
+    lb = malloc(sizeof(float) * (size_t)n * V);
+    if (!a || !b || !la || !lb) goto done;
+    CHECK_OK(tela_session_eval(a, ids, n, la, 1));
+    CHECK_OK(tela_session_eval(b, ids, n, lb, 1));
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        const double e = test_row_err(lb + (size_t)i * V, la + (size_t)i * V, V);
+        worst = e > worst ? e : worst;
+    }
+    CHECK_MSG(!memcmp(la, lb, sizeof(float) * (size_t)n * V),
+              "%s on %s: prompt logits differ from the ranks on one exec (by %g of the range)", gguf, many, worst);
+    for (int k = 0; k < 8; k++) {
+        CHECK_OK(tela_session_eval(a, ids + k, 1, la, 0));
+        CHECK_OK(tela_session_eval(b, ids + k, 1, lb, 0));
+        CHECK_MSG(!memcmp(la, lb, sizeof(float) * (size_t)V),
+                  "%s on %s: decode step %d differs from the ranks on one exec (by %g of the range)", gguf, many, k,
+                  test_row_err(lb, la, V));
+    }
+done:
+    free(la);
+    free(lb);
+    tela_session_free(a);
+    tela_session_free(b);
+    tela_model_free(m1);
+    tela_model_free(mn);
+}
+
 static inline void check_fixture(const char *dir, const char *gguf, const char *ref_name, double tol, int fast) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s.json", dir, ref_name);

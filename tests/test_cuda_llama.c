@@ -130,55 +130,6 @@ static void check_session(const char *tmp) {
     tela_model_free(m);
 }
 
-/* 2 ranks, each on its own exec of the GPU, against the ranks taking turns
- * on one exec: a 40-token prompt's logits at every position and 8 decode
- * steps (captured and replayed as graphs from the third) bit for bit. */
-static void check_rank_execs(const char *gguf) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", dir, gguf);
-    tela_model *one = NULL, *many = NULL;
-    tela_model_params mp = tela_model_default_params();
-    mp.device = "cuda:0";
-    mp.tensor_parallel = 2;
-    CHECK_OK(tela_model_load(path, &mp, &one));
-    mp.device = "cuda:0,cuda:0";
-    CHECK_OK(tela_model_load(path, &mp, &many));
-    if (!one || !many) goto done;
-    const int V = tela_model_get_info(one)->n_vocab, n = 40;
-    int32_t ids[40];
-    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
-    tela_session *a = NULL, *b = NULL;
-    CHECK_OK(tela_session_create(one, NULL, &a));
-    CHECK_OK(tela_session_create(many, NULL, &b));
-    float *la = malloc(sizeof(float) * (size_t)n * V), *lb = malloc(sizeof(float) * (size_t)n * V);
-    if (a && b && la && lb) {
-        CHECK_OK(tela_session_eval(a, ids, n, la, 1));
-        CHECK_OK(tela_session_eval(b, ids, n, lb, 1));
-        double worst = 0;
-        for (int i = 0; i < n; i++) {
-            const double e = test_row_err(lb + (size_t)i * V, la + (size_t)i * V, V);
-            worst = e > worst ? e : worst;
-        }
-        CHECK_MSG(!memcmp(la, lb, sizeof(float) * (size_t)n * V),
-                  "%s: a rank per exec: prompt logits differ from the ranks on one exec (by %g of the range)", gguf,
-                  worst);
-        for (int k = 0; k < 8; k++) {
-            CHECK_OK(tela_session_eval(a, ids + k, 1, la, 0));
-            CHECK_OK(tela_session_eval(b, ids + k, 1, lb, 0));
-            CHECK_MSG(!memcmp(la, lb, sizeof(float) * (size_t)V),
-                      "%s: a rank per exec: decode step %d differs from the ranks on one exec (by %g of the range)",
-                      gguf, k, test_row_err(lb, la, V));
-        }
-    }
-    free(la);
-    free(lb);
-    tela_session_free(a);
-    tela_session_free(b);
-done:
-    tela_model_free(one);
-    tela_model_free(many);
-}
-
 int main(void) {
     if (!tela_backend_cuda_built()) test_skip("built without CUDA");
     if (tela_backend_cuda_device_count() == 0) test_skip("no CUDA GPU");
@@ -208,7 +159,7 @@ int main(void) {
             tela_ops_set_exact_matmul(!fast);
             check_fixture(dir, "llama-gqa-f32.gguf", "llama-gqa", fast ? 2e-2 : 1e-4, fast);
             check_fixture(dir, "llama-tied-f16.gguf", "llama-tied", fast ? 2e-2 : 1e-3, fast);
-            check_rank_execs("llama-gqa-f32.gguf");
+            check_rank_execs(dir, "llama-gqa-f32.gguf", 2, "cuda:0", "cuda:0,cuda:0");
         }
         fixture_device = "cuda";
         fixture_tp = 0;

@@ -12,7 +12,8 @@
  *     tokens picked on the GPU identical to the reference up to the first
  *     step whose margin is below 0.01 (exact) or twice the fast bound;
  *     the same with the layers split over two ranks (tensor parallelism,
- *     the ranks sharing the GPU).
+ *     the ranks sharing the GPU), taking turns on one exec and with an
+ *     exec a rank ("cuda:0,cuda:0"), whose bits are the turns'.
  *   - GPU against the CPU path on a random-weight qwen3.5-tiny model
  *     (tela-mkmodel) as F32, F16, Q8_0 and Q6_K: exact mode within 1e-4
  *     of the range, fast within 3e-2. Its Q4_K_M has q5_0 tensors (rows of
@@ -147,6 +148,16 @@ int main(void) {
             check_fixture(dir, "qwen35-asym-f32.gguf", "qwen35-asym", fast ? 2e-2 : 1e-4, fast);
             check_fixture(dir, "qwen35-wide-f32.gguf", "qwen35-wide", fast ? 2e-2 : 1e-4, fast);
         }
+        /* a rank per exec on the one GPU (each rank its own stream and
+         * states): the same bounds, and the bits of the ranks' turns */
+        fixture_device = "cuda:0,cuda:0";
+        for (int fast = 0; fast < 2; fast++) {
+            tela_ops_set_exact_matmul(!fast);
+            check_fixture(dir, "qwen35-asym-f32.gguf", "qwen35-asym", fast ? 2e-2 : 1e-4, fast);
+            check_fixture(dir, "qwen35-wide-f32.gguf", "qwen35-wide", fast ? 2e-2 : 1e-4, fast);
+            check_rank_execs(dir, "qwen35-asym-f32.gguf", 2, "cuda:0", "cuda:0,cuda:0");
+        }
+        fixture_device = "cuda";
         fixture_tp = 0;
         tela_ops_set_exact_matmul(false);
     }

@@ -151,7 +151,7 @@ typedef struct qwen35_model {
     int n_head, n_kv_head, head_dim, n_rot;
     float eps;
     double *inv_freq;            /* [n_rot / 2] */
-    const double *inv_freq_b;
+    const double **inv_freq_b;   /* [world]: each rank's copy (one copy for all at one device) */
     int conv_k, nk, nv, dk, dv;  /* Gated DeltaNet shapes */
     bool v_tiled;                /* value head j uses key head j % nk (GGUF) instead of j / (nv / nk) */
     int n_attn, n_gdn;           /* layers of each kind */
@@ -160,7 +160,7 @@ typedef struct qwen35_model {
                                   * (&output without tensor parallelism) */
     tela_mat *embd;              /* the token embedding the same way (&tok_embd without) */
     float *output_norm;
-    const float *output_norm_b;
+    const float **output_norm_b; /* [world], as inv_freq_b */
     qwen35_layer *layers;        /* rank 0's (the whole layers without tensor parallelism) */
     int world;                   /* ranks each layer is split across (1: none) */
     qwen35_layer **rank_layers;  /* [world]: rank r's parts of the layers; [0] == layers */
@@ -433,8 +433,20 @@ static size_t layer_mats(qwen35_layer *ly, tela_mat **list) {
 /* The backend's copies of the vectors the forward pass reads. */
 static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
     const size_t E = (size_t)Q->n_embd * sizeof(float);
-    TELA_TRY(tela_model_const(m, Q->inv_freq, (size_t)(Q->n_rot / 2) * sizeof(double), (const void **)&Q->inv_freq_b));
-    TELA_TRY(tela_model_const(m, Q->output_norm, E, (const void **)&Q->output_norm_b));
+    const int n_dev = m->n_dev > 1 ? Q->world : 1; /* backends that take copies */
+    Q->inv_freq_b = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->inv_freq_b);
+    Q->output_norm_b = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->output_norm_b);
+    if (!Q->inv_freq_b || !Q->output_norm_b) return TELA_ERR_NOMEM;
+    for (int r = 0; r < Q->world; r++) {
+        if (r < n_dev) {
+            TELA_TRY(tela_model_const_rank(m, r, Q->inv_freq, (size_t)(Q->n_rot / 2) * sizeof(double),
+                                           (const void **)&Q->inv_freq_b[r]));
+            TELA_TRY(tela_model_const_rank(m, r, Q->output_norm, E, (const void **)&Q->output_norm_b[r]));
+        } else {
+            Q->inv_freq_b[r] = Q->inv_freq_b[0];
+            Q->output_norm_b[r] = Q->output_norm_b[0];
+        }
+    }
     for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
         qwen35_mtp *b = &Q->mtp[i];
         TELA_TRY(tela_model_const(m, b->enorm, E, (const void **)&b->enorm_b));
@@ -443,22 +455,22 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
     }
     const int n_mtp = Q->mtp ? Q->n_mtp : 0;
     for (int i = 0; i < Q->world * (Q->n_layer + n_mtp); i++) { /* every rank's layers, then the MTP blocks' */
-        const int r = i % Q->world, l = i / Q->world;
+        const int r = i % Q->world, l = i / Q->world, rk = m->n_dev > 1 ? r : 0;
         qwen35_layer *ly = l < Q->n_layer ? &Q->rank_layers[r][l] : &Q->mtp[l - Q->n_layer].layers[r];
         if (ly->slot < 0) continue; /* skipped */
-        TELA_TRY(tela_model_const(m, ly->attn_norm, E, (const void **)&ly->attn_norm_b));
+        TELA_TRY(tela_model_const_rank(m, rk, ly->attn_norm, E, (const void **)&ly->attn_norm_b));
         if (ly->is_attn) {
             const size_t hd = (size_t)Q->head_dim * sizeof(float);
-            TELA_TRY(tela_model_const(m, ly->attn.q_norm, hd, (const void **)&ly->attn.q_norm_b));
-            TELA_TRY(tela_model_const(m, ly->attn.k_norm, hd, (const void **)&ly->attn.k_norm_b));
+            TELA_TRY(tela_model_const_rank(m, rk, ly->attn.q_norm, hd, (const void **)&ly->attn.q_norm_b));
+            TELA_TRY(tela_model_const_rank(m, rk, ly->attn.k_norm, hd, (const void **)&ly->attn.k_norm_b));
         } else {
             qwen35_gdn *g = &ly->gdn;
             const size_t nv = (size_t)Q->r_nv * sizeof(float);
-            TELA_TRY(tela_model_const(m, g->conv_w, (size_t)r_conv_dim(Q) * Q->conv_k * sizeof(float),
+            TELA_TRY(tela_model_const_rank(m, rk, g->conv_w, (size_t)r_conv_dim(Q) * Q->conv_k * sizeof(float),
                                       (const void **)&g->conv_w_b));
-            TELA_TRY(tela_model_const(m, g->ssm_a, nv, (const void **)&g->ssm_a_b));
-            TELA_TRY(tela_model_const(m, g->dt_bias, nv, (const void **)&g->dt_bias_b));
-            TELA_TRY(tela_model_const(m, g->norm, (size_t)Q->dv * sizeof(float), (const void **)&g->norm_b));
+            TELA_TRY(tela_model_const_rank(m, rk, g->ssm_a, nv, (const void **)&g->ssm_a_b));
+            TELA_TRY(tela_model_const_rank(m, rk, g->dt_bias, nv, (const void **)&g->dt_bias_b));
+            TELA_TRY(tela_model_const_rank(m, rk, g->norm, (size_t)Q->dv * sizeof(float), (const void **)&g->norm_b));
         }
     }
     return TELA_OK;
@@ -467,6 +479,9 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
 /* Prepares every matrix the forward pass multiplies by (and the embedding
  * table, read by rows) for the backend (tela_model_prepare_mats). */
 static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
+    if (m->n_dev > 1 && Q->mtp)
+        return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: the MTP block with a rank per device is not built yet (load "
+                           "without it, or give one device, on which the ranks take turns)", m->path);
     TELA_TRY(backend_consts(m, Q));
     size_t cap = 2 + 3 * (size_t)Q->world + (size_t)Q->world * (size_t)(Q->n_layer + Q->n_mtp) * 9 + (size_t)Q->n_mtp,
            n = 0;
@@ -476,6 +491,25 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
         free(list);
         free(uses);
         return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    if (m->n_dev > 1) { /* a rank per device: each rank's matrices to its own (no MTP block: refused) */
+        tela_status st = TELA_OK;
+        for (int r = 0; r < Q->world && st == TELA_OK; r++) {
+            n = 0;
+            uses[n] = TELA_MAT_ROWS;
+            list[n++] = &Q->embd[r];
+            uses[n] = TELA_MAT_MATMUL;
+            list[n++] = &Q->heads[r];
+            for (int l = 0; l < Q->n_layer; l++)
+                if (Q->layers[l].slot >= 0) n += layer_mats(&Q->rank_layers[r][l], list + n);
+            for (size_t k = 2; k < n; k++) uses[k] = TELA_MAT_MATMUL;
+            st = tela_model_prepare_mats_rank(m, r, list, uses, n);
+        }
+        Q->mtp_vocab = Q->n_vocab;
+        Q->mtp_heads = Q->heads;
+        free(list);
+        free(uses);
+        return st;
     }
     for (int r = 0; r < Q->world; r++) { /* &Q->tok_embd and &Q->output at one rank */
         uses[n] = TELA_MAT_ROWS;
@@ -867,6 +901,14 @@ static void qwen35_free(tela_model *m) { m->impl = NULL; }
 
 /* --------------------------------------------------------------- state */
 
+/* The activations of one step on one exec (a rank's, with a rank per
+ * device; else every rank's in turn). */
+typedef struct qwen35_acts {
+    float *x, *xb, *q, *qg, *k, *v, *att, *gate, *cs;
+    float *part;                 /* with tensor parallelism: the ranks' partial sums of a residual update */
+    float *qkv_in, *qkv, *z, *beta, *g, *core;
+} qwen35_acts;
+
 /* A session: the KV cache of the attention layers, the conv and recurrent
  * states of the GDN layers, and the activations of one step of up to
  * n_batch tokens, all in backend memory. */
@@ -879,10 +921,11 @@ typedef struct qwen35_state {
     int n_kv;
     size_t conv_floats;          /* per GDN layer: (conv_k - 1) * conv_dim */
     size_t rec_floats;           /* per GDN layer: nv * dk * dv */
-    float *conv, *rec;           /* [n_seq][n_gdn][rank][...]: a layer's states, rank after rank */
-    float *x, *xb, *q, *qg, *k, *v, *att, *gate, *cs;
-    float *part;                 /* with tensor parallelism: the ranks' partial sums of a residual update */
-    float *qkv_in, *qkv, *z, *beta, *g, *core;
+    tela_model_ranks ranks;      /* the execs: one, or a rank's each (ranks.n) */
+    /* [ranks.n]: each exec's conv and recurrent states, [n_seq][n_gdn][its
+     * ranks][a rank's part]: at one exec a layer's states rank after rank */
+    float **conv, **rec;
+    qwen35_acts *acts;           /* [ranks.n] */
     tela_model_io io;
     /* What a forward pass with keep_states keeps (a session's, or a
      * batched run's: a speculative verification), for slot_rewind: per slot
@@ -891,7 +934,7 @@ typedef struct qwen35_state {
      * kernel-1 before the pass then the pass's ([n_seq][n_gdn]
      * [kernel-1+keep_cap][conv_dim]), whose last kernel-1 rows up to a
      * token are the conv state after it. Host arrays per slot: */
-    float *keep_rec, *keep_conv;
+    float **keep_rec, **keep_conv; /* [ranks.n]: each exec's, laid out as conv and rec */
     int keep_cap;
     int32_t *keep_idx;           /* host: 0, 1, 2, ... (row lists of tela_exec_copy_rows) */
     tela_copy_span *rewind_spans; /* host: a rewind's copies, two a GDN layer (slot_rewind) */
@@ -925,10 +968,25 @@ static void qwen35_state_free(void *p) {
     free(s->kv);
     for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) tela_kv_free(s->mtp_kv[r]);
     free(s->mtp_kv);
-    float *bufs[] = {s->conv,  s->rec,       s->x,         s->xb,       s->q,     s->qg,      s->k,
-                     s->v,     s->att,       s->gate,      s->cs,       s->qkv_in, s->qkv,    s->z,
-                     s->beta,  s->g,         s->core,      s->keep_rec, s->keep_conv, s->mtp_h, s->mtp_x,
-                     s->mtp_cat, s->mtp_g, s->mtp_logits, s->mtp_hin, s->part};
+    for (int e = 0; e < s->ranks.n; e++) {
+        tela_backend *bee = tela_exec_backend(s->ranks.rk[e].ex);
+        if (s->acts) {
+            const qwen35_acts *a = &s->acts[e];
+            float *bufs[] = {a->x, a->xb, a->q, a->qg, a->k, a->v, a->att, a->gate, a->cs, a->part, a->qkv_in, a->qkv,
+                             a->z, a->beta, a->g, a->core};
+            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(bee, bufs[i]);
+        }
+        if (s->conv) tela_backend_free_mem(bee, s->conv[e]);
+        if (s->rec) tela_backend_free_mem(bee, s->rec[e]);
+        if (s->keep_rec) tela_backend_free_mem(bee, s->keep_rec[e]);
+        if (s->keep_conv) tela_backend_free_mem(bee, s->keep_conv[e]);
+    }
+    free(s->acts);
+    free(s->conv);
+    free(s->rec);
+    free(s->keep_rec);
+    free(s->keep_conv);
+    float *bufs[] = {s->mtp_h, s->mtp_x, s->mtp_cat, s->mtp_g, s->mtp_logits, s->mtp_hin};
     tela_backend_free_mem(be, s->mtp_in);
     tela_backend_free_mem(be, s->mtp_pick);
     tela_backend_free_mem(be, s->mtp_tokd);
@@ -944,8 +1002,15 @@ static void qwen35_state_free(void *p) {
     free(s->keeping);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(be, bufs[i]);
     tela_model_io_free(&s->io);
+    tela_model_ranks_free(&s->ranks);
     free(s);
 }
+
+/* The exec that rank r's work runs on (its index among the state's), and
+ * the ranks an exec runs (all at one exec, else one). */
+static int rank_exec_of(const qwen35_state *s, int r) { return s->ranks.n > 1 ? r : 0; }
+static tela_exec *rank_ex(const qwen35_state *s, int r) { return s->ranks.rk[rank_exec_of(s, r)].ex; }
+static int ranks_per_exec(const qwen35_model *Q, const qwen35_state *s) { return Q->world / s->ranks.n; }
 
 /* What a session, or the engine's slots, need for the MTP block (one
  * block: the first; the checkpoints have one); the engine's KV cache of
@@ -1010,37 +1075,54 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
         s->conv_floats = (size_t)(Q->conv_k - 1) * (size_t)conv_dim(Q);
         s->rec_floats = (size_t)Q->nv * (size_t)Q->dk * (size_t)Q->dv;
     }
-    tela_status st = TELA_OK;
-    if (Q->n_attn > 0) { /* one cache a rank, of its KV heads */
+    tela_status st = tela_model_ranks_init(m, &s->ranks, ex, s->n_batch, (int64_t)s->n_batch * Q->n_embd, Q->heads);
+    if (st == TELA_OK) {
+        const size_t ne = (size_t)s->ranks.n;
+        s->acts = calloc(ne, sizeof *s->acts);
+        s->conv = calloc(ne, sizeof *s->conv);
+        s->rec = calloc(ne, sizeof *s->rec);
+        s->keep_rec = calloc(ne, sizeof *s->keep_rec);
+        s->keep_conv = calloc(ne, sizeof *s->keep_conv);
+        if (!s->acts || !s->conv || !s->rec || !s->keep_rec || !s->keep_conv)
+            st = tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    }
+    if (st == TELA_OK && Q->n_attn > 0) { /* one cache a rank, of its KV heads */
         const tela_kv_shape shape = {Q->n_attn,         paged ? p->kv_rows : n_ctx, Q->r_kv_head, Q->head_dim,
                                      Q->head_dim,       p->kv_dtype, paged ? p->kv_block_size : 0, n_ctx};
         s->kv = calloc((size_t)Q->world, sizeof *s->kv);
         if (!s->kv) st = tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
-        for (int r = 0; r < Q->world && st == TELA_OK; r++, s->n_kv++) st = tela_kv_create(ex, &shape, &s->kv[r]);
+        for (int r = 0; r < Q->world && st == TELA_OK; r++, s->n_kv++)
+            st = tela_kv_create(rank_ex(s, r), &shape, &s->kv[r]);
     }
-    /* the activations of one rank's part of a layer (the ranks take turns) */
+    /* each exec's activations (of a rank's part of a layer: at one exec
+     * the ranks take turns) and its ranks' states */
     const size_t nb = (size_t)s->n_batch, qd = (size_t)Q->r_head * Q->head_dim, kd = (size_t)r_kv_dim(Q);
     const size_t cd = Q->n_gdn > 0 ? (size_t)r_conv_dim(Q) : 1, vd = Q->n_gdn > 0 ? (size_t)r_value_dim(Q) : 1;
     const size_t nv = Q->n_gdn > 0 ? (size_t)Q->r_nv : 1;
-    const struct {
-        float **buf;
-        size_t floats;
-        const char *what;
-    } bufs[] = {
-        {&s->conv, (size_t)s->n_seq * Q->n_gdn * s->conv_floats, "the conv states"},
-        {&s->rec, (size_t)s->n_seq * Q->n_gdn * s->rec_floats, "the recurrent states"},
-        {&s->x, nb * Q->n_embd, "activations"}, {&s->xb, nb * Q->n_embd, "activations"},
-        {&s->q, nb * qd, "queries"}, {&s->qg, nb * qd * 2, "queries and gates"},
-        {&s->k, nb * kd, "keys"}, {&s->v, nb * kd, "values"}, {&s->att, nb * qd, "attention outputs"},
-        {&s->gate, nb * Q->r_ff, "feed-forward activations"}, {&s->cs, nb * Q->n_rot, "RoPE table"},
-        {&s->qkv_in, nb * cd, "GDN inputs"}, {&s->qkv, nb * cd, "GDN inputs"}, {&s->z, nb * vd, "GDN gates"},
-        {&s->core, nb * vd, "GDN outputs"}, {&s->beta, nb * nv, "GDN gates"}, {&s->g, nb * nv, "GDN gates"},
-        {&s->part, Q->world > 1 ? nb * Q->n_embd : 0, "partial sums"},
-    };
-    tela_backend *be = tela_exec_backend(ex);
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == TELA_OK; i++)
-        if (bufs[i].floats)
-            st = tela_backend_alloc(be, bufs[i].floats * sizeof(float), bufs[i].what, (void **)bufs[i].buf);
+    for (int e = 0; e < s->ranks.n && st == TELA_OK; e++) {
+        qwen35_acts *a = &s->acts[e];
+        const size_t per = (size_t)ranks_per_exec(Q, s);
+        const struct {
+            float **buf;
+            size_t floats;
+            const char *what;
+        } bufs[] = {
+            {&s->conv[e], (size_t)s->n_seq * Q->n_gdn * (s->conv_floats / (size_t)Q->world) * per, "the conv states"},
+            {&s->rec[e], (size_t)s->n_seq * Q->n_gdn * (s->rec_floats / (size_t)Q->world) * per,
+             "the recurrent states"},
+            {&a->x, nb * Q->n_embd, "activations"}, {&a->xb, nb * Q->n_embd, "activations"},
+            {&a->q, nb * qd, "queries"}, {&a->qg, nb * qd * 2, "queries and gates"},
+            {&a->k, nb * kd, "keys"}, {&a->v, nb * kd, "values"}, {&a->att, nb * qd, "attention outputs"},
+            {&a->gate, nb * Q->r_ff, "feed-forward activations"}, {&a->cs, nb * Q->n_rot, "RoPE table"},
+            {&a->qkv_in, nb * cd, "GDN inputs"}, {&a->qkv, nb * cd, "GDN inputs"}, {&a->z, nb * vd, "GDN gates"},
+            {&a->core, nb * vd, "GDN outputs"}, {&a->beta, nb * nv, "GDN gates"}, {&a->g, nb * nv, "GDN gates"},
+            {&a->part, Q->world > 1 ? nb * Q->n_embd : 0, "partial sums"},
+        };
+        tela_backend *be = tela_exec_backend(s->ranks.rk[e].ex);
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == TELA_OK; i++)
+            if (bufs[i].floats)
+                st = tela_backend_alloc(be, bufs[i].floats * sizeof(float), bufs[i].what, (void **)bufs[i].buf);
+    }
     if (st == TELA_OK) st = tela_model_io_init(&s->io, ex, Q->n_vocab, Q->n_embd, s->n_batch);
     if (st == TELA_OK) {
         s->keep_pos0 = calloc((size_t)s->n_seq, sizeof *s->keep_pos0);
@@ -1063,14 +1145,16 @@ static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params 
     if (p->n_batch > 0) n_batch = p->n_batch;
     const uint64_t nb = (uint64_t)(!paged && p->n_ctx < n_batch ? p->n_ctx : n_batch);
     const uint64_t n_seq = (uint64_t)(p->n_seq > 0 ? p->n_seq : 1);
-    /* every rank's KV cache; one rank's activations at a time */
+    /* every rank's KV cache (with a rank per device, what one device
+     * holds: its rank's); one rank's activations at a time */
+    const uint64_t on_dev = m->n_dev > 1 ? 1 : (uint64_t)Q->world;
     const uint64_t kv = tela_kv_dtype_bytes(p->kv_dtype, (uint64_t)Q->n_attn * (uint64_t)(paged ? p->kv_rows : p->n_ctx) *
-                                                          (uint64_t)Q->world * (uint64_t)r_kv_dim(Q) * 2);
+                                                          on_dev * (uint64_t)r_kv_dim(Q) * 2);
     uint64_t rec = 0, row = (Q->world > 1 ? 3ull : 2ull) * Q->n_embd + 4ull * Q->r_head * Q->head_dim +
                             2ull * r_kv_dim(Q) + 2ull * Q->r_ff + (uint64_t)Q->n_rot;
     if (Q->n_gdn > 0) {
         rec = n_seq * (uint64_t)Q->n_gdn *
-              ((uint64_t)(Q->conv_k - 1) * conv_dim(Q) + (uint64_t)Q->nv * Q->dk * Q->dv) * 4;
+              ((uint64_t)(Q->conv_k - 1) * conv_dim(Q) + (uint64_t)Q->nv * Q->dk * Q->dv) * 4 / ((uint64_t)Q->world / on_dev);
         row += 2ull * r_conv_dim(Q) + 2ull * r_value_dim(Q) + 2ull * Q->r_nv;
     }
     uint64_t mtp = 0; /* the MTP block: its KV cache and buffers */
@@ -1087,19 +1171,30 @@ static uint64_t qwen35_state_bytes(const tela_model *m, const tela_state_params 
 static void qwen35_state_reset(const tela_model *m, void *state) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
-    for (int r = 0; r < s->n_kv; r++) tela_kv_clear(s->ex, s->kv[r]);
+    for (int r = 0; r < s->n_kv; r++) tela_kv_clear(rank_ex(s, r), s->kv[r]);
     for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) tela_kv_clear(s->ex, s->mtp_kv[r]);
     memset(s->keep_n, 0, (size_t)s->n_seq * sizeof *s->keep_n);
-    tela_exec_zero(s->ex, s->conv, (size_t)s->n_seq * Q->n_gdn * s->conv_floats * sizeof(float));
-    tela_exec_zero(s->ex, s->rec, (size_t)s->n_seq * Q->n_gdn * s->rec_floats * sizeof(float));
+    const size_t per = (size_t)ranks_per_exec(Q, s), w = (size_t)Q->world;
+    for (int e = 0; e < s->ranks.n; e++) {
+        tela_exec *ex = s->ranks.rk[e].ex;
+        tela_exec_zero(ex, s->conv[e], (size_t)s->n_seq * Q->n_gdn * (s->conv_floats / w) * per * sizeof(float));
+        tela_exec_zero(ex, s->rec[e], (size_t)s->n_seq * Q->n_gdn * (s->rec_floats / w) * per * sizeof(float));
+    }
 }
 
-/* A slot's conv and recurrent states (the state of one sequence). */
-static float *slot_conv(const qwen35_model *Q, const qwen35_state *s, int slot) {
-    return s->conv + (size_t)slot * Q->n_gdn * s->conv_floats;
+/* Exec e's part of a slot's conv and recurrent states (the state of one
+ * sequence: all of it at one exec), and its bytes. */
+static float *slot_conv(const qwen35_model *Q, const qwen35_state *s, int slot, int e) {
+    return s->conv[e] + (size_t)slot * Q->n_gdn * (s->conv_floats / (size_t)s->ranks.n);
 }
-static float *slot_rec(const qwen35_model *Q, const qwen35_state *s, int slot) {
-    return s->rec + (size_t)slot * Q->n_gdn * s->rec_floats;
+static float *slot_rec(const qwen35_model *Q, const qwen35_state *s, int slot, int e) {
+    return s->rec[e] + (size_t)slot * Q->n_gdn * (s->rec_floats / (size_t)s->ranks.n);
+}
+static size_t slot_conv_bytes(const qwen35_model *Q, const qwen35_state *s) {
+    return (size_t)Q->n_gdn * (s->conv_floats / (size_t)s->ranks.n) * sizeof(float);
+}
+static size_t slot_rec_bytes(const qwen35_model *Q, const qwen35_state *s) {
+    return (size_t)Q->n_gdn * (s->rec_floats / (size_t)s->ranks.n) * sizeof(float);
 }
 
 /* With the MTP block loaded, a slot's image also holds the last
@@ -1121,45 +1216,52 @@ static void qwen35_slot_reset(const tela_model *m, void *state, int slot) {
     qwen35_state *s = state;
     s->keep_n[slot] = 0;
     if (s->mtp_h) tela_exec_zero(s->ex, s->mtp_h + (size_t)slot * Q->n_embd, (size_t)Q->n_embd * sizeof(float));
-    tela_exec_zero(s->ex, slot_conv(Q, s, slot), (size_t)Q->n_gdn * s->conv_floats * sizeof(float));
-    tela_exec_zero(s->ex, slot_rec(Q, s, slot), (size_t)Q->n_gdn * s->rec_floats * sizeof(float));
+    for (int e = 0; e < s->ranks.n; e++) {
+        tela_exec_zero(s->ranks.rk[e].ex, slot_conv(Q, s, slot, e), slot_conv_bytes(Q, s));
+        tela_exec_zero(s->ranks.rk[e].ex, slot_rec(Q, s, slot, e), slot_rec_bytes(Q, s));
+    }
 }
 
-/* The image: the slot's conv states, then its recurrent states (then the
- * MTP hidden state). */
+/* The image: the slot's conv states, then its recurrent states (each exec's
+ * part in turn: with a rank per device, the ranks' one after another),
+ * then the MTP hidden state. */
 static tela_status qwen35_slot_save(const tela_model *m, void *state, int slot, void *dst) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
-    const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
-    const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
+    const size_t cb = slot_conv_bytes(Q, s), rb = slot_rec_bytes(Q, s), ne = (size_t)s->ranks.n;
     unsigned char *p = dst;
-    TELA_TRY(tela_exec_download(s->ex, p, slot_conv(Q, s, slot), cb));
-    TELA_TRY(tela_exec_download(s->ex, p + cb, slot_rec(Q, s, slot), rb));
+    for (int e = 0; e < s->ranks.n; e++) {
+        TELA_TRY(tela_exec_download(s->ranks.rk[e].ex, p + e * cb, slot_conv(Q, s, slot, e), cb));
+        TELA_TRY(tela_exec_download(s->ranks.rk[e].ex, p + ne * cb + e * rb, slot_rec(Q, s, slot, e), rb));
+    }
+    p += ne * (cb + rb);
     if (!mtp_slot_bytes(Q)) return TELA_OK;
-    if (s->mtp_h) return tela_exec_download(s->ex, p + cb + rb, s->mtp_h + (size_t)slot * Q->n_embd, mtp_slot_bytes(Q));
-    memset(p + cb + rb, 0, mtp_slot_bytes(Q));
+    if (s->mtp_h) return tela_exec_download(s->ex, p, s->mtp_h + (size_t)slot * Q->n_embd, mtp_slot_bytes(Q));
+    memset(p, 0, mtp_slot_bytes(Q));
     return TELA_OK;
 }
 
 static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, const void *src) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
-    const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
+    const size_t cb = slot_conv_bytes(Q, s), rb = slot_rec_bytes(Q, s), ne = (size_t)s->ranks.n;
+    const unsigned char *p = src;
     s->keep_n[slot] = 0;
-    const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
-    TELA_TRY(tela_exec_upload(s->ex, slot_conv(Q, s, slot), src, cb));
-    TELA_TRY(tela_exec_upload(s->ex, slot_rec(Q, s, slot), (const unsigned char *)src + cb, rb));
+    for (int e = 0; e < s->ranks.n; e++) {
+        TELA_TRY(tela_exec_upload(s->ranks.rk[e].ex, slot_conv(Q, s, slot, e), p + e * cb, cb));
+        TELA_TRY(tela_exec_upload(s->ranks.rk[e].ex, slot_rec(Q, s, slot, e), p + ne * cb + e * rb, rb));
+    }
     if (s->mtp_h)
-        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h + (size_t)slot * Q->n_embd, (const unsigned char *)src + cb + rb,
-                                  mtp_slot_bytes(Q)));
-    return tela_exec_sync(s->ex);
+        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h + (size_t)slot * Q->n_embd, p + ne * (cb + rb), mtp_slot_bytes(Q)));
+    for (int e = 0; e < s->ranks.n; e++) TELA_TRY(tela_exec_sync(s->ranks.rk[e].ex));
+    return TELA_OK;
 }
 
 static tela_status qwen35_kv_copy_rows(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n) {
     (void)m;
     qwen35_state *s = state;
     for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) TELA_TRY(tela_kv_copy_rows(s->ex, s->mtp_kv[r], dst, src, n));
-    for (int r = 0; r < s->n_kv; r++) TELA_TRY(tela_kv_copy_rows(s->ex, s->kv[r], dst, src, n));
+    for (int r = 0; r < s->n_kv; r++) TELA_TRY(tela_kv_copy_rows(rank_ex(s, r), s->kv[r], dst, src, n));
     return TELA_OK;
 }
 
@@ -1184,24 +1286,25 @@ static size_t qwen35_state_size(const tela_model *m, const void *state, int32_t 
 }
 
 /* The image: the KV caches' images of positions [0, n_past) (one a rank, in
- * order), then every GDN layer's conv state, then every recurrent state,
- * then the MTP block's KV image and hidden state. */
+ * order), then every GDN layer's conv state, then every recurrent state
+ * (each exec's in turn), then the MTP block's KV image and hidden state. */
 static tela_status qwen35_state_save(const tela_model *m, const void *state, int32_t n_past, void *dst) {
     const qwen35_model *Q = m->impl;
     const qwen35_state *s = state;
     unsigned char *p = dst;
     for (int r = 0; r < s->n_kv; p += tela_kv_image_bytes(s->kv[r], n_past), r++) /* the ranks' images in order */
-        TELA_TRY(tela_kv_save(s->ex, s->kv[r], n_past, p));
-    const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
-    const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
-    TELA_TRY(tela_exec_download(s->ex, p, s->conv, cb));
-    TELA_TRY(tela_exec_download(s->ex, p + cb, s->rec, rb));
+        TELA_TRY(tela_kv_save(rank_ex(s, r), s->kv[r], n_past, p));
+    const size_t cb = slot_conv_bytes(Q, s), rb = slot_rec_bytes(Q, s); /* (slot 0: a session's) */
+    const size_t ne = (size_t)s->ranks.n;
+    for (int e = 0; e < s->ranks.n; e++) {
+        TELA_TRY(tela_exec_download(s->ranks.rk[e].ex, p + e * cb, s->conv[e], cb));
+        TELA_TRY(tela_exec_download(s->ranks.rk[e].ex, p + ne * cb + e * rb, s->rec[e], rb));
+    }
     if (!s->mtp_kv) return TELA_OK;
-    p += cb + rb;
+    p += ne * (cb + rb);
     for (int r = 0; r < s->n_mtp_kv; p += tela_kv_image_bytes(s->mtp_kv[r], n_past), r++)
         TELA_TRY(tela_kv_save(s->ex, s->mtp_kv[r], n_past, p));
-    return tela_exec_download(s->ex, p, s->mtp_h,
-                              (size_t)Q->n_embd * sizeof(float));
+    return tela_exec_download(s->ex, p, s->mtp_h, (size_t)Q->n_embd * sizeof(float));
 }
 
 static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
@@ -1210,19 +1313,21 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
     const unsigned char *p = src;
     s->keep_n[0] = 0;
     for (int r = 0; r < s->n_kv; p += tela_kv_image_bytes(s->kv[r], n_past), r++)
-        TELA_TRY(tela_kv_load(s->ex, s->kv[r], n_past, p));
-    const size_t cb = (size_t)Q->n_gdn * s->conv_floats * sizeof(float);
-    const size_t rb = (size_t)Q->n_gdn * s->rec_floats * sizeof(float);
-    TELA_TRY(tela_exec_upload(s->ex, s->conv, p, cb));
-    TELA_TRY(tela_exec_upload(s->ex, s->rec, p + cb, rb));
+        TELA_TRY(tela_kv_load(rank_ex(s, r), s->kv[r], n_past, p));
+    const size_t cb = slot_conv_bytes(Q, s), rb = slot_rec_bytes(Q, s); /* (slot 0: a session's) */
+    const size_t ne = (size_t)s->ranks.n;
+    for (int e = 0; e < s->ranks.n; e++) {
+        TELA_TRY(tela_exec_upload(s->ranks.rk[e].ex, s->conv[e], p + e * cb, cb));
+        TELA_TRY(tela_exec_upload(s->ranks.rk[e].ex, s->rec[e], p + ne * cb + e * rb, rb));
+    }
     if (s->mtp_kv) {
-        p += cb + rb;
+        p += ne * (cb + rb);
         for (int r = 0; r < s->n_mtp_kv; p += tela_kv_image_bytes(s->mtp_kv[r], n_past), r++)
             TELA_TRY(tela_kv_load(s->ex, s->mtp_kv[r], n_past, p));
-        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h, p,
-                                  (size_t)Q->n_embd * sizeof(float)));
+        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h, p, (size_t)Q->n_embd * sizeof(float)));
     }
-    return tela_exec_sync(s->ex);
+    for (int e = 0; e < s->ranks.n; e++) TELA_TRY(tela_exec_sync(s->ranks.rk[e].ex));
+    return TELA_OK;
 }
 
 /* ------------------------------------------------------------- forward */
@@ -1243,24 +1348,30 @@ static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
     if (n <= s->keep_cap) return TELA_OK;
     tela_exec_graphs_drop(s->ex);
     memset(s->keep_n, 0, (size_t)s->n_seq * sizeof *s->keep_n);
-    tela_backend *be = tela_exec_backend(s->ex);
-    tela_backend_free_mem(be, s->keep_rec);
-    tela_backend_free_mem(be, s->keep_conv);
+    for (int e = 0; e < s->ranks.n; e++) {
+        tela_backend *be = tela_exec_backend(s->ranks.rk[e].ex);
+        tela_exec_sync(s->ranks.rk[e].ex);
+        tela_backend_free_mem(be, s->keep_rec[e]);
+        tela_backend_free_mem(be, s->keep_conv[e]);
+        s->keep_rec[e] = s->keep_conv[e] = NULL;
+    }
     free(s->keep_idx);
     free(s->rewind_spans);
     s->rewind_spans = NULL;
-    s->keep_rec = s->keep_conv = NULL;
     s->keep_cap = 0;
     const int hist = Q->conv_k - 1;
-    const size_t cd = (size_t)conv_dim(Q), ng = (size_t)Q->n_gdn * (size_t)s->n_seq;
+    const size_t ne = (size_t)s->ranks.n, cd = (size_t)conv_dim(Q) / ne, ng = (size_t)Q->n_gdn * (size_t)s->n_seq;
     s->keep_idx = malloc((size_t)(n > hist ? n : hist) * sizeof *s->keep_idx);
     s->rewind_spans = malloc((size_t)(2 * Q->n_gdn * Q->world + 1) * sizeof *s->rewind_spans);
     if (!s->keep_idx || !s->rewind_spans) return tela_errorf(TELA_ERR_NOMEM, "qwen35: out of memory");
     for (int i = 0; i < (n > hist ? n : hist); i++) s->keep_idx[i] = i;
-    TELA_TRY(tela_backend_alloc(be, ng * (size_t)n * s->rec_floats * sizeof(float), "kept recurrent states",
-                                (void **)&s->keep_rec));
-    TELA_TRY(tela_backend_alloc(be, ng * (size_t)(hist + n) * cd * sizeof(float), "kept conv inputs",
-                                (void **)&s->keep_conv));
+    for (int e = 0; e < s->ranks.n; e++) { /* each exec's ranks' room */
+        tela_backend *be = tela_exec_backend(s->ranks.rk[e].ex);
+        TELA_TRY(tela_backend_alloc(be, ng * (size_t)n * (s->rec_floats / ne) * sizeof(float), "kept recurrent states",
+                                    (void **)&s->keep_rec[e]));
+        TELA_TRY(tela_backend_alloc(be, ng * (size_t)(hist + n) * cd * sizeof(float), "kept conv inputs",
+                                    (void **)&s->keep_conv[e]));
+    }
     s->keep_cap = n;
     return TELA_OK;
 }
@@ -1268,66 +1379,73 @@ static tela_status keep_reserve(const tela_model *m, qwen35_state *s, int n) {
 static const int32_t ROW0[1] = {0}; /* a row list of one: row 0 */
 
 /* A slot's kept states of GDN layer g (its index among the GDN layers),
- * rank r's part: the layer's room holds the ranks' one after another, each
- * laid out as the whole layer's are at one rank ([keep_cap][its recurrent
- * state], [kernel-1+keep_cap][its conv channels]). */
+ * rank r's part: the layer's room on the rank's exec holds its ranks' one
+ * after another (all of them at one exec), each laid out as the whole
+ * layer's are at one rank ([keep_cap][its recurrent state],
+ * [kernel-1+keep_cap][its conv channels]). */
+static size_t rank_slot_index(const qwen35_model *Q, const qwen35_state *s, int slot, int g, int r) {
+    const int per = ranks_per_exec(Q, s);
+    return ((size_t)slot * Q->n_gdn + (size_t)g) * (size_t)per + (size_t)(r % per);
+}
 static float *keep_rec_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g, int r) {
-    return s->keep_rec + ((size_t)slot * Q->n_gdn + (size_t)g) * (size_t)s->keep_cap * s->rec_floats +
-           (size_t)r * s->keep_cap * (s->rec_floats / (size_t)Q->world);
+    return s->keep_rec[rank_exec_of(s, r)] +
+           rank_slot_index(Q, s, slot, g, r) * (size_t)s->keep_cap * (s->rec_floats / (size_t)Q->world);
 }
 static float *keep_conv_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g, int r) {
     const size_t rows = (size_t)(Q->conv_k - 1 + s->keep_cap);
-    return s->keep_conv + ((size_t)slot * Q->n_gdn + (size_t)g) * rows * (size_t)conv_dim(Q) +
-           (size_t)r * rows * (size_t)r_conv_dim(Q);
+    return s->keep_conv[rank_exec_of(s, r)] + rank_slot_index(Q, s, slot, g, r) * rows * (size_t)r_conv_dim(Q);
 }
 
 /* Rank r's part of a slot's conv and recurrent states of GDN layer g. */
 static float *conv_state_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g, int r) {
-    return slot_conv(Q, s, slot) + (size_t)g * s->conv_floats + (size_t)r * (s->conv_floats / (size_t)Q->world);
+    return s->conv[rank_exec_of(s, r)] + rank_slot_index(Q, s, slot, g, r) * (s->conv_floats / (size_t)Q->world);
 }
 static float *rec_state_at(const qwen35_model *Q, const qwen35_state *s, int slot, int g, int r) {
-    return slot_rec(Q, s, slot) + (size_t)g * s->rec_floats + (size_t)r * (s->rec_floats / (size_t)Q->world);
+    return s->rec[rank_exec_of(s, r)] + rank_slot_index(Q, s, slot, g, r) * (s->rec_floats / (size_t)Q->world);
 }
 
-/* Gated full attention over the batch: out (+)= W_o (attention(q, k, v) *
- * sigmoid(gate)), the projections of rmsnorm(x) * attn_norm; keys and
- * values in layer ly->slot of kv. A rank's heads of a split layer (all of
- * them at one rank): out is then the ranks' partial sum, else x itself. */
-static void attn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, tela_kv_cache *kv, float *x,
-                       const tela_batch *b, float *out, bool accumulate) {
-    tela_exec *ex = s->ex;
+/* Gated full attention over the batch, on exec e with its activations:
+ * out (+)= W_o (attention(q, k, v) * sigmoid(gate)), the projections of
+ * rmsnorm(x) * attn_norm; keys and values in layer ly->slot of kv. A
+ * rank's heads of a split layer (all of them at one rank): out is then
+ * the rank's (or at one exec the ranks') partial sum, else x itself. */
+static void attn_layer(const qwen35_model *Q, qwen35_state *s, int e, const qwen35_layer *ly, tela_kv_cache *kv,
+                       float *x, const tela_batch *b, float *out, bool accumulate) {
+    tela_exec *ex = s->ranks.rk[e].ex;
+    const qwen35_acts *a = &s->acts[e];
     const qwen35_attn *A = &ly->attn;
     const int E = Q->n_embd, hd = Q->head_dim, H = Q->r_head, nt = b->n_tok;
     const int64_t q_dim = (int64_t)H * hd, k_dim = r_kv_dim(Q);
-    const tela_norm_in norm = {ly->attn_norm_b, Q->eps, s->xb};
-    const tela_matmul_target qkv[3] = {{&A->wq, s->qg, 2 * q_dim}, {&A->wk, s->k, k_dim}, {&A->wv, s->v, k_dim}};
+    const tela_norm_in norm = {ly->attn_norm_b, Q->eps, a->xb};
+    const tela_matmul_target qkv[3] = {{&A->wq, a->qg, 2 * q_dim}, {&A->wk, a->k, k_dim}, {&A->wv, a->v, k_dim}};
     tela_exec_norm_matmul_many(ex, &norm, qkv, 3, x, E, nt);
     /* q: the first half of each head's 2*hd block, normalized per head (the
      * rows (t, h) of qg are 2*hd apart); k: normalized in place */
-    tela_exec_rmsnorm(ex, s->q, hd, s->qg, 2 * hd, A->q_norm_b, hd, nt * H, Q->eps);
-    tela_exec_rmsnorm(ex, s->k, hd, s->k, hd, A->k_norm_b, hd, nt * Q->r_kv_head, Q->eps);
-    tela_exec_rope_store(ex, kv, ly->slot, s->q, q_dim, H, s->k, k_dim, s->v, k_dim, b, s->cs, Q->n_rot,
+    tela_exec_rmsnorm(ex, a->q, hd, a->qg, 2 * hd, A->q_norm_b, hd, nt * H, Q->eps);
+    tela_exec_rmsnorm(ex, a->k, hd, a->k, hd, A->k_norm_b, hd, nt * Q->r_kv_head, Q->eps);
+    tela_exec_rope_store(ex, kv, ly->slot, a->q, q_dim, H, a->k, k_dim, a->v, k_dim, b, a->cs, Q->n_rot,
                          TELA_ROPE_HALVES);
-    tela_exec_attention(ex, kv, ly->slot, s->q, q_dim, s->att, q_dim, b, H, (float)(1.0 / sqrt((double)hd)));
+    tela_exec_attention(ex, kv, ly->slot, a->q, q_dim, a->att, q_dim, b, H, (float)(1.0 / sqrt((double)hd)));
     /* the output gate: the second half of each head's block */
-    tela_exec_sigmoid_gate(ex, s->att, hd, s->qg + hd, 2 * hd, nt * H, hd);
-    tela_exec_matmul(ex, &A->wo, s->att, q_dim, out, E, nt, accumulate);
+    tela_exec_sigmoid_gate(ex, a->att, hd, a->qg + hd, 2 * hd, nt * H, hd);
+    tela_exec_matmul(ex, &A->wo, a->att, q_dim, out, E, nt, accumulate);
 }
 
-/* Gated DeltaNet over the batch: out (+)= W_out gdn(rmsnorm(x) *
+/* Gated DeltaNet over the batch on exec e: out (+)= W_out gdn(rmsnorm(x) *
  * attn_norm), rank r's heads of it (all at one rank; out as attn_layer's).
  * The products take every token of the step; the conv and the delta rule
  * run per sequence, on rank r's part of its slot's state. */
-static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer *ly, int r, const tela_batch *b,
-                      float *out, bool accumulate) {
-    tela_exec *ex = s->ex;
+static void gdn_layer(const qwen35_model *Q, qwen35_state *s, int e, const qwen35_layer *ly, int r, float *x,
+                      const tela_batch *b, float *out, bool accumulate) {
+    tela_exec *ex = s->ranks.rk[e].ex;
+    const qwen35_acts *a = &s->acts[e];
     const qwen35_gdn *G = &ly->gdn;
     const int E = Q->n_embd, nv = Q->r_nv, nt = b->n_tok;
     const int64_t cd = r_conv_dim(Q), vd = r_value_dim(Q);
-    const tela_norm_in norm = {ly->attn_norm_b, Q->eps, s->xb};
+    const tela_norm_in norm = {ly->attn_norm_b, Q->eps, a->xb};
     const tela_matmul_target in[4] = {
-        {&G->w_qkv, s->qkv_in, cd}, {&G->w_z, s->z, vd}, {&G->w_beta, s->beta, nv}, {&G->w_alpha, s->g, nv}};
-    tela_exec_norm_matmul_many(ex, &norm, in, 4, s->x, E, nt);
+        {&G->w_qkv, a->qkv_in, cd}, {&G->w_z, a->z, vd}, {&G->w_beta, a->beta, nv}, {&G->w_alpha, a->g, nv}};
+    tela_exec_norm_matmul_many(ex, &norm, in, 4, x, E, nt);
     const tela_batch_seq one = {0, nt, b->pos0, 0, NULL};
     const tela_batch_seq *seqs = b->seqs ? b->seqs : &one;
     const int hist = Q->conv_k - 1;
@@ -1338,75 +1456,102 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, const qwen35_layer
             const int kt0 = q->pos0 - s->keep_pos0[q->slot]; /* this step's first token in the kept pass */
             float *kconv = keep_conv_at(Q, s, q->slot, ly->slot, r);
             if (kt0 == 0) tela_exec_copy_rows(ex, kconv, cd, conv_state, cd, s->keep_idx, hist, cd);
-            tela_exec_copy_rows(ex, kconv + (size_t)(hist + kt0) * cd, cd, s->qkv_in + (size_t)q->tok0 * cd, cd,
+            tela_exec_copy_rows(ex, kconv + (size_t)(hist + kt0) * cd, cd, a->qkv_in + (size_t)q->tok0 * cd, cd,
                                 s->keep_idx, q->n_tok, cd);
         }
-        tela_exec_conv1d_silu(ex, s->qkv_in + (size_t)q->tok0 * cd, cd, q->n_tok, (int)cd, Q->conv_k, G->conv_w_b,
-                              conv_state, s->qkv + (size_t)q->tok0 * cd, cd);
+        tela_exec_conv1d_silu(ex, a->qkv_in + (size_t)q->tok0 * cd, cd, q->n_tok, (int)cd, Q->conv_k, G->conv_w_b,
+                              conv_state, a->qkv + (size_t)q->tok0 * cd, cd);
     }
     const tela_gdn_gates_in gates = {G->ssm_a_b, G->dt_bias_b, QWEN35_L2_EPS};
     for (int i = 0; i < b->n_seq; i++) {
         const tela_batch_seq *q = &seqs[i];
         const size_t t0 = (size_t)q->tok0;
-        const tela_gdn_args a = {
-            .qkv = s->qkv + t0 * cd, .qkv_stride = cd, .nk = Q->r_nk, .nv = nv, .dk = Q->dk, .dv = Q->dv,
-            .v_tiled = Q->v_tiled, .q_scale = (float)(1.0 / sqrt((double)Q->dk)), .beta = s->beta + t0 * nv,
-            .g = s->g + t0 * nv, .z = s->z + t0 * vd, .norm_w = G->norm_b, .eps = Q->eps,
-            .state = rec_state_at(Q, s, q->slot, ly->slot, r), .out = s->core + t0 * vd,
+        const tela_gdn_args ga = {
+            .qkv = a->qkv + t0 * cd, .qkv_stride = cd, .nk = Q->r_nk, .nv = nv, .dk = Q->dk, .dv = Q->dv,
+            .v_tiled = Q->v_tiled, .q_scale = (float)(1.0 / sqrt((double)Q->dk)), .beta = a->beta + t0 * nv,
+            .g = a->g + t0 * nv, .z = a->z + t0 * vd, .norm_w = G->norm_b, .eps = Q->eps,
+            .state = rec_state_at(Q, s, q->slot, ly->slot, r), .out = a->core + t0 * vd,
             .n_tok = q->n_tok, .gates = &gates,
             .states = s->keeping[q->slot] ? keep_rec_at(Q, s, q->slot, ly->slot, r) +
                                                 (size_t)(q->pos0 - s->keep_pos0[q->slot]) * (s->rec_floats / Q->world)
                                           : NULL,
         };
-        tela_exec_gdn_delta(ex, &a);
+        tela_exec_gdn_delta(ex, &ga);
     }
-    tela_exec_matmul(ex, &G->w_out, s->core, vd, out, E, nt, accumulate);
+    tela_exec_matmul(ex, &G->w_out, a->core, vd, out, E, nt, accumulate);
 }
 
-/* A decoder layer over the residual stream x (s->x, or the MTP block's):
- * the mixer, then the MLP, each adding its output to x. parts[r] is rank
- * r's part of the layer and kv[r] its KV cache (of the layer's kind).
- * Split over ranks (tensor parallelism), each rank in turn adds its part
- * of the product through W_o / W_out (its heads) into s->part, which is
- * then added to the residual (the all-reduce, then the residual add), and
- * the same for the MLP's down product; with one rank the products add into
- * x. (The DeltaNet's input is s->x: only the model's layers have one.) */
-static void layer_parts(const qwen35_model *Q, qwen35_state *s, const tela_batch *b, const qwen35_layer *const *parts,
-                        tela_kv_cache *const *kv, float *x) {
-    tela_exec *ex = s->ex;
-    const int E = Q->n_embd, nt = b->n_tok;
-    const bool split = Q->world > 1;
-    float *update = split ? s->part : x;
+/* A decoder layer over the residual stream: the mixer, then the MLP, each
+ * adding its output to it. parts[r] is rank r's part of the layer and
+ * kv[r] its KV cache (of the layer's kind); x[e] is exec e's copy of the
+ * residual stream and b[e] its view of the step. Split over ranks (tensor
+ * parallelism), each rank adds its part of the product through W_o /
+ * W_out (its heads) into its exec's partial sum (at one exec the ranks
+ * take turns and add into one), the sums are all-reduced and added to the
+ * residual, and the same for the MLP's down product; with one rank the
+ * products add into x. */
+static void layer_parts(const qwen35_model *Q, qwen35_state *s, const tela_batch *const *b,
+                        const qwen35_layer *const *parts, tela_kv_cache *const *kv, float *const *x) {
+    const int E = Q->n_embd, nt = b[0]->n_tok;
+    const bool split = Q->world > 1, shared = s->ranks.n == 1;
+    float *sums[TELA_MODEL_MAX_RANKS];
+    for (int e = 0; e < s->ranks.n; e++) sums[e] = s->acts[e].part;
     for (int r = 0; r < Q->world; r++) {
+        const int e = rank_exec_of(s, r);
+        float *out = split ? s->acts[e].part : x[e];
+        const bool acc = !split || (shared && r > 0);
         if (parts[r]->is_attn)
-            attn_layer(Q, s, parts[r], kv[r], x, b, update, !split || r > 0);
+            attn_layer(Q, s, e, parts[r], kv[r], x[e], b[e], out, acc);
         else
-            gdn_layer(Q, s, parts[r], r, b, update, !split || r > 0);
+            gdn_layer(Q, s, e, parts[r], r, x[e], b[e], out, acc);
     }
-    if (split) tela_exec_add(ex, x, s->part, (int64_t)nt * E);
-    for (int r = 0; r < Q->world; r++)
-        tela_model_ffn_swiglu(ex, &parts[r]->ffn, x, s->xb, s->gate, update, !split || r > 0, E, nt, Q->eps);
-    if (split) tela_exec_add(ex, x, s->part, (int64_t)nt * E);
+    if (split) {
+        tela_model_ranks_sum(&s->ranks, sums, (int64_t)nt * E);
+        for (int e = 0; e < s->ranks.n; e++) tela_exec_add(s->ranks.rk[e].ex, x[e], s->acts[e].part, (int64_t)nt * E);
+    }
+    for (int r = 0; r < Q->world; r++) {
+        const int e = rank_exec_of(s, r);
+        const qwen35_acts *a = &s->acts[e];
+        tela_model_ffn_swiglu(s->ranks.rk[e].ex, &parts[r]->ffn, x[e], a->xb, a->gate, split ? a->part : x[e],
+                              !split || (shared && r > 0), E, nt, Q->eps);
+    }
+    if (split) {
+        tela_model_ranks_sum(&s->ranks, sums, (int64_t)nt * E);
+        for (int e = 0; e < s->ranks.n; e++) tela_exec_add(s->ranks.rk[e].ex, x[e], s->acts[e].part, (int64_t)nt * E);
+    }
 }
 
-/* Decoder layer l of the model (not skipped), on s->x. */
-static void layer(const qwen35_model *Q, qwen35_state *s, const tela_batch *b, int l) {
+/* Decoder layer l of the model (not skipped), on each exec's x. */
+static void layer(const qwen35_model *Q, qwen35_state *s, int l) {
     const qwen35_layer *parts[TELA_MODEL_MAX_RANKS];
+    const tela_batch *b[TELA_MODEL_MAX_RANKS];
+    float *x[TELA_MODEL_MAX_RANKS];
     for (int r = 0; r < Q->world; r++) parts[r] = &Q->rank_layers[r][l];
-    layer_parts(Q, s, b, parts, s->kv, s->x);
+    for (int e = 0; e < s->ranks.n; e++) {
+        b[e] = &s->ranks.rk[e].batch;
+        x[e] = s->acts[e].x;
+    }
+    layer_parts(Q, s, b, parts, s->kv, x);
 }
 
 /* One step over the batch's tokens (at most n_batch); leaves the final
- * hidden states (before the output norm) in s->x. */
+ * hidden states (before the output norm) in each exec's x. */
 static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
-    tela_exec *ex = s->ex;
     const int E = Q->n_embd, nt = b->n_tok;
-    tela_exec_rope_table(ex, s->cs, b, Q->inv_freq_b, Q->n_rot);
-    tela_model_embed(ex, Q->embd, Q->world, b->tokens, nt, s->x, E);
-    tela_model_probe(&s->io, -1, s->x, nt, E);
+    tela_model_ranks_begin(&s->ranks, b);
+    for (int e = 0; e < s->ranks.n; e++)
+        tela_exec_rope_table(s->ranks.rk[e].ex, s->acts[e].cs, &s->ranks.rk[e].batch, Q->inv_freq_b[e], Q->n_rot);
+    if (s->ranks.n > 1) {
+        float *x[TELA_MODEL_MAX_RANKS];
+        for (int e = 0; e < s->ranks.n; e++) x[e] = s->acts[e].x;
+        tela_model_embed_ranks(&s->ranks, Q->embd, nt, x, E);
+    } else {
+        tela_model_embed(s->ex, Q->embd, Q->world, b->tokens, nt, s->acts[0].x, E);
+    }
+    tela_model_probe(&s->io, -1, s->acts[0].x, nt, E);
     for (int l = 0; l < Q->n_layer; l++) {
-        if (Q->layers[l].slot >= 0) layer(Q, s, b, l); /* else skipped: the residual stream passes unchanged */
-        tela_model_probe(&s->io, l, s->x, nt, E);
+        if (Q->layers[l].slot >= 0) layer(Q, s, l); /* else skipped: the residual stream passes unchanged */
+        tela_model_probe(&s->io, l, s->acts[0].x, nt, E);
     }
 }
 
@@ -1422,20 +1567,22 @@ static void mtp_block(const qwen35_model *Q, qwen35_state *s, const qwen35_mtp *
     tela_exec_rmsnorm(ex, s->mtp_cat, 2 * E, s->mtp_x, E, B->enorm_b, E, nr, Q->eps);
     tela_exec_rmsnorm(ex, s->mtp_cat + E, 2 * E, h, E, B->hnorm_b, E, nr, Q->eps);
     tela_exec_matmul(ex, &B->eh_proj, s->mtp_cat, 2 * E, s->mtp_x, E, nr, false);
-    tela_exec_rope_table(ex, s->cs, b, Q->inv_freq_b, Q->n_rot);
+    tela_exec_rope_table(ex, s->acts[0].cs, b, Q->inv_freq_b[0], Q->n_rot);
     const qwen35_layer *parts[TELA_MODEL_MAX_RANKS];
     for (int r = 0; r < Q->world; r++) parts[r] = &B->layers[r];
-    layer_parts(Q, s, b, parts, s->mtp_kv, s->mtp_x);
+    const tela_batch *bs[1] = {b}; /* (one exec: no MTP block with a rank per device) */
+    float *xs[1] = {s->mtp_x};
+    layer_parts(Q, s, bs, parts, s->mtp_kv, xs);
     tela_exec_profile_phase(ex, NULL);
 }
 
-/* After a session's step (final hidden states in s->x): the MTP block over
+/* After a session's step (final hidden states in s->acts[0].x): the MTP block over
  * the step's positions one behind, the token at position p with the hidden
  * state of p - 1 (the first from mtp_h row 0, the previous step's last),
  * at MTP position p - 1; then row 0 becomes this step's last hidden state. */
 static void mtp_catch_up(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
     const int E = Q->n_embd, nt = b->n_tok, first = b->pos0 == 0; /* position 0 follows nothing */
-    tela_exec_rmsnorm(s->ex, s->mtp_h + E, E, s->x, E, Q->output_norm_b, E, nt, Q->eps);
+    tela_exec_rmsnorm(s->ex, s->mtp_h + E, E, s->acts[0].x, E, Q->output_norm_b[0], E, nt, Q->eps);
     if (nt > first) {
         /* (pos0: the step's own, so that the block's attention is sized by
          * the same length bucket as the step: a captured step replays it at
@@ -1443,7 +1590,7 @@ static void mtp_catch_up(const qwen35_model *Q, qwen35_state *s, const tela_batc
         const tela_batch mb = {nt - first, b->pos0 + first, b->tokens + first, s->io.pos_prev + first, 1, NULL, 0};
         mtp_block(Q, s, &Q->mtp[0], s->mtp_h + (size_t)first * E, &mb);
     }
-    tela_exec_rmsnorm(s->ex, s->mtp_h, E, s->x + (size_t)(nt - 1) * E, E, Q->output_norm_b, E, 1, Q->eps);
+    tela_exec_rmsnorm(s->ex, s->mtp_h, E, s->acts[0].x + (size_t)(nt - 1) * E, E, Q->output_norm_b[0], E, 1, Q->eps);
 }
 
 /* mtp_catch_up for a batched step: each sequence's tokens but one at
@@ -1454,7 +1601,7 @@ static void mtp_catch_up_batch(const qwen35_model *Q, qwen35_state *s, const tel
     tela_exec *ex = s->ex;
     const int E = Q->n_embd, ns = s->n_seq;
     float *step_h = s->mtp_h + (size_t)ns * E;
-    tela_exec_rmsnorm(ex, step_h, E, s->x, E, Q->output_norm_b, E, b->n_tok, Q->eps);
+    tela_exec_rmsnorm(ex, step_h, E, s->acts[0].x, E, Q->output_norm_b[0], E, b->n_tok, Q->eps);
     const int32_t *tok = s->io.run_tok; /* the step's token ids, host */
     int n = 0, nq = 0;
     for (int i = 0; i < b->n_seq; i++) {
@@ -1484,9 +1631,20 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     forward_step(Q, s, &s->io.batch);
-    tela_model_output_head(s->ex, Q->heads, Q->world, Q->output_norm_b, Q->eps, s->x, s->xb, Q->n_embd, step, &s->io);
+    if (s->ranks.n > 1) {
+        float *x[TELA_MODEL_MAX_RANKS], *xb[TELA_MODEL_MAX_RANKS];
+        for (int e = 0; e < s->ranks.n; e++) {
+            x[e] = s->acts[e].x;
+            xb[e] = s->acts[e].xb;
+        }
+        tela_model_output_head_ranks(&s->ranks, Q->heads, Q->output_norm_b, Q->eps, x, xb, Q->n_embd, step, &s->io);
+    } else {
+        tela_model_output_head(s->ex, Q->heads, Q->world, Q->output_norm_b[0], Q->eps, s->acts[0].x, s->acts[0].xb,
+                               Q->n_embd, step, &s->io);
+    }
     if (s->mtp_kv && !s->io.batch.seqs) mtp_catch_up(Q, s, &s->io.batch);
     else if (s->mtp_kv) mtp_catch_up_batch(Q, s, &s->io.batch);
+    tela_model_ranks_end(&s->ranks);
 }
 
 /* The draft logits of n rows g (output-normed, rows of n_embd) into
@@ -1610,19 +1768,23 @@ static tela_status qwen35_slot_rewind(const tela_model *m, void *state, int slot
     const int64_t cd = r_conv_dim(Q), rec = (int64_t)(s->rec_floats / (size_t)Q->world);
     /* each GDN layer's recurrent state and conv window (each rank's part),
      * one launch (the spans' room was made with the kept states) */
-    tela_copy_span *sp = s->rewind_spans;
-    int n_sp = 0;
-    for (int l = 0; l < Q->n_layer; l++) {
-        const qwen35_layer *ly = &Q->layers[l];
-        if (ly->is_attn || ly->slot < 0) continue;
-        for (int r = 0; r < Q->world; r++) {
-            sp[n_sp++] = (tela_copy_span){rec_state_at(Q, s, slot, ly->slot, r),
-                                          keep_rec_at(Q, s, slot, ly->slot, r) + (size_t)(n_keep - 1) * rec, rec};
-            sp[n_sp++] = (tela_copy_span){conv_state_at(Q, s, slot, ly->slot, r),
-                                          keep_conv_at(Q, s, slot, ly->slot, r) + (size_t)n_keep * cd, hist * cd};
+    for (int e = 0; e < s->ranks.n; e++) { /* each exec its ranks' spans */
+        tela_copy_span *sp = s->rewind_spans;
+        int n_sp = 0;
+        for (int l = 0; l < Q->n_layer; l++) {
+            const qwen35_layer *ly = &Q->layers[l];
+            if (ly->is_attn || ly->slot < 0) continue;
+            for (int r = 0; r < Q->world; r++) {
+                if (rank_exec_of(s, r) != e) continue;
+                sp[n_sp++] = (tela_copy_span){rec_state_at(Q, s, slot, ly->slot, r),
+                                              keep_rec_at(Q, s, slot, ly->slot, r) + (size_t)(n_keep - 1) * rec, rec};
+                sp[n_sp++] = (tela_copy_span){conv_state_at(Q, s, slot, ly->slot, r),
+                                              keep_conv_at(Q, s, slot, ly->slot, r) + (size_t)n_keep * cd, hist * cd};
+            }
         }
+        tela_exec_copy_spans(s->ranks.rk[e].ex, sp, n_sp);
+        if (s->ranks.n > 1) TELA_TRY(tela_exec_sync(s->ranks.rk[e].ex)); /* (the spans' room is reused) */
     }
-    tela_exec_copy_spans(s->ex, sp, n_sp);
     /* the MTP block continues from the hidden state of the last token kept:
      * mtp_h holds the pass's last step's (a verification pass is one step;
      * a token of an earlier step leaves the block a stale start, which
@@ -1698,4 +1860,5 @@ const tela_arch tela_arch_qwen35 = {
     .layer_kind = qwen35_layer_kind,
     .forward_naive = NULL,
     .tensor_parallel = true,
+    .rank_devices = true,
 };
