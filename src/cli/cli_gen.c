@@ -288,7 +288,7 @@ void cli_gen_print_help(FILE *f) {
             "      --kv-type T          KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
             "                           (default: f16 on a GPU, f32 on the CPU)\n"
             "      --skip-layers LIST   bypass these decoder layers (comma-separated; see tela prune-plan)\n"
-            "      --tensor-parallel N  split each layer over N ranks (Llama, Qwen3.5); Llama's on\n"
+            "      --tensor-parallel N  split each layer over N ranks (Llama, Qwen3.5), on\n"
             "                           a GPU each when there are N (NCCL), else the ranks take\n"
             "                           turns on one device; --device cuda:0,cuda:1,.. picks them\n"
             "      --mem-budget B       memory the session may take: 8G, 512M, or 80%% of the device's\n"

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "      --kv-type T      KV cache precision: f16, f32 or q8_0 (the CPU only)\n"
             "                       (default: f16 on a GPU, f32 on the CPU)\n"
             "      --skip-layers L  bypass these decoder layers (comma-separated)\n"
-            "      --tensor-parallel N  split each layer over N ranks (Llama, Qwen3.5); Llama's on\n"
+            "      --tensor-parallel N  split each layer over N ranks (Llama, Qwen3.5), on\n"
             "                       a GPU each when there are N (NCCL), else the ranks take\n"
             "                       turns on one device; --device cuda:0,cuda:1,.. picks them\n"
             "      --mem-budget B   memory the session may take: 8G, 512M, 80%% (default: what is available)\n"

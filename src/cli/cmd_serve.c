@@ -49,7 +49,7 @@ static void usage(FILE *f) {
             "      --max-body BYTES     largest request body (default 8M; K, M, G suffixes)\n"
             "  -t, --threads N          computation threads (default: all cores)\n"
             "      --device DEV         cpu, cuda, cuda:N or a list (default: the GPU when there is one)\n"
-            "      --tensor-parallel N  split each layer over N ranks (Llama, Qwen3.5); Llama's on\n"
+            "      --tensor-parallel N  split each layer over N ranks (Llama, Qwen3.5), on\n"
             "                           a GPU each when there are N (NCCL), else the ranks take\n"
             "                           turns on one device; --device cuda:0,cuda:1,.. picks them\n"
             "      --kv-type T          KV cache precision: f16, f32 or q8_0 (the CPU only)\n"

@@ -208,7 +208,7 @@ static tela_status choose_backend(tela_model *m) {
                            m->arch->name, tela_backend_description(m->be));
     if (m->n_dev > 1 && !m->arch->rank_devices)
         return tela_errorf(TELA_ERR_UNSUPPORTED,
-                           "%s: %s models do not spread their ranks over several devices yet (Llama only); give one "
+                           "%s: %s models do not spread their ranks over several devices yet (Llama and Qwen3.5 do); give one "
                            "device, on which the ranks run one after another", m->path, m->arch->name);
     if (m->n_dev > 1)
         snprintf(m->device_buf, sizeof m->device_buf, "%d ranks: %s, ... %s", m->n_dev,
