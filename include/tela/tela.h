@@ -139,7 +139,8 @@ TELA_API const tela_model_info *tela_model_get_info(const tela_model *model);
  * -1 for a layer that does not exist. */
 typedef enum tela_layer_kind { TELA_LAYER_ATTENTION = 0, TELA_LAYER_DELTANET = 1 } tela_layer_kind;
 TELA_API int tela_model_layer_kind(const tela_model *model, int32_t layer);
-/* Free and total bytes of the memory of the model's device (MemAvailable and
+/* Free and total bytes of the memory of the model's device (with a rank
+ * per device: of the one with the least free memory) (MemAvailable and
  * MemTotal on the CPU). */
 TELA_API tela_status tela_model_device_memory(const tela_model *model, uint64_t *free_bytes, uint64_t *total_bytes);
 TELA_API int tela_model_layer_skipped(const tela_model *model, int32_t layer);

@@ -352,10 +352,16 @@ const tela_model_info *tela_model_get_info(const tela_model *model) { return mod
 
 tela_status tela_model_device_memory(const tela_model *model, uint64_t *free_bytes, uint64_t *total_bytes) {
     if (!model || !free_bytes || !total_bytes) return tela_errorf(TELA_ERR_ARG, "tela_model_device_memory: NULL argument");
-    size_t f = 0, t = 0;
-    TELA_TRY(tela_backend_mem_info(model->be, &f, &t));
-    *free_bytes = f;
-    *total_bytes = t;
+    /* with a rank per device, the device with the least free memory: each
+     * holds a rank's share of a session (state_bytes counts one share) */
+    uint64_t fmin = UINT64_MAX, tmin = UINT64_MAX;
+    for (int r = 0; r < (model->n_dev > 1 ? model->n_dev : 1); r++) {
+        size_t f = 0, t = 0;
+        TELA_TRY(tela_backend_mem_info(model->n_dev > 1 ? model->devs[r] : model->be, &f, &t));
+        if ((uint64_t)f < fmin) fmin = f, tmin = t;
+    }
+    *free_bytes = fmin;
+    *total_bytes = tmin;
     return TELA_OK;
 }
 

@@ -67,8 +67,8 @@ tela_status tela_session_memory(tela_model *model, const tela_session_params *pa
 
 tela_status tela_runtime_check_memory(const tela_model *model, uint64_t mem_budget, uint64_t need, const char *who,
                                       int32_t n_ctx, tela_kv_dtype kv) {
-    size_t free_b = 0, total_b = 0;
-    TELA_TRY(tela_backend_mem_info(model->be, &free_b, &total_b));
+    uint64_t free_b = 0, total_b = 0;
+    TELA_TRY(tela_model_device_memory(model, &free_b, &total_b)); /* (the least free of the ranks' devices) */
     const bool cpu = tela_backend_get_kind(model->be) == TELA_BACKEND_CPU;
     const uint64_t budget = mem_budget ? mem_budget : (uint64_t)free_b;
     if (need <= budget) return TELA_OK;
