@@ -757,6 +757,17 @@ int main(void) {
             }
             tela_model_free(m);
         }
+        /* a rank per exec (tensor parallelism, "cpu,cpu"): the engine's
+         * batched steps and MTP drafts against sessions of the same model */
+        mp.device = "cpu,cpu";
+        m = NULL;
+        CHECK_OK(tela_model_load(path, &mp, &m));
+        if (m) {
+            int32_t rp[128];
+            const int np = repeated_prompt(m, rp, 128);
+            check_spec(m, TELA_SPEC_MTP, rp, np, 512, 0, "qwen35 demo, 2 ranks an exec each, MTP");
+            tela_model_free(m);
+        }
     }
     tela_model_free(draft);
     return test_finish();

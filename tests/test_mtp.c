@@ -25,7 +25,8 @@
  *    on a model without one, a chained step before any;
  *  - the same with the model and its block split over two ranks (tensor
  *    parallelism, the ranks on the CPU), the draft vocabulary also cut
- *    inside the second rank's part of the head.
+ *    inside the second rank's part of the head; and with an exec a rank
+ *    ("cpu,cpu").
  */
 #include <math.h>
 #include <stdbool.h>
@@ -40,13 +41,14 @@
 
 static char src_dir[1024];
 static int load_tp; /* the models' tensor_parallel (0: none) */
+static const char *load_device = "cpu"; /* "cpu,cpu": a rank per exec */
 
 static tela_model *load_vocab(const char *rel, bool mtp, int32_t draft_vocab) {
     char path[1400];
     snprintf(path, sizeof path, "%s/%s", src_dir, rel);
     tela_model_params mp = tela_model_default_params();
     mp.n_threads = 2;
-    mp.device = "cpu";
+    mp.device = load_device;
     mp.load_mtp = mtp;
     mp.mtp_draft_vocab = draft_vocab;
     mp.tensor_parallel = load_tp;
@@ -328,6 +330,20 @@ int main(void) {
         test_snapshot(m);
         tela_model_free(m);
     }
+    /* the same with a rank per exec ("cpu,cpu": each rank its exec, its
+     * KV caches and its copy of the block's whole parts; the sums
+     * all-reduced, the draft head's columns gathered on rank 0) */
+    load_device = "cpu,cpu";
+    m = load("models/tela-kjv-qwen35-f16.gguf", true);
+    if (m) {
+        check_mtp_reference(m, src_dir, 1e-3, TELA_KV_DEFAULT);
+        test_greedy(m);
+        test_draft_vocab(m, 3);
+        test_state_after(m);
+        test_snapshot(m);
+        tela_model_free(m);
+    }
+    load_device = "cpu";
     load_tp = 0;
     return test_finish();
 }

@@ -34,7 +34,7 @@
  *   - the refusals: ranks that do not divide the KV heads, a column split
  *     inside a Q8_0 block (wo of llama-gqa: 48 columns a rank), a device
  *     list of another length than --tensor-parallel or with an empty
- *     entry, the MTP block with a rank per device, and the naive oracle.
+ *     entry, and the naive oracle.
  *     (Qwen3.5's MTP block split: test_mtp.c.)
  * Skipped (77) if the fixtures are absent. */
 #include <cjson/cJSON.h>
@@ -282,17 +282,6 @@ int main(void) {
     } else {
         printf("note: no TELA_BIN: the 4-key-head split skipped\n");
     }
-    /* (the MTP block split: test_mtp.c) With a rank per device the MTP
-     * block is refused for now, with a message. */
-    if (src) {
-        snprintf(path, sizeof path, "%s/models/tela-kjv-qwen35-f16.gguf", src);
-        tela_model_params mp = tela_model_default_params();
-        mp.device = "cpu,cpu";
-        mp.load_mtp = 1;
-        tela_model *mm = NULL;
-        CHECK(tela_model_load(path, &mp, &mm) != TELA_OK && !mm);
-        CHECK_MSG(strstr(tela_last_error(), "MTP block with a rank per device") != NULL, "'%s'", tela_last_error());
-        tela_model_free(mm);
-    }
+    /* (the MTP block split, on one exec and an exec a rank: test_mtp.c) */
     return test_finish();
 }

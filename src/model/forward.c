@@ -300,25 +300,44 @@ void tela_model_ranks_free(tela_model_ranks *R) {
         tela_backend_free_mem(be, k->tok);
         tela_backend_free_mem(be, k->pos);
         tela_backend_free_mem(be, k->logits);
+        tela_backend_free_mem(be, k->pos_prev);
         tela_exec_free(k->ex);
     }
     free(R->rk);
     memset(R, 0, sizeof *R);
 }
 
-void tela_model_ranks_begin(tela_model_ranks *R, const tela_batch *b) {
+tela_status tela_model_ranks_prev_positions(const tela_model *m, tela_model_ranks *R, int n_batch) {
+    for (int r = 1; r < R->n; r++)
+        if (!R->rk[r].pos_prev)
+            TELA_TRY(tela_backend_alloc(m->devs[r], (size_t)n_batch * sizeof(int32_t), "positions",
+                                        (void **)&R->rk[r].pos_prev));
+    return TELA_OK;
+}
+
+void tela_model_ranks_fork(tela_model_ranks *R) {
+    for (int r = 1; r < R->n; r++) tela_exec_wait_for(R->rk[r].ex, R->rk[0].ex);
+}
+
+void tela_model_ranks_begin(tela_model_ranks *R, const tela_batch *b, const int32_t *pos_prev) {
     R->rk[0].batch = *b;
     tela_exec *ex0 = R->rk[0].ex;
     const size_t bytes = (size_t)b->n_tok * sizeof(int32_t);
+    tela_model_ranks_fork(R);
     for (int r = 1; r < R->n; r++) {
         tela_model_rank *k = &R->rk[r];
-        tela_exec_wait_for(k->ex, ex0);
         tela_exec_copy_from(k->ex, k->tok, bytes, ex0, b->tokens, bytes, bytes, 1);
         tela_exec_copy_from(k->ex, k->pos, bytes, ex0, b->pos, bytes, bytes, 1);
+        if (pos_prev && k->pos_prev) tela_exec_copy_from(k->ex, k->pos_prev, bytes, ex0, pos_prev, bytes, bytes, 1);
         k->batch = *b;
         k->batch.tokens = k->tok;
         k->batch.pos = k->pos;
     }
+}
+
+tela_status tela_model_ranks_sync(tela_model_ranks *R) {
+    for (int r = 1; r < R->n; r++) TELA_TRY(tela_exec_sync(R->rk[r].ex));
+    return TELA_OK;
 }
 
 void tela_model_ranks_end(tela_model_ranks *R) {
@@ -329,46 +348,61 @@ void tela_model_ranks_sum(tela_model_ranks *R, float *const *bufs, int64_t n) {
     if (R->n > 1) tela_exec_allreduce_sum(R->group, bufs, n);
 }
 
-void tela_model_embed_ranks(tela_model_ranks *R, const tela_mat *parts, int n_tok, float *const *x, int n_embd) {
+void tela_model_embed_ranks(tela_model_ranks *R, const tela_mat *parts, const int32_t *const *ids, int n_tok,
+                            float *const *x, int n_embd) {
     int64_t row0 = 0;
     for (int r = 0; r < R->n; row0 += parts[r].n_rows, r++)
-        tela_exec_get_rows_part(R->rk[r].ex, &parts[r], row0, R->rk[r].batch.tokens, n_tok, x[r], n_embd, false);
+        tela_exec_get_rows_part(R->rk[r].ex, &parts[r], row0, ids[r], n_tok, x[r], n_embd, false);
     tela_model_ranks_sum(R, x, (int64_t)n_tok * n_embd);
+}
+
+void tela_model_head_ranks(tela_model_ranks *R, const tela_mat *parts, const tela_norm_in *norm, const float *const *x,
+                           int n_rows, int n_embd, float *out, int64_t out_stride) {
+    int64_t col = 0;
+    tela_exec *ex0 = R->rk[0].ex;
+    for (int r = 0; r < R->n; col += parts[r].n_rows, r++) {
+        tela_exec *ex = R->rk[r].ex;
+        const int64_t w = parts[r].n_rows;
+        if (w <= 0) continue;
+        if (r == 0) { /* rank 0 writes its columns of out */
+            const tela_matmul_target t = {&parts[0], out, out_stride};
+            if (norm) tela_exec_norm_matmul_many(ex, &norm[0], &t, 1, x[0], n_embd, n_rows);
+            else tela_exec_matmul_many(ex, &t, 1, x[0], n_embd, n_rows);
+            continue;
+        }
+        /* the others a stretch of rows at a time, copied into rank 0's */
+        const tela_matmul_target t = {&parts[r], R->rk[r].logits, w};
+        for (int i = 0; i < n_rows; i += R->head_rows) {
+            const int nr = n_rows - i < R->head_rows ? n_rows - i : R->head_rows;
+            if (i > 0) tela_exec_wait_for(ex, ex0); /* rank 0 has copied the stretch before */
+            const float *xi = x[r] + (size_t)i * n_embd;
+            if (norm) tela_exec_norm_matmul_many(ex, &norm[r], &t, 1, xi, n_embd, nr);
+            else tela_exec_matmul_many(ex, &t, 1, xi, n_embd, nr);
+            tela_exec_wait_for(ex0, ex);
+            tela_exec_copy_from(ex0, out + (size_t)i * out_stride + col, (size_t)out_stride * sizeof(float), ex,
+                                R->rk[r].logits, (size_t)w * sizeof(float), (size_t)w * sizeof(float), (size_t)nr);
+        }
+    }
 }
 
 void tela_model_output_head_ranks(tela_model_ranks *R, const tela_mat *parts, const float *const *norm, float eps,
                                   float *const *x, float *const *xb, int n_embd, const tela_model_step *step,
                                   tela_model_io *io) {
     if (step->rows == 0) return;
-    int64_t col = 0;
-    tela_exec *ex0 = R->rk[0].ex;
-    for (int r = 0; r < R->n; col += parts[r].n_rows, r++) {
+    const float *first[TELA_MODEL_MAX_RANKS];
+    tela_norm_in nrm[TELA_MODEL_MAX_RANKS];
+    for (int r = 0; r < R->n; r++) {
         tela_exec *ex = R->rk[r].ex;
-        const float *first = x[r] + (size_t)(step->n_tok - step->rows) * n_embd;
-        if (step->row_idx) {
+        first[r] = x[r] + (size_t)(step->n_tok - step->rows) * n_embd;
+        if (step->row_idx) { /* a batched step: the rows that want logits, gathered */
             tela_exec_copy_rows(ex, xb[r], n_embd, x[r], n_embd, step->row_idx, step->rows, n_embd);
-            first = xb[r];
+            first[r] = xb[r];
         }
-        const tela_norm_in nrm = {norm[r], eps, xb[r]};
+        nrm[r] = (tela_norm_in){norm[r], eps, xb[r]};
         tela_exec_profile_phase(ex, "output head");
-        if (r == 0) { /* rank 0 writes its columns of the logits */
-            const tela_matmul_target t = {&parts[0], step->logits, io->n_vocab};
-            tela_exec_norm_matmul_many(ex, &nrm, &t, 1, first, n_embd, step->rows);
-        } else { /* the others a stretch of rows at a time, copied into rank 0's */
-            const int64_t w = parts[r].n_rows;
-            const tela_matmul_target t = {&parts[r], R->rk[r].logits, w};
-            for (int i = 0; i < step->rows; i += R->head_rows) {
-                const int nr = step->rows - i < R->head_rows ? step->rows - i : R->head_rows;
-                if (i > 0) tela_exec_wait_for(ex, ex0); /* rank 0 has copied the stretch before */
-                tela_exec_norm_matmul_many(ex, &nrm, &t, 1, first + (size_t)i * n_embd, n_embd, nr);
-                tela_exec_wait_for(ex0, ex);
-                tela_exec_copy_from(ex0, step->logits + (size_t)i * io->n_vocab + col, (size_t)io->n_vocab * sizeof(float),
-                                    ex, R->rk[r].logits, (size_t)w * sizeof(float), (size_t)w * sizeof(float),
-                                    (size_t)nr);
-            }
-        }
-        tela_exec_profile_phase(ex, NULL);
     }
+    tela_model_head_ranks(R, parts, nrm, first, step->rows, n_embd, step->logits, io->n_vocab);
+    for (int r = 0; r < R->n; r++) tela_exec_profile_phase(R->rk[r].ex, NULL);
     if (step->pick)
-        tela_exec_argmax(ex0, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
+        tela_exec_argmax(R->rk[0].ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
 }

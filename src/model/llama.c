@@ -658,13 +658,15 @@ static void layer(const llama_model *L, llama_state *s, int l, int kl) {
 static void forward_step(const llama_model *L, llama_state *s) {
     const tela_batch *b = &s->io.batch;
     const int nt = b->n_tok, E = L->n_embd;
-    tela_model_ranks_begin(&s->ranks, b);
+    tela_model_ranks_begin(&s->ranks, b, s->io.pos_prev);
     for (int e = 0; e < s->ranks.n; e++)
         tela_exec_rope_table(s->ranks.rk[e].ex, s->acts[e].cs, &s->ranks.rk[e].batch, L->inv_freq_b[e], L->n_rot);
     if (s->ranks.n > 1) {
         float *x[TELA_MODEL_MAX_RANKS];
         for (int e = 0; e < s->ranks.n; e++) x[e] = s->acts[e].x;
-        tela_model_embed_ranks(&s->ranks, L->embd, nt, x, E);
+        const int32_t *ids[TELA_MODEL_MAX_RANKS];
+        for (int e = 0; e < s->ranks.n; e++) ids[e] = s->ranks.rk[e].batch.tokens;
+        tela_model_embed_ranks(&s->ranks, L->embd, ids, nt, x, E);
     } else {
         tela_model_embed(s->ex, L->embd, L->world, b->tokens, nt, s->acts[0].x, E);
     }
@@ -697,7 +699,8 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
 static tela_status llama_forward_batch(const tela_model *m, void *state, const tela_seq_run *runs, int n_runs,
                                        float *logits, int32_t *picks) {
     llama_state *s = state;
-    return tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits, picks);
+    TELA_TRY(tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits, picks));
+    return tela_model_ranks_sync(&s->ranks);
 }
 
 /* No recurrent state: a slot is only a KV block table, which the engine keeps. */
@@ -741,7 +744,8 @@ static tela_status llama_forward(const tela_model *m, void *state, const int32_t
     if (n <= 0 || n_past < 0 || n_past > s->n_ctx - n)
         return tela_errorf(TELA_ERR_INTERNAL, "llama forward: %d tokens at position %d do not fit %d", n, n_past,
                            s->n_ctx);
-    return tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out);
+    TELA_TRY(tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out));
+    return tela_model_ranks_sync(&s->ranks);
 }
 
 /* ------------------------------------------------------- naive oracle */

@@ -371,6 +371,7 @@ typedef struct tela_model_rank {
     int32_t *tok, *pos;          /* r > 0: the step's tokens and positions, copied from rank 0 */
     tela_batch batch;            /* the step as this rank sees it (its own tokens and positions) */
     float *logits;               /* r > 0: its columns of the logits, head_rows rows at a time */
+    int32_t *pos_prev;           /* r > 0, when asked for: the step's positions minus one (the MTP block) */
 } tela_model_rank;
 
 typedef struct tela_model_ranks {
@@ -386,19 +387,35 @@ typedef struct tela_model_ranks {
 tela_status tela_model_ranks_init(const tela_model *m, tela_model_ranks *R, tela_exec *ex0, int n_batch,
                                   int64_t max_floats, const tela_mat *heads);
 void tela_model_ranks_free(tela_model_ranks *R);
-/* A step's start: every rank waits for rank 0 and takes a copy of the
- * step's tokens and positions (b: rank 0's; R->rk[r].batch: rank r's);
+/* A step's start: every rank waits for rank 0 (tela_model_ranks_fork)
+ * and takes a copy of the step's tokens and positions (b: rank 0's;
+ * R->rk[r].batch: rank r's), and of pos_prev (rank 0's positions minus
+ * one, or NULL) into its own (made by tela_model_ranks_prev_positions);
  * its end: rank 0 waits for every rank (so that a captured decode step
- * holds all their work). */
-void tela_model_ranks_begin(tela_model_ranks *R, const tela_batch *b);
+ * holds all their work). Work a step's ranks read must come from rank 0
+ * this way inside the step: a captured step replays after rank 0's
+ * earlier work only. */
+tela_status tela_model_ranks_prev_positions(const tela_model *m, tela_model_ranks *R, int n_batch);
+void tela_model_ranks_fork(tela_model_ranks *R);
+void tela_model_ranks_begin(tela_model_ranks *R, const tela_batch *b, const int32_t *pos_prev);
 void tela_model_ranks_end(tela_model_ranks *R);
+/* Waits for the ranks other than rank 0 and reports a failure of theirs
+ * (rank 0's: the session's sync); after a forward pass. */
+tela_status tela_model_ranks_sync(tela_model_ranks *R);
 /* bufs[r] = the sum over the ranks of bufs[r] (n floats each); nothing
  * with one exec. */
 void tela_model_ranks_sum(tela_model_ranks *R, float *const *bufs, int64_t n);
 /* tela_model_embed and tela_model_output_head with a rank per device:
- * x[r], xb[r], norm[r] are rank r's; the embedding's parts summed into
- * every rank's x, the logits (and pick) on rank 0. */
-void tela_model_embed_ranks(tela_model_ranks *R, const tela_mat *parts, int n_tok, float *const *x, int n_embd);
+ * ids[r], x[r], xb[r], norm[r] are rank r's; the embedding's parts summed
+ * into every rank's x, the logits (and pick) on rank 0. */
+void tela_model_embed_ranks(tela_model_ranks *R, const tela_mat *parts, const int32_t *const *ids, int n_tok,
+                            float *const *x, int n_embd);
+/* A head split by vocabulary with a rank per device: out (rank 0's
+ * memory, rows out_stride apart) = each rank's part times its x[r]
+ * (n_rows rows of n_embd; with norm, rmsnorm(x) * norm[r].w), each part
+ * filling its columns. */
+void tela_model_head_ranks(tela_model_ranks *R, const tela_mat *parts, const tela_norm_in *norm, const float *const *x,
+                           int n_rows, int n_embd, float *out, int64_t out_stride);
 void tela_model_output_head_ranks(tela_model_ranks *R, const tela_mat *parts, const float *const *norm, float eps,
                                   float *const *x, float *const *xb, int n_embd, const tela_model_step *step,
                                   tela_model_io *io);

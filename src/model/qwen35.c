@@ -142,8 +142,9 @@ typedef struct qwen35_mtp {
     qwen35_layer *layers;        /* [world]: the block's layer as each rank holds it (slot: its layer in the
                                   * MTP KV cache) */
     tela_mat eh_proj;            /* n_embd rows of 2 * n_embd */
+    tela_mat *eh_projs;          /* each exec's: [world] copies with a rank per device, else &eh_proj */
     float *enorm, *hnorm, *out_norm;
-    const float *enorm_b, *hnorm_b, *out_norm_b;
+    const float **enorm_b, **hnorm_b, **out_norm_b; /* [world], as the model's output_norm_b */
 } qwen35_mtp;
 
 typedef struct qwen35_model {
@@ -449,9 +450,15 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
     }
     for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
         qwen35_mtp *b = &Q->mtp[i];
-        TELA_TRY(tela_model_const(m, b->enorm, E, (const void **)&b->enorm_b));
-        TELA_TRY(tela_model_const(m, b->hnorm, E, (const void **)&b->hnorm_b));
-        TELA_TRY(tela_model_const(m, b->out_norm, E, (const void **)&b->out_norm_b));
+        b->enorm_b = tela_model_alloc(m, (size_t)Q->world * sizeof *b->enorm_b);
+        b->hnorm_b = tela_model_alloc(m, (size_t)Q->world * sizeof *b->hnorm_b);
+        b->out_norm_b = tela_model_alloc(m, (size_t)Q->world * sizeof *b->out_norm_b);
+        if (!b->enorm_b || !b->hnorm_b || !b->out_norm_b) return TELA_ERR_NOMEM;
+        for (int r = 0; r < n_dev; r++) {
+            TELA_TRY(tela_model_const_rank(m, r, b->enorm, E, (const void **)&b->enorm_b[r]));
+            TELA_TRY(tela_model_const_rank(m, r, b->hnorm, E, (const void **)&b->hnorm_b[r]));
+            TELA_TRY(tela_model_const_rank(m, r, b->out_norm, E, (const void **)&b->out_norm_b[r]));
+        }
     }
     const int n_mtp = Q->mtp ? Q->n_mtp : 0;
     for (int i = 0; i < Q->world * (Q->n_layer + n_mtp); i++) { /* every rank's layers, then the MTP blocks' */
@@ -479,49 +486,15 @@ static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
 /* Prepares every matrix the forward pass multiplies by (and the embedding
  * table, read by rows) for the backend (tela_model_prepare_mats). */
 static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
-    if (m->n_dev > 1 && Q->mtp)
-        return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: the MTP block with a rank per device is not built yet (load "
-                           "without it, or give one device, on which the ranks take turns)", m->path);
     TELA_TRY(backend_consts(m, Q));
-    size_t cap = 2 + 3 * (size_t)Q->world + (size_t)Q->world * (size_t)(Q->n_layer + Q->n_mtp) * 9 + (size_t)Q->n_mtp,
-           n = 0;
-    tela_mat **list = malloc(cap * sizeof *list);
-    tela_mat_use *uses = calloc(cap, sizeof *uses); /* all TELA_MAT_MATMUL */
-    if (!list || !uses) {
-        free(list);
-        free(uses);
-        return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
-    }
-    if (m->n_dev > 1) { /* a rank per device: each rank's matrices to its own (no MTP block: refused) */
-        tela_status st = TELA_OK;
-        for (int r = 0; r < Q->world && st == TELA_OK; r++) {
-            n = 0;
-            uses[n] = TELA_MAT_ROWS;
-            list[n++] = &Q->embd[r];
-            uses[n] = TELA_MAT_MATMUL;
-            list[n++] = &Q->heads[r];
-            for (int l = 0; l < Q->n_layer; l++)
-                if (Q->layers[l].slot >= 0) n += layer_mats(&Q->rank_layers[r][l], list + n);
-            for (size_t k = 2; k < n; k++) uses[k] = TELA_MAT_MATMUL;
-            st = tela_model_prepare_mats_rank(m, r, list, uses, n);
-        }
-        Q->mtp_vocab = Q->n_vocab;
-        Q->mtp_heads = Q->heads;
-        free(list);
-        free(uses);
-        return st;
-    }
-    for (int r = 0; r < Q->world; r++) { /* &Q->tok_embd and &Q->output at one rank */
-        uses[n] = TELA_MAT_ROWS;
-        list[n++] = &Q->embd[r];
-        list[n++] = &Q->heads[r];
-    }
-    for (int r = 0; r < Q->world; r++)
-        for (int l = 0; l < Q->n_layer; l++)
-            if (Q->layers[l].slot >= 0) n += layer_mats(&Q->rank_layers[r][l], list + n);
-    for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
-        for (int r = 0; r < Q->world; r++) n += layer_mats(&Q->mtp[i].layers[r], list + n);
-        list[n++] = &Q->mtp[i].eh_proj;
+    const int n_dev = m->n_dev > 1 ? Q->world : 1; /* backends, each with its own list of matrices */
+    for (int i = 0; Q->mtp && i < Q->n_mtp; i++) { /* eh_proj is whole: a copy for each device */
+        qwen35_mtp *b = &Q->mtp[i];
+        b->eh_projs = &b->eh_proj;
+        if (n_dev <= 1) continue;
+        b->eh_projs = tela_model_alloc(m, (size_t)Q->world * sizeof *b->eh_projs);
+        if (!b->eh_projs) return TELA_ERR_NOMEM;
+        for (int r = 0; r < Q->world; r++) b->eh_projs[r] = b->eh_proj;
     }
     /* a draft vocabulary: the head's first rows, of each rank's part a
      * matrix of their own (the stored rows are contiguous; the backends'
@@ -531,24 +504,44 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     Q->mtp_heads = Q->heads;
     if (cut) {
         Q->mtp_heads = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->mtp_heads);
-        if (!Q->mtp_heads) {
-            free(list);
-            free(uses);
-            return TELA_ERR_NOMEM;
-        }
+        if (!Q->mtp_heads) return TELA_ERR_NOMEM;
         int64_t row0 = 0;
         for (int r = 0; r < Q->world; row0 += Q->heads[r].n_rows, r++) {
             const int64_t k = Q->mtp_vocab - row0;
             Q->mtp_heads[r] = Q->heads[r];
             Q->mtp_heads[r].n_rows = k < 0 ? 0 : k < Q->heads[r].n_rows ? k : Q->heads[r].n_rows;
             Q->mtp_heads[r].name = "the MTP draft head (the output head's first rows)";
-            if (Q->mtp_heads[r].n_rows > 0) list[n++] = &Q->mtp_heads[r];
         }
     }
-    tela_status s = tela_model_prepare_mats(m, list, uses, n);
+    size_t cap = 2 + 3 * (size_t)Q->world + (size_t)Q->world * (size_t)(Q->n_layer + Q->n_mtp) * 9 +
+                 (size_t)Q->n_mtp * (size_t)Q->world, n = 0;
+    tela_mat **list = malloc(cap * sizeof *list);
+    tela_mat_use *uses = malloc(cap * sizeof *uses);
+    if (!list || !uses) {
+        free(list);
+        free(uses);
+        return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    tela_status st = TELA_OK;
+    for (int r = 0; r < Q->world && st == TELA_OK; r++) { /* rank r's matrices (at one device, all in one list) */
+        if (r < n_dev) n = 0;
+        uses[n] = TELA_MAT_ROWS; /* (&Q->tok_embd and &Q->output at one rank) */
+        list[n++] = &Q->embd[r];
+        const size_t first = n;
+        list[n++] = &Q->heads[r];
+        for (int l = 0; l < Q->n_layer; l++)
+            if (Q->layers[l].slot >= 0) n += layer_mats(&Q->rank_layers[r][l], list + n);
+        for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
+            n += layer_mats(&Q->mtp[i].layers[r], list + n);
+            if (r < n_dev) list[n++] = &Q->mtp[i].eh_projs[r];
+        }
+        if (cut && Q->mtp_heads[r].n_rows > 0) list[n++] = &Q->mtp_heads[r];
+        for (size_t k = first; k < n; k++) uses[k] = TELA_MAT_MATMUL;
+        if (n_dev > 1 || r == Q->world - 1) st = tela_model_prepare_mats_rank(m, n_dev > 1 ? r : 0, list, uses, n);
+    }
     free(list);
     free(uses);
-    return s;
+    return st;
 }
 
 /* Loads every decoder layer (types already set) and the MTP blocks, then
@@ -909,6 +902,12 @@ typedef struct qwen35_acts {
     float *qkv_in, *qkv, *z, *beta, *g, *core;
 } qwen35_acts;
 
+/* What the MTP block computes on, on one exec (qwen35_state's comment). */
+typedef struct qwen35_mtp_acts {
+    float *h, *x, *cat, *g, *hin;
+    int32_t *in, *tokd, *posd;
+} qwen35_mtp_acts;
+
 /* A session: the KV cache of the attention layers, the conv and recurrent
  * states of the GDN layers, and the activations of one step of up to
  * n_batch tokens, all in backend memory. */
@@ -954,8 +953,9 @@ typedef struct qwen35_state {
      * row in the step (slot_rewind). */
     tela_kv_cache **mtp_kv;      /* [n_mtp_kv]: the MTP block's KV cache, each rank's KV heads (NULL: no block) */
     int n_mtp_kv;
-    float *mtp_h, *mtp_x, *mtp_cat, *mtp_g, *mtp_logits, *mtp_hin;
-    int32_t *mtp_in, *mtp_pick, *mtp_tokd, *mtp_posd;
+    qwen35_mtp_acts *md;         /* [ranks.n] each exec's mtp_h (h), mtp_x (x), ...: NULL without the block */
+    float *mtp_logits;           /* rank 0's */
+    int32_t *mtp_pick;
     tela_batch_seq *mtp_seqs;
     int32_t *mtp_tok, *mtp_idx, *keep_tok0;
 } qwen35_state;
@@ -986,11 +986,15 @@ static void qwen35_state_free(void *p) {
     free(s->rec);
     free(s->keep_rec);
     free(s->keep_conv);
-    float *bufs[] = {s->mtp_h, s->mtp_x, s->mtp_cat, s->mtp_g, s->mtp_logits, s->mtp_hin};
-    tela_backend_free_mem(be, s->mtp_in);
+    for (int e = 0; e < s->ranks.n && s->md; e++) {
+        tela_backend *bee = tela_exec_backend(s->ranks.rk[e].ex);
+        const qwen35_mtp_acts *d = &s->md[e];
+        void *mb[] = {d->h, d->x, d->cat, d->g, d->hin, d->in, d->tokd, d->posd};
+        for (size_t i = 0; i < sizeof mb / sizeof mb[0]; i++) tela_backend_free_mem(bee, mb[i]);
+    }
+    free(s->md);
+    float *bufs[] = {s->mtp_logits};
     tela_backend_free_mem(be, s->mtp_pick);
-    tela_backend_free_mem(be, s->mtp_tokd);
-    tela_backend_free_mem(be, s->mtp_posd);
     free(s->mtp_seqs);
     free(s->mtp_tok);
     free(s->mtp_idx);
@@ -1015,19 +1019,33 @@ static int ranks_per_exec(const qwen35_model *Q, const qwen35_state *s) { return
 /* What a session, or the engine's slots, need for the MTP block (one
  * block: the first; the checkpoints have one); the engine's KV cache of
  * the block is paged as the model's, in the same blocks. */
-static tela_status mtp_state_create(const qwen35_model *Q, qwen35_state *s, const tela_state_params *p) {
+static tela_status mtp_state_create(const tela_model *m, const qwen35_model *Q, qwen35_state *s,
+                                    const tela_state_params *p) {
     const bool paged = p->kv_block_size > 0;
     const tela_kv_shape shape = {1,          paged ? p->kv_rows : s->n_ctx, Q->r_kv_head, Q->head_dim, Q->head_dim,
                                  p->kv_dtype, paged ? p->kv_block_size : 0, s->n_ctx};
     s->mtp_kv = calloc((size_t)Q->world, sizeof *s->mtp_kv); /* a cache a rank, as for the model's layers */
-    if (!s->mtp_kv) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
-    for (; s->n_mtp_kv < Q->world; s->n_mtp_kv++) TELA_TRY(tela_kv_create(s->ex, &shape, &s->mtp_kv[s->n_mtp_kv]));
+    s->md = calloc((size_t)s->ranks.n, sizeof *s->md);
+    if (!s->mtp_kv || !s->md) return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+    for (; s->n_mtp_kv < Q->world; s->n_mtp_kv++)
+        TELA_TRY(tela_kv_create(rank_ex(s, s->n_mtp_kv), &shape, &s->mtp_kv[s->n_mtp_kv]));
     const size_t nb = (size_t)s->n_batch, E = (size_t)Q->n_embd, ns = (size_t)s->n_seq;
+    for (int e = 0; e < s->ranks.n; e++) { /* each exec computes the block's whole parts itself */
+        tela_exec *ex = s->ranks.rk[e].ex;
+        tela_backend *be = tela_exec_backend(ex);
+        qwen35_mtp_acts *d = &s->md[e];
+        TELA_TRY(tela_backend_alloc(be, (nb + ns) * E * sizeof(float), "MTP hidden states", (void **)&d->h));
+        TELA_TRY(tela_backend_alloc(be, nb * E * sizeof(float), "MTP activations", (void **)&d->x));
+        TELA_TRY(tela_backend_alloc(be, nb * 2 * E * sizeof(float), "MTP inputs", (void **)&d->cat));
+        TELA_TRY(tela_backend_alloc(be, ns * E * sizeof(float), "MTP outputs", (void **)&d->g));
+        TELA_TRY(tela_backend_alloc(be, 2 * sizeof(int32_t), "MTP inputs", (void **)&d->in));
+        tela_exec_zero(ex, d->h, ns * E * sizeof(float));
+        if (!paged) continue;
+        TELA_TRY(tela_backend_alloc(be, nb * E * sizeof(float), "MTP hidden states", (void **)&d->hin));
+        TELA_TRY(tela_backend_alloc(be, nb * sizeof(int32_t), "MTP token ids", (void **)&d->tokd));
+        TELA_TRY(tela_backend_alloc(be, nb * sizeof(int32_t), "MTP positions", (void **)&d->posd));
+    }
     tela_backend *be = tela_exec_backend(s->ex);
-    TELA_TRY(tela_backend_alloc(be, (nb + ns) * E * sizeof(float), "MTP hidden states", (void **)&s->mtp_h));
-    TELA_TRY(tela_backend_alloc(be, nb * E * sizeof(float), "MTP activations", (void **)&s->mtp_x));
-    TELA_TRY(tela_backend_alloc(be, nb * 2 * E * sizeof(float), "MTP inputs", (void **)&s->mtp_cat));
-    TELA_TRY(tela_backend_alloc(be, ns * E * sizeof(float), "MTP outputs", (void **)&s->mtp_g));
     TELA_TRY(tela_backend_alloc(be, ns * (size_t)Q->n_vocab * sizeof(float), "MTP logits", (void **)&s->mtp_logits));
     if (Q->mtp_vocab < Q->n_vocab) { /* the ids past the draft vocabulary: never drafted */
         const size_t tail = (size_t)(Q->n_vocab - Q->mtp_vocab);
@@ -1042,13 +1060,12 @@ static tela_status mtp_state_create(const qwen35_model *Q, qwen35_state *s, cons
         free(ninf);
         TELA_TRY(st);
     }
-    TELA_TRY(tela_backend_alloc(be, 2 * sizeof(int32_t), "MTP inputs", (void **)&s->mtp_in));
     TELA_TRY(tela_backend_alloc(be, sizeof(int32_t), "MTP greedy pick", (void **)&s->mtp_pick));
-    tela_exec_zero(s->ex, s->mtp_h, ns * E * sizeof(float));
-    if (!paged) return tela_model_io_prev_positions(&s->io);
-    TELA_TRY(tela_backend_alloc(be, nb * E * sizeof(float), "MTP hidden states", (void **)&s->mtp_hin));
-    TELA_TRY(tela_backend_alloc(be, nb * sizeof(int32_t), "MTP token ids", (void **)&s->mtp_tokd));
-    TELA_TRY(tela_backend_alloc(be, nb * sizeof(int32_t), "MTP positions", (void **)&s->mtp_posd));
+    for (int e = 1; e < s->ranks.n; e++) TELA_TRY(tela_exec_sync(s->ranks.rk[e].ex));
+    if (!paged) {
+        TELA_TRY(tela_model_io_prev_positions(&s->io));
+        return tela_model_ranks_prev_positions(m, &s->ranks, s->n_batch);
+    }
     const size_t rows = nb > ns ? nb : ns;
     s->mtp_seqs = malloc(rows * sizeof *s->mtp_seqs);
     s->mtp_tok = malloc(rows * sizeof *s->mtp_tok);
@@ -1130,7 +1147,7 @@ static tela_status qwen35_state_create(const tela_model *m, tela_exec *ex, const
         s->keeping = calloc((size_t)s->n_seq, sizeof *s->keeping);
         if (!s->keep_pos0 || !s->keep_n || !s->keeping) st = tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
     }
-    if (st == TELA_OK && Q->mtp && (paged || s->n_seq == 1)) st = mtp_state_create(Q, s, p);
+    if (st == TELA_OK && Q->mtp && (paged || s->n_seq == 1)) st = mtp_state_create(m, Q, s, p);
     if (st != TELA_OK) {
         qwen35_state_free(s);
         return st;
@@ -1172,7 +1189,7 @@ static void qwen35_state_reset(const tela_model *m, void *state) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     for (int r = 0; r < s->n_kv; r++) tela_kv_clear(rank_ex(s, r), s->kv[r]);
-    for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) tela_kv_clear(s->ex, s->mtp_kv[r]);
+    for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) tela_kv_clear(rank_ex(s, r), s->mtp_kv[r]);
     memset(s->keep_n, 0, (size_t)s->n_seq * sizeof *s->keep_n);
     const size_t per = (size_t)ranks_per_exec(Q, s), w = (size_t)Q->world;
     for (int e = 0; e < s->ranks.n; e++) {
@@ -1215,7 +1232,8 @@ static void qwen35_slot_reset(const tela_model *m, void *state, int slot) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     s->keep_n[slot] = 0;
-    if (s->mtp_h) tela_exec_zero(s->ex, s->mtp_h + (size_t)slot * Q->n_embd, (size_t)Q->n_embd * sizeof(float));
+    for (int e = 0; e < s->ranks.n && s->md; e++)
+        tela_exec_zero(s->ranks.rk[e].ex, s->md[e].h + (size_t)slot * Q->n_embd, (size_t)Q->n_embd * sizeof(float));
     for (int e = 0; e < s->ranks.n; e++) {
         tela_exec_zero(s->ranks.rk[e].ex, slot_conv(Q, s, slot, e), slot_conv_bytes(Q, s));
         tela_exec_zero(s->ranks.rk[e].ex, slot_rec(Q, s, slot, e), slot_rec_bytes(Q, s));
@@ -1236,7 +1254,7 @@ static tela_status qwen35_slot_save(const tela_model *m, void *state, int slot, 
     }
     p += ne * (cb + rb);
     if (!mtp_slot_bytes(Q)) return TELA_OK;
-    if (s->mtp_h) return tela_exec_download(s->ex, p, s->mtp_h + (size_t)slot * Q->n_embd, mtp_slot_bytes(Q));
+    if (s->md) return tela_exec_download(s->ex, p, s->md[0].h + (size_t)slot * Q->n_embd, mtp_slot_bytes(Q));
     memset(p, 0, mtp_slot_bytes(Q));
     return TELA_OK;
 }
@@ -1251,8 +1269,9 @@ static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, 
         TELA_TRY(tela_exec_upload(s->ranks.rk[e].ex, slot_conv(Q, s, slot, e), p + e * cb, cb));
         TELA_TRY(tela_exec_upload(s->ranks.rk[e].ex, slot_rec(Q, s, slot, e), p + ne * cb + e * rb, rb));
     }
-    if (s->mtp_h)
-        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h + (size_t)slot * Q->n_embd, p + ne * (cb + rb), mtp_slot_bytes(Q)));
+    for (int e = 0; e < s->ranks.n && s->md; e++) /* (every exec's copy) */
+        TELA_TRY(tela_exec_upload(s->ranks.rk[e].ex, s->md[e].h + (size_t)slot * Q->n_embd, p + ne * (cb + rb),
+                                  mtp_slot_bytes(Q)));
     for (int e = 0; e < s->ranks.n; e++) TELA_TRY(tela_exec_sync(s->ranks.rk[e].ex));
     return TELA_OK;
 }
@@ -1260,7 +1279,8 @@ static tela_status qwen35_slot_load(const tela_model *m, void *state, int slot, 
 static tela_status qwen35_kv_copy_rows(const tela_model *m, void *state, int32_t dst, int32_t src, int32_t n) {
     (void)m;
     qwen35_state *s = state;
-    for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++) TELA_TRY(tela_kv_copy_rows(s->ex, s->mtp_kv[r], dst, src, n));
+    for (int r = 0; r < s->n_mtp_kv && s->mtp_kv; r++)
+        TELA_TRY(tela_kv_copy_rows(rank_ex(s, r), s->mtp_kv[r], dst, src, n));
     for (int r = 0; r < s->n_kv; r++) TELA_TRY(tela_kv_copy_rows(rank_ex(s, r), s->kv[r], dst, src, n));
     return TELA_OK;
 }
@@ -1303,8 +1323,8 @@ static tela_status qwen35_state_save(const tela_model *m, const void *state, int
     if (!s->mtp_kv) return TELA_OK;
     p += ne * (cb + rb);
     for (int r = 0; r < s->n_mtp_kv; p += tela_kv_image_bytes(s->mtp_kv[r], n_past), r++)
-        TELA_TRY(tela_kv_save(s->ex, s->mtp_kv[r], n_past, p));
-    return tela_exec_download(s->ex, p, s->mtp_h, (size_t)Q->n_embd * sizeof(float));
+        TELA_TRY(tela_kv_save(rank_ex(s, r), s->mtp_kv[r], n_past, p));
+    return tela_exec_download(s->ex, p, s->md[0].h, (size_t)Q->n_embd * sizeof(float));
 }
 
 static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n_past, const void *src) {
@@ -1323,8 +1343,9 @@ static tela_status qwen35_state_load(const tela_model *m, void *state, int32_t n
     if (s->mtp_kv) {
         p += ne * (cb + rb);
         for (int r = 0; r < s->n_mtp_kv; p += tela_kv_image_bytes(s->mtp_kv[r], n_past), r++)
-            TELA_TRY(tela_kv_load(s->ex, s->mtp_kv[r], n_past, p));
-        TELA_TRY(tela_exec_upload(s->ex, s->mtp_h, p, (size_t)Q->n_embd * sizeof(float)));
+            TELA_TRY(tela_kv_load(rank_ex(s, r), s->mtp_kv[r], n_past, p));
+        for (int e = 0; e < s->ranks.n; e++)
+            TELA_TRY(tela_exec_upload(s->ranks.rk[e].ex, s->md[e].h, p, (size_t)Q->n_embd * sizeof(float)));
     }
     for (int e = 0; e < s->ranks.n; e++) TELA_TRY(tela_exec_sync(s->ranks.rk[e].ex));
     return TELA_OK;
@@ -1538,13 +1559,15 @@ static void layer(const qwen35_model *Q, qwen35_state *s, int l) {
  * hidden states (before the output norm) in each exec's x. */
 static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
     const int E = Q->n_embd, nt = b->n_tok;
-    tela_model_ranks_begin(&s->ranks, b);
+    tela_model_ranks_begin(&s->ranks, b, s->io.pos_prev);
     for (int e = 0; e < s->ranks.n; e++)
         tela_exec_rope_table(s->ranks.rk[e].ex, s->acts[e].cs, &s->ranks.rk[e].batch, Q->inv_freq_b[e], Q->n_rot);
     if (s->ranks.n > 1) {
         float *x[TELA_MODEL_MAX_RANKS];
         for (int e = 0; e < s->ranks.n; e++) x[e] = s->acts[e].x;
-        tela_model_embed_ranks(&s->ranks, Q->embd, nt, x, E);
+        const int32_t *ids[TELA_MODEL_MAX_RANKS];
+        for (int e = 0; e < s->ranks.n; e++) ids[e] = s->ranks.rk[e].batch.tokens;
+        tela_model_embed_ranks(&s->ranks, Q->embd, ids, nt, x, E);
     } else {
         tela_model_embed(s->ex, Q->embd, Q->world, b->tokens, nt, s->acts[0].x, E);
     }
@@ -1555,42 +1578,68 @@ static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batc
     }
 }
 
-/* The MTP block over b's rows (its own KV cache at b's positions), from
- * the hidden states h (rows of n_embd) and the embeddings of b's tokens;
- * leaves the block's residual stream in s->mtp_x. */
-static void mtp_block(const qwen35_model *Q, qwen35_state *s, const qwen35_mtp *B, const float *h,
-                      const tela_batch *b) {
-    tela_exec *ex = s->ex;
-    const int E = Q->n_embd, nr = b->n_tok;
-    tela_exec_profile_phase(ex, "MTP");
-    tela_model_embed(ex, Q->embd, Q->world, b->tokens, nr, s->mtp_x, E);
-    tela_exec_rmsnorm(ex, s->mtp_cat, 2 * E, s->mtp_x, E, B->enorm_b, E, nr, Q->eps);
-    tela_exec_rmsnorm(ex, s->mtp_cat + E, 2 * E, h, E, B->hnorm_b, E, nr, Q->eps);
-    tela_exec_matmul(ex, &B->eh_proj, s->mtp_cat, 2 * E, s->mtp_x, E, nr, false);
-    tela_exec_rope_table(ex, s->acts[0].cs, b, Q->inv_freq_b[0], Q->n_rot);
+/* The MTP block over b[e]'s rows on each exec e (its own KV cache at the
+ * rows' positions), from the hidden states h[e] (rows of n_embd) and the
+ * embeddings of the rows' tokens; leaves the block's residual stream in
+ * each exec's md[e].x. Each exec computes the block's whole parts (the
+ * norms, eh_proj) itself; its layer is split as the model's. */
+static void mtp_block(const qwen35_model *Q, qwen35_state *s, const qwen35_mtp *B, const float *const *h,
+                      const tela_batch *const *b) {
+    const int E = Q->n_embd, nr = b[0]->n_tok;
+    float *xs[TELA_MODEL_MAX_RANKS];
+    for (int e = 0; e < s->ranks.n; e++) {
+        xs[e] = s->md[e].x;
+        tela_exec_profile_phase(s->ranks.rk[e].ex, "MTP");
+    }
+    if (s->ranks.n > 1) {
+        const int32_t *ids[TELA_MODEL_MAX_RANKS];
+        for (int e = 0; e < s->ranks.n; e++) ids[e] = b[e]->tokens;
+        tela_model_embed_ranks(&s->ranks, Q->embd, ids, nr, xs, E);
+    } else {
+        tela_model_embed(s->ex, Q->embd, Q->world, b[0]->tokens, nr, xs[0], E);
+    }
+    for (int e = 0; e < s->ranks.n; e++) {
+        tela_exec *ex = s->ranks.rk[e].ex;
+        qwen35_mtp_acts *d = &s->md[e];
+        tela_exec_rmsnorm(ex, d->cat, 2 * E, d->x, E, B->enorm_b[e], E, nr, Q->eps);
+        tela_exec_rmsnorm(ex, d->cat + E, 2 * E, h[e], E, B->hnorm_b[e], E, nr, Q->eps);
+        tela_exec_matmul(ex, &B->eh_projs[e], d->cat, 2 * E, d->x, E, nr, false);
+        tela_exec_rope_table(ex, s->acts[e].cs, b[e], Q->inv_freq_b[e], Q->n_rot);
+    }
     const qwen35_layer *parts[TELA_MODEL_MAX_RANKS];
     for (int r = 0; r < Q->world; r++) parts[r] = &B->layers[r];
-    const tela_batch *bs[1] = {b}; /* (one exec: no MTP block with a rank per device) */
-    float *xs[1] = {s->mtp_x};
-    layer_parts(Q, s, bs, parts, s->mtp_kv, xs);
-    tela_exec_profile_phase(ex, NULL);
+    layer_parts(Q, s, b, parts, s->mtp_kv, xs);
+    for (int e = 0; e < s->ranks.n; e++) tela_exec_profile_phase(s->ranks.rk[e].ex, NULL);
 }
 
-/* After a session's step (final hidden states in s->acts[0].x): the MTP block over
- * the step's positions one behind, the token at position p with the hidden
- * state of p - 1 (the first from mtp_h row 0, the previous step's last),
- * at MTP position p - 1; then row 0 becomes this step's last hidden state. */
+/* After a session's step (final hidden states in each exec's x): the MTP
+ * block over the step's positions one behind, the token at position p with
+ * the hidden state of p - 1 (the first from h row 0, the previous step's
+ * last), at MTP position p - 1; then row 0 becomes this step's last hidden
+ * state. */
 static void mtp_catch_up(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
     const int E = Q->n_embd, nt = b->n_tok, first = b->pos0 == 0; /* position 0 follows nothing */
-    tela_exec_rmsnorm(s->ex, s->mtp_h + E, E, s->acts[0].x, E, Q->output_norm_b[0], E, nt, Q->eps);
+    for (int e = 0; e < s->ranks.n; e++)
+        tela_exec_rmsnorm(s->ranks.rk[e].ex, s->md[e].h + E, E, s->acts[e].x, E, Q->output_norm_b[e], E, nt, Q->eps);
     if (nt > first) {
         /* (pos0: the step's own, so that the block's attention is sized by
          * the same length bucket as the step: a captured step replays it at
          * every length of the bucket) */
-        const tela_batch mb = {nt - first, b->pos0 + first, b->tokens + first, s->io.pos_prev + first, 1, NULL, 0};
-        mtp_block(Q, s, &Q->mtp[0], s->mtp_h + (size_t)first * E, &mb);
+        tela_batch mb[TELA_MODEL_MAX_RANKS];
+        const tela_batch *mbp[TELA_MODEL_MAX_RANKS];
+        const float *h[TELA_MODEL_MAX_RANKS];
+        for (int e = 0; e < s->ranks.n; e++) {
+            const int32_t *prev = e == 0 ? s->io.pos_prev : s->ranks.rk[e].pos_prev;
+            mb[e] = (tela_batch){nt - first, b->pos0 + first, s->ranks.rk[e].batch.tokens + first, prev + first, 1,
+                                 NULL, 0};
+            mbp[e] = &mb[e];
+            h[e] = s->md[e].h + (size_t)first * E;
+        }
+        mtp_block(Q, s, &Q->mtp[0], h, mbp);
     }
-    tela_exec_rmsnorm(s->ex, s->mtp_h, E, s->acts[0].x + (size_t)(nt - 1) * E, E, Q->output_norm_b[0], E, 1, Q->eps);
+    for (int e = 0; e < s->ranks.n; e++)
+        tela_exec_rmsnorm(s->ranks.rk[e].ex, s->md[e].h, E, s->acts[e].x + (size_t)(nt - 1) * E, E,
+                          Q->output_norm_b[e], E, 1, Q->eps);
 }
 
 /* mtp_catch_up for a batched step: each sequence's tokens but one at
@@ -1598,10 +1647,10 @@ static void mtp_catch_up(const qwen35_model *Q, qwen35_state *s, const tela_batc
  * first token, the step's rows after), as one batch of the block; then
  * each slot's row becomes its last token's hidden state. */
 static void mtp_catch_up_batch(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
-    tela_exec *ex = s->ex;
     const int E = Q->n_embd, ns = s->n_seq;
-    float *step_h = s->mtp_h + (size_t)ns * E;
-    tela_exec_rmsnorm(ex, step_h, E, s->acts[0].x, E, Q->output_norm_b[0], E, b->n_tok, Q->eps);
+    for (int e = 0; e < s->ranks.n; e++)
+        tela_exec_rmsnorm(s->ranks.rk[e].ex, s->md[e].h + (size_t)ns * E, E, s->acts[e].x, E, Q->output_norm_b[e], E,
+                          b->n_tok, Q->eps);
     const int32_t *tok = s->io.run_tok; /* the step's token ids, host */
     int n = 0, nq = 0;
     for (int i = 0; i < b->n_seq; i++) {
@@ -1615,15 +1664,25 @@ static void mtp_catch_up_batch(const qwen35_model *Q, qwen35_state *s, const tel
         }
     }
     if (n > 0) {
-        tela_batch mb;
-        tela_exec_copy_rows(ex, s->mtp_hin, E, s->mtp_h, E, s->mtp_idx, n, E);
-        if (tela_exec_set_batch_seqs(ex, &mb, s->mtp_tokd, s->mtp_posd, s->mtp_tok, s->mtp_seqs, nq) == TELA_OK)
-            mtp_block(Q, s, &Q->mtp[0], s->mtp_hin, &mb);
+        tela_batch mb[TELA_MODEL_MAX_RANKS];
+        const tela_batch *mbp[TELA_MODEL_MAX_RANKS];
+        const float *h[TELA_MODEL_MAX_RANKS];
+        bool ok = true;
+        for (int e = 0; e < s->ranks.n && ok; e++) { /* (batched steps run eagerly: each exec takes its upload) */
+            tela_exec *ex = s->ranks.rk[e].ex;
+            tela_exec_copy_rows(ex, s->md[e].hin, E, s->md[e].h, E, s->mtp_idx, n, E);
+            ok = tela_exec_set_batch_seqs(ex, &mb[e], s->md[e].tokd, s->md[e].posd, s->mtp_tok, s->mtp_seqs, nq) ==
+                 TELA_OK;
+            mbp[e] = &mb[e];
+            h[e] = s->md[e].hin;
+        }
+        if (ok) mtp_block(Q, s, &Q->mtp[0], h, mbp);
     }
     for (int i = 0; i < b->n_seq; i++) {
         const tela_batch_seq *q = &b->seqs[i];
-        tela_exec_copy_rows(ex, s->mtp_h + (size_t)q->slot * E, E, step_h + (size_t)(q->tok0 + q->n_tok - 1) * E, E,
-                            ROW0, 1, E);
+        for (int e = 0; e < s->ranks.n; e++)
+            tela_exec_copy_rows(s->ranks.rk[e].ex, s->md[e].h + (size_t)q->slot * E, E,
+                                s->md[e].h + (size_t)ns * E + (size_t)(q->tok0 + q->n_tok - 1) * E, E, ROW0, 1, E);
     }
 }
 
@@ -1647,14 +1706,19 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
     tela_model_ranks_end(&s->ranks);
 }
 
-/* The draft logits of n rows g (output-normed, rows of n_embd) into
- * s->mtp_logits: each rank's part of the draft head filling its columns
- * (the columns past a draft vocabulary stay -inf). */
-static void mtp_head_logits(const qwen35_model *Q, qwen35_state *s, const float *g, int n) {
+/* The draft logits of n rows g[e] (output-normed, rows of n_embd, each
+ * exec's copy) into s->mtp_logits (rank 0's): each rank's part of the
+ * draft head filling its columns (the columns past a draft vocabulary
+ * stay -inf). */
+static void mtp_head_logits(const qwen35_model *Q, qwen35_state *s, const float *const *g, int n) {
+    if (s->ranks.n > 1) {
+        tela_model_head_ranks(&s->ranks, Q->mtp_heads, NULL, g, n, Q->n_embd, s->mtp_logits, Q->n_vocab);
+        return;
+    }
     int64_t col = 0;
     for (int r = 0; r < Q->world; col += Q->heads[r].n_rows, r++)
         if (Q->mtp_heads[r].n_rows > 0)
-            tela_exec_matmul(s->ex, &Q->mtp_heads[r], g, Q->n_embd, s->mtp_logits + col, Q->n_vocab, n, false);
+            tela_exec_matmul(s->ex, &Q->mtp_heads[r], g[0], Q->n_embd, s->mtp_logits + col, Q->n_vocab, n, false);
 }
 
 static int qwen35_mtp_layers(const tela_model *m) {
@@ -1677,20 +1741,34 @@ static tela_status qwen35_mtp_draft(const tela_model *m, void *state, int32_t to
         return tela_errorf(TELA_ERR_ARG, "MTP draft: token %d at position %d is out of range (vocabulary %d, context %d)",
                            tok, pos, Q->n_vocab, s->n_ctx);
     const int32_t in[2] = {tok, pos};
-    TELA_TRY(tela_exec_upload(s->ex, s->mtp_in, in, sizeof in));
-    const tela_batch mb = {1, pos, s->mtp_in, s->mtp_in + 1, 1, NULL, 0};
+    TELA_TRY(tela_exec_upload(s->ex, s->md[0].in, in, sizeof in)); /* (rank 0's; the others copy it in the step) */
+    tela_batch mb[TELA_MODEL_MAX_RANKS];
+    const tela_batch *mbp[TELA_MODEL_MAX_RANKS];
+    const float *h[TELA_MODEL_MAX_RANKS], *g[TELA_MODEL_MAX_RANKS];
+    for (int e = 0; e < s->ranks.n; e++) {
+        mb[e] = (tela_batch){1, pos, s->md[e].in, s->md[e].in + 1, 1, NULL, 0};
+        mbp[e] = &mb[e];
+        h[e] = chain ? s->md[e].g : s->md[e].h;
+        g[e] = s->md[e].g;
+    }
     const int E = Q->n_embd;
     const uint64_t key = 2u | (uint64_t)chain << 8 | (uint64_t)tela_exec_length_bucket(s->ex, pos + 1) << 32;
     if (tela_exec_graph_begin(s->ex, key)) {
-        mtp_block(Q, s, &Q->mtp[0], chain ? s->mtp_g : s->mtp_h, &mb);
-        tela_exec_rmsnorm(s->ex, s->mtp_g, E, s->mtp_x, E, Q->mtp[0].out_norm_b, E, 1, Q->eps);
-        mtp_head_logits(Q, s, s->mtp_g, 1);
+        tela_model_ranks_fork(&s->ranks);
+        for (int e = 1; e < s->ranks.n; e++)
+            tela_exec_copy_from(s->ranks.rk[e].ex, s->md[e].in, sizeof in, s->ex, s->md[0].in, sizeof in, sizeof in, 1);
+        mtp_block(Q, s, &Q->mtp[0], h, mbp);
+        for (int e = 0; e < s->ranks.n; e++)
+            tela_exec_rmsnorm(s->ranks.rk[e].ex, s->md[e].g, E, s->md[e].x, E, Q->mtp[0].out_norm_b[e], E, 1, Q->eps);
+        mtp_head_logits(Q, s, g, 1);
         tela_exec_argmax(s->ex, s->mtp_logits, Q->mtp_vocab, s->mtp_pick);
+        tela_model_ranks_end(&s->ranks);
     }
     TELA_TRY(tela_exec_graph_end(s->ex));
     if (logits) TELA_TRY(tela_exec_download(s->ex, logits, s->mtp_logits, (size_t)Q->n_vocab * sizeof(float)));
     if (pick) TELA_TRY(tela_exec_download(s->ex, pick, s->mtp_pick, sizeof *pick));
-    return tela_exec_sync(s->ex);
+    TELA_TRY(tela_exec_sync(s->ex));
+    return tela_model_ranks_sync(&s->ranks);
 }
 
 /* One draft step of the MTP block for several of the engine's sequences
@@ -1702,7 +1780,7 @@ static tela_status qwen35_mtp_draft_batch(const tela_model *m, void *state, cons
                                           float *logits, int32_t *picks) {
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
-    if (!s->mtp_kv || !s->mtp_hin)
+    if (!s->mtp_kv || !s->md || !s->md[0].hin)
         return tela_errorf(TELA_ERR_UNSUPPORTED, "%s: batched MTP drafting needs the engine's state with the MTP block",
                            m->path);
     if (n <= 0 || n > s->n_seq)
@@ -1718,14 +1796,26 @@ static tela_status qwen35_mtp_draft_batch(const tela_model *m, void *state, cons
         s->mtp_tok[i] = qs[i].tok;
         s->mtp_idx[i] = qs[i].slot;
     }
-    tela_batch mb;
-    TELA_TRY(tela_exec_set_batch_seqs(ex, &mb, s->mtp_tokd, s->mtp_posd, s->mtp_tok, s->mtp_seqs, n));
-    tela_exec_copy_rows(ex, s->mtp_hin, E, chain ? s->mtp_g : s->mtp_h, E, s->mtp_idx, n, E);
-    mtp_block(Q, s, &Q->mtp[0], s->mtp_hin, &mb);
-    tela_exec_rmsnorm(ex, s->mtp_hin, E, s->mtp_x, E, Q->mtp[0].out_norm_b, E, n, Q->eps);
-    for (int i = 0; i < n; i++)
-        tela_exec_copy_rows(ex, s->mtp_g + (size_t)qs[i].slot * E, E, s->mtp_hin + (size_t)i * E, E, ROW0, 1, E);
-    mtp_head_logits(Q, s, s->mtp_hin, n);
+    tela_batch mb[TELA_MODEL_MAX_RANKS];
+    const tela_batch *mbp[TELA_MODEL_MAX_RANKS];
+    const float *h[TELA_MODEL_MAX_RANKS];
+    for (int e = 0; e < s->ranks.n; e++) { /* (eager: each exec takes its own upload) */
+        tela_exec *exe = s->ranks.rk[e].ex;
+        qwen35_mtp_acts *d = &s->md[e];
+        TELA_TRY(tela_exec_set_batch_seqs(exe, &mb[e], d->tokd, d->posd, s->mtp_tok, s->mtp_seqs, n));
+        tela_exec_copy_rows(exe, d->hin, E, chain ? d->g : d->h, E, s->mtp_idx, n, E);
+        mbp[e] = &mb[e];
+        h[e] = d->hin;
+    }
+    mtp_block(Q, s, &Q->mtp[0], h, mbp);
+    for (int e = 0; e < s->ranks.n; e++) {
+        tela_exec *exe = s->ranks.rk[e].ex;
+        qwen35_mtp_acts *d = &s->md[e];
+        tela_exec_rmsnorm(exe, d->hin, E, d->x, E, Q->mtp[0].out_norm_b[e], E, n, Q->eps);
+        for (int i = 0; i < n; i++)
+            tela_exec_copy_rows(exe, d->g + (size_t)qs[i].slot * E, E, d->hin + (size_t)i * E, E, ROW0, 1, E);
+    }
+    mtp_head_logits(Q, s, h, n);
     if (picks) {
         if (!s->io.picks)
             TELA_TRY(tela_backend_alloc(tela_exec_backend(ex), (size_t)s->n_batch * sizeof(int32_t), "greedy picks",
@@ -1734,7 +1824,8 @@ static tela_status qwen35_mtp_draft_batch(const tela_model *m, void *state, cons
         TELA_TRY(tela_exec_download(ex, picks, s->io.picks, (size_t)n * sizeof(int32_t)));
     }
     if (logits) TELA_TRY(tela_exec_download(ex, logits, s->mtp_logits, (size_t)n * (size_t)Q->n_vocab * sizeof(float)));
-    return tela_exec_sync(ex);
+    TELA_TRY(tela_exec_sync(ex));
+    return tela_model_ranks_sync(&s->ranks);
 }
 
 static tela_status qwen35_forward(const tela_model *m, void *state, const int32_t *tokens, int32_t n, int32_t n_past,
@@ -1750,6 +1841,7 @@ static tela_status qwen35_forward(const tela_model *m, void *state, const int32_
         s->keep_pos0[0] = n_past;
     }
     tela_status st = tela_model_run_steps(m, state, forward_output, &s->io, tokens, n, n_past, out);
+    if (st == TELA_OK) st = tela_model_ranks_sync(&s->ranks);
     if (st == TELA_OK && s->keeping[0]) s->keep_n[0] = n;
     s->keeping[0] = false;
     return st;
@@ -1791,10 +1883,11 @@ static tela_status qwen35_slot_rewind(const tela_model *m, void *state, int slot
      * only costs drafts) */
     const int last0 = (s->keep_n[slot] - 1) / s->n_batch * s->n_batch; /* the last step's first token */
     const int tok0 = s->keep_tok0 ? s->keep_tok0[slot] : 0;           /* the run's first row in that step */
-    if (s->mtp_h && n_keep - 1 >= last0)
-        tela_exec_copy_rows(s->ex, s->mtp_h + (size_t)slot * Q->n_embd, Q->n_embd,
-                            s->mtp_h + (size_t)(s->n_seq + tok0 + n_keep - 1 - last0) * Q->n_embd, Q->n_embd, ROW0,
+    for (int e = 0; e < s->ranks.n && s->md && n_keep - 1 >= last0; e++)
+        tela_exec_copy_rows(s->ranks.rk[e].ex, s->md[e].h + (size_t)slot * Q->n_embd, Q->n_embd,
+                            s->md[e].h + (size_t)(s->n_seq + tok0 + n_keep - 1 - last0) * Q->n_embd, Q->n_embd, ROW0,
                             1, Q->n_embd);
+    for (int e = 1; e < s->ranks.n; e++) TELA_TRY(tela_exec_sync(s->ranks.rk[e].ex));
     s->keep_n[slot] = 0;
     return tela_exec_sync(s->ex);
 }
@@ -1818,7 +1911,8 @@ static tela_status qwen35_forward_batch(const tela_model *m, void *state, const 
             s->keep_pos0[runs[i].slot] = runs[i].n_past;
             if (s->keep_tok0) s->keep_tok0[runs[i].slot] = t;
         }
-    const tela_status st = tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits, picks);
+    tela_status st = tela_model_run_batch(m, state, forward_output, &s->io, runs, n_runs, logits, picks);
+    if (st == TELA_OK) st = tela_model_ranks_sync(&s->ranks);
     for (int i = 0; keep_max > 0 && i < n_runs; i++)
         if (runs[i].keep_states) {
             s->keeping[runs[i].slot] = false;
