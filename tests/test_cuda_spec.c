@@ -15,7 +15,9 @@
  *    exact mode, within 1e-3 of the range (as on the CPU: F16 weights);
  *  - sampling with MTP drafts: histograms of the first generated tokens
  *    over many seeds against their exact marginals under the model, from
- *    the GPU's own logits (test_spec_stats.h), chi-square at p < 1e-3.
+ *    the GPU's own logits (test_spec_stats.h), chi-square at p < 1e-3;
+ *  - the hybrid split over two ranks with an exec each on the GPU
+ *    ("cuda:0,cuda:0"): the MTP reference and greedy MTP speculation.
  * Skipped (77) without CUDA or a GPU; TELA_TEST_DEVICE=cpu runs it on the
  * CPU instead (a check of the test itself). */
 #include <stdio.h>
@@ -166,5 +168,20 @@ int main(void) {
     tela_model_free(hyb);
     tela_model_free(kjv);
     tela_model_free(kjv8);
+
+    /* the hybrid split over two ranks, an exec each on the one GPU
+     * (tensor parallelism; its MTP block too): the reference, and MTP
+     * speculation gives the plain greedy tokens */
+    if (!strcmp(device, "cuda")) {
+        device = "cuda:0,cuda:0";
+        hyb = load_cuda("models/tela-kjv-qwen35-f16.gguf", true);
+        if (hyb) {
+            check_mtp_reference(hyb, src_dir, 1e-3, TELA_KV_DEFAULT);
+            const int n2 = tokenize(hyb, "And God said, Let there be light: and there was light.", prompt, 128);
+            check_greedy("hybrid on 2 ranks, an exec each, MTP", hyb, NULL, TELA_SPEC_MTP, prompt, n2);
+            tela_model_free(hyb);
+        }
+        device = "cuda";
+    }
     return test_finish();
 }

@@ -90,7 +90,7 @@ typedef struct tela_model_params {
     const char *device;  /* where to run: "cpu", "cuda", "cuda:N"; NULL or "auto" = $TELA_DEVICE, else a
                             GPU when tela was built with CUDA and one is present (and the architecture
                             runs there), else the CPU. A list ("cuda:0,cuda:1") puts a rank of tensor
-                            parallelism on each device (Llama; Qwen3.5 without its MTP block) */
+                            parallelism on each device (Llama, Qwen3.5) */
     const int32_t *skip_layers;  /* layers to bypass (the residual stream passes them unchanged; they get
                                     no KV cache or state), or NULL */
     size_t n_skip_layers;
@@ -101,7 +101,7 @@ typedef struct tela_model_params {
                                     The ranks run a GPU each when the device is automatic or "cuda" and
                                     there are that many GPUs (their sums through NCCL), or on the devices
                                     listed; otherwise they take turns on the one device (a check of the
-                                    split computation, no faster). Qwen3.5's MTP block: one device only */
+                                    split computation, no faster) */
 } tela_model_params;
 
 TELA_API tela_model_params tela_model_default_params(void);
