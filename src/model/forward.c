@@ -406,3 +406,26 @@ void tela_model_output_head_ranks(tela_model_ranks *R, const tela_mat *parts, co
     if (step->pick)
         tela_exec_argmax(R->rk[0].ex, step->logits + (size_t)(step->rows - 1) * io->n_vocab, io->n_vocab, io->pick);
 }
+
+void tela_model_ranks_step_begin(tela_model_ranks *R, const tela_batch *b, const int32_t *pos_prev,
+                                 const tela_mat *parts, int n_parts, const double *const *inv_freq, int n_rot,
+                                 float *const *cs, float *const *x, int n_embd) {
+    tela_model_ranks_begin(R, b, pos_prev);
+    for (int e = 0; e < R->n; e++) tela_exec_rope_table(R->rk[e].ex, cs[e], &R->rk[e].batch, inv_freq[e], n_rot);
+    if (R->n == 1) {
+        tela_model_embed(R->rk[0].ex, parts, n_parts, b->tokens, b->n_tok, x[0], n_embd);
+        return;
+    }
+    const int32_t *ids[TELA_MODEL_MAX_RANKS];
+    for (int e = 0; e < R->n; e++) ids[e] = R->rk[e].batch.tokens;
+    tela_model_embed_ranks(R, parts, ids, b->n_tok, x, n_embd);
+}
+
+void tela_model_ranks_output_head(tela_model_ranks *R, const tela_mat *parts, int n_parts, const float *const *norm,
+                                  float eps, float *const *x, float *const *xb, int n_embd, const tela_model_step *step,
+                                  tela_model_io *io) {
+    if (R->n == 1)
+        tela_model_output_head(R->rk[0].ex, parts, n_parts, norm[0], eps, x[0], xb[0], n_embd, step, io);
+    else
+        tela_model_output_head_ranks(R, parts, norm, eps, x, xb, n_embd, step, io);
+}

@@ -654,45 +654,22 @@ static void layer(const llama_model *L, llama_state *s, int l, int kl) {
 }
 
 /* One step over the batch's tokens (at most n_batch; the cache already
- * holds the positions before them). Leaves the final hidden states in x. */
-static void forward_step(const llama_model *L, llama_state *s) {
-    const tela_batch *b = &s->io.batch;
-    const int nt = b->n_tok, E = L->n_embd;
-    tela_model_ranks_begin(&s->ranks, b, s->io.pos_prev);
-    for (int e = 0; e < s->ranks.n; e++)
-        tela_exec_rope_table(s->ranks.rk[e].ex, s->acts[e].cs, &s->ranks.rk[e].batch, L->inv_freq_b[e], L->n_rot);
-    if (s->ranks.n > 1) {
-        float *x[TELA_MODEL_MAX_RANKS];
-        for (int e = 0; e < s->ranks.n; e++) x[e] = s->acts[e].x;
-        const int32_t *ids[TELA_MODEL_MAX_RANKS];
-        for (int e = 0; e < s->ranks.n; e++) ids[e] = s->ranks.rk[e].batch.tokens;
-        tela_model_embed_ranks(&s->ranks, L->embd, ids, nt, x, E);
-    } else {
-        tela_model_embed(s->ex, L->embd, L->world, b->tokens, nt, s->acts[0].x, E);
-    }
-    tela_model_probe(&s->io, -1, s->acts[0].x, nt, E);
-    for (int l = 0; l < L->n_layer; l++) {
-        const int kl = L->kv_slot[l];
-        if (kl >= 0) layer(L, s, l, kl); /* else skipped: the residual stream passes unchanged */
-        tela_model_probe(&s->io, l, s->acts[0].x, nt, E);
-    }
-}
-
+ * holds the positions before them), then the output head as step asks. */
 static void forward_output(const tela_model *m, void *state, const tela_model_step *step) {
     const llama_model *L = m->impl;
     llama_state *s = state;
-    forward_step(L, s);
-    if (s->ranks.n > 1) {
-        float *x[TELA_MODEL_MAX_RANKS], *xb[TELA_MODEL_MAX_RANKS];
-        for (int e = 0; e < s->ranks.n; e++) {
-            x[e] = s->acts[e].x;
-            xb[e] = s->acts[e].xb;
-        }
-        tela_model_output_head_ranks(&s->ranks, L->heads, L->output_norm_b, L->eps, x, xb, L->n_embd, step, &s->io);
-    } else {
-        tela_model_output_head(s->ex, L->heads, L->world, L->output_norm_b[0], L->eps, s->acts[0].x, s->acts[0].xb,
-                               L->n_embd, step, &s->io);
+    const tela_batch *b = &s->io.batch;
+    const int nt = b->n_tok, E = L->n_embd;
+    float *x[TELA_MODEL_MAX_RANKS], *xb[TELA_MODEL_MAX_RANKS], *cs[TELA_MODEL_MAX_RANKS];
+    for (int e = 0; e < s->ranks.n; e++) x[e] = s->acts[e].x, xb[e] = s->acts[e].xb, cs[e] = s->acts[e].cs;
+    tela_model_ranks_step_begin(&s->ranks, b, s->io.pos_prev, L->embd, L->world, L->inv_freq_b, L->n_rot, cs, x, E);
+    tela_model_probe(&s->io, -1, x[0], nt, E);
+    for (int l = 0; l < L->n_layer; l++) {
+        const int kl = L->kv_slot[l];
+        if (kl >= 0) layer(L, s, l, kl); /* else skipped: the residual stream passes unchanged */
+        tela_model_probe(&s->io, l, x[0], nt, E);
     }
+    tela_model_ranks_output_head(&s->ranks, L->heads, L->world, L->output_norm_b, L->eps, x, xb, E, step, &s->io);
     tela_model_ranks_end(&s->ranks);
 }
 

@@ -420,6 +420,18 @@ void tela_model_output_head_ranks(tela_model_ranks *R, const tela_mat *parts, co
                                   float *const *x, float *const *xb, int n_embd, const tela_model_step *step,
                                   tela_model_io *io);
 
+/* A step's start over the ranks' execs (one, or a rank's each): each its
+ * copy of the step (tela_model_ranks_begin), its RoPE table (cs[e] from
+ * inv_freq[e]) and the step's token embeddings in x[e] (the table as the
+ * ranks hold it: n_parts parts). And a step's output head over them
+ * (tela_model_output_head at one exec, else tela_model_output_head_ranks). */
+void tela_model_ranks_step_begin(tela_model_ranks *R, const tela_batch *b, const int32_t *pos_prev,
+                                 const tela_mat *parts, int n_parts, const double *const *inv_freq, int n_rot,
+                                 float *const *cs, float *const *x, int n_embd);
+void tela_model_ranks_output_head(tela_model_ranks *R, const tela_mat *parts, int n_parts, const float *const *norm,
+                                  float eps, float *const *x, float *const *xb, int n_embd, const tela_model_step *step,
+                                  tela_model_io *io);
+
 /* A SwiGLU feed-forward block, as Llama and Qwen3.5 have it:
  *     out (+)= W_down (silu(W_gate h) * W_up h),   h = rmsnorm(x) * norm
  * over n_tok rows of n_embd: out is x itself (the residual add, with

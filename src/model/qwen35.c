@@ -1559,22 +1559,13 @@ static void layer(const qwen35_model *Q, qwen35_state *s, int l) {
  * hidden states (before the output norm) in each exec's x. */
 static void forward_step(const qwen35_model *Q, qwen35_state *s, const tela_batch *b) {
     const int E = Q->n_embd, nt = b->n_tok;
-    tela_model_ranks_begin(&s->ranks, b, s->io.pos_prev);
-    for (int e = 0; e < s->ranks.n; e++)
-        tela_exec_rope_table(s->ranks.rk[e].ex, s->acts[e].cs, &s->ranks.rk[e].batch, Q->inv_freq_b[e], Q->n_rot);
-    if (s->ranks.n > 1) {
-        float *x[TELA_MODEL_MAX_RANKS];
-        for (int e = 0; e < s->ranks.n; e++) x[e] = s->acts[e].x;
-        const int32_t *ids[TELA_MODEL_MAX_RANKS];
-        for (int e = 0; e < s->ranks.n; e++) ids[e] = s->ranks.rk[e].batch.tokens;
-        tela_model_embed_ranks(&s->ranks, Q->embd, ids, nt, x, E);
-    } else {
-        tela_model_embed(s->ex, Q->embd, Q->world, b->tokens, nt, s->acts[0].x, E);
-    }
-    tela_model_probe(&s->io, -1, s->acts[0].x, nt, E);
+    float *x[TELA_MODEL_MAX_RANKS], *cs[TELA_MODEL_MAX_RANKS];
+    for (int e = 0; e < s->ranks.n; e++) x[e] = s->acts[e].x, cs[e] = s->acts[e].cs;
+    tela_model_ranks_step_begin(&s->ranks, b, s->io.pos_prev, Q->embd, Q->world, Q->inv_freq_b, Q->n_rot, cs, x, E);
+    tela_model_probe(&s->io, -1, x[0], nt, E);
     for (int l = 0; l < Q->n_layer; l++) {
         if (Q->layers[l].slot >= 0) layer(Q, s, l); /* else skipped: the residual stream passes unchanged */
-        tela_model_probe(&s->io, l, s->acts[0].x, nt, E);
+        tela_model_probe(&s->io, l, x[0], nt, E);
     }
 }
 
@@ -1690,17 +1681,10 @@ static void forward_output(const tela_model *m, void *state, const tela_model_st
     const qwen35_model *Q = m->impl;
     qwen35_state *s = state;
     forward_step(Q, s, &s->io.batch);
-    if (s->ranks.n > 1) {
-        float *x[TELA_MODEL_MAX_RANKS], *xb[TELA_MODEL_MAX_RANKS];
-        for (int e = 0; e < s->ranks.n; e++) {
-            x[e] = s->acts[e].x;
-            xb[e] = s->acts[e].xb;
-        }
-        tela_model_output_head_ranks(&s->ranks, Q->heads, Q->output_norm_b, Q->eps, x, xb, Q->n_embd, step, &s->io);
-    } else {
-        tela_model_output_head(s->ex, Q->heads, Q->world, Q->output_norm_b[0], Q->eps, s->acts[0].x, s->acts[0].xb,
-                               Q->n_embd, step, &s->io);
-    }
+    float *x[TELA_MODEL_MAX_RANKS], *xb[TELA_MODEL_MAX_RANKS];
+    for (int e = 0; e < s->ranks.n; e++) x[e] = s->acts[e].x, xb[e] = s->acts[e].xb;
+    tela_model_ranks_output_head(&s->ranks, Q->heads, Q->world, Q->output_norm_b, Q->eps, x, xb, Q->n_embd, step,
+                                 &s->io);
     if (s->mtp_kv && !s->io.batch.seqs) mtp_catch_up(Q, s, &s->io.batch);
     else if (s->mtp_kv) mtp_catch_up_batch(Q, s, &s->io.batch);
     tela_model_ranks_end(&s->ranks);
