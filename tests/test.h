@@ -87,6 +87,16 @@ static inline double test_row_err(const float *a, const float *b, int n) {
     return d / (mx - mn > 0 ? mx - mn : 1);
 }
 
+/* The worst test_row_err over `rows` rows of n (one after the other). */
+static inline double test_rows_err(const float *a, const float *b, int rows, int n) {
+    double worst = 0;
+    for (int i = 0; i < rows; i++) {
+        const double e = test_row_err(a + (size_t)i * n, b + (size_t)i * n, n);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
 static inline int test_finish(void) {
     printf("%d passed, %d failed\n", test_passed_, test_failed_);
     return test_failed_ ? 1 : 0;

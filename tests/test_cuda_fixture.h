@@ -75,11 +75,7 @@ static inline void check_rank_execs(const char *dir, const char *gguf, int world
     if (!a || !b || !la || !lb) goto done;
     CHECK_OK(tela_session_eval(a, ids, n, la, 1));
     CHECK_OK(tela_session_eval(b, ids, n, lb, 1));
-    double worst = 0;
-    for (int i = 0; i < n; i++) {
-        const double e = test_row_err(lb + (size_t)i * V, la + (size_t)i * V, V);
-        worst = e > worst ? e : worst;
-    }
+    const double worst = test_rows_err(lb, la, n, V);
     CHECK_MSG(!memcmp(la, lb, sizeof(float) * (size_t)n * V),
               "%s on %s: prompt logits differ from the ranks on one exec (by %g of the range)", gguf, many, worst);
     for (int k = 0; k < 8; k++) {

@@ -120,11 +120,7 @@ static void check_against_whole(const char *path, int world) {
     if (a && b) {
         CHECK_OK(tela_session_eval(a, ids, n, la, 1));
         CHECK_OK(tela_session_eval(b, ids, n, lb, 1));
-        double worst = 0;
-        for (int i = 0; i < n; i++) {
-            const double e = test_row_err(lb + (size_t)i * V, la + (size_t)i * V, V);
-            worst = e > worst ? e : worst;
-        }
+        const double worst = test_rows_err(lb, la, n, V);
         CHECK_MSG(worst <= 1e-4, "%s, %d ranks: prompt logits off by %g of the range", path, world, worst);
         int32_t ta = 0, tb = 0;
         for (int i = 0; i < V; i++) ta = la[(size_t)(n - 1) * V + i] > la[(size_t)(n - 1) * V + ta] ? i : ta;

@@ -244,20 +244,10 @@ static tela_status load_weights(tela_model *m, llama_model *L, const llama_names
  * device, each rank's to its own. */
 static tela_status prepare_backend(tela_model *m, llama_model *L) {
     const int n_dev = m->n_dev > 1 ? L->world : 1; /* backends that take copies */
-    L->inv_freq_b = tela_model_alloc(m, (size_t)L->world * sizeof *L->inv_freq_b);
-    L->output_norm_b = tela_model_alloc(m, (size_t)L->world * sizeof *L->output_norm_b);
-    if (!L->inv_freq_b || !L->output_norm_b) return TELA_ERR_NOMEM;
-    for (int r = 0; r < L->world; r++) {
-        if (r < n_dev) {
-            TELA_TRY(tela_model_const_rank(m, r, L->inv_freq, (size_t)(L->n_rot / 2) * sizeof(double),
-                                           (const void **)&L->inv_freq_b[r]));
-            TELA_TRY(tela_model_const_rank(m, r, L->output_norm, (size_t)L->n_embd * sizeof(float),
-                                           (const void **)&L->output_norm_b[r]));
-        } else {
-            L->inv_freq_b[r] = L->inv_freq_b[0];
-            L->output_norm_b[r] = L->output_norm_b[0];
-        }
-    }
+    TELA_TRY(tela_model_const_ranks(m, L->inv_freq, (size_t)(L->n_rot / 2) * sizeof(double),
+                                    (const void ***)&L->inv_freq_b));
+    TELA_TRY(tela_model_const_ranks(m, L->output_norm, (size_t)L->n_embd * sizeof(float),
+                                    (const void ***)&L->output_norm_b));
     const size_t cap = (size_t)L->world * (2 + (size_t)L->n_layer * 7);
     tela_mat **list = malloc(cap * sizeof *list);
     tela_mat_use *uses = malloc(cap * sizeof *uses);

@@ -271,6 +271,10 @@ tela_backend *tela_model_rank_backend(const tela_model *m, int rank);
 tela_status tela_model_const_rank(tela_model *m, int rank, const void *host, size_t bytes, const void **out);
 tela_status tela_model_prepare_mats_rank(tela_model *m, int rank, tela_mat *const *mats, const tela_mat_use *uses,
                                          size_t n);
+/* *out = m->tp_world pointers, rank r's copy of host data the forward pass
+ * reads (tela_model_const_rank; the one copy for every rank at one device),
+ * in memory the model owns. */
+tela_status tela_model_const_ranks(tela_model *m, const void *host, size_t bytes, const void ***out);
 
 /* ---- helpers for architectures' forward passes (forward.c) ---- */
 

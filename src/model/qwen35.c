@@ -434,31 +434,14 @@ static size_t layer_mats(qwen35_layer *ly, tela_mat **list) {
 /* The backend's copies of the vectors the forward pass reads. */
 static tela_status backend_consts(tela_model *m, qwen35_model *Q) {
     const size_t E = (size_t)Q->n_embd * sizeof(float);
-    const int n_dev = m->n_dev > 1 ? Q->world : 1; /* backends that take copies */
-    Q->inv_freq_b = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->inv_freq_b);
-    Q->output_norm_b = tela_model_alloc(m, (size_t)Q->world * sizeof *Q->output_norm_b);
-    if (!Q->inv_freq_b || !Q->output_norm_b) return TELA_ERR_NOMEM;
-    for (int r = 0; r < Q->world; r++) {
-        if (r < n_dev) {
-            TELA_TRY(tela_model_const_rank(m, r, Q->inv_freq, (size_t)(Q->n_rot / 2) * sizeof(double),
-                                           (const void **)&Q->inv_freq_b[r]));
-            TELA_TRY(tela_model_const_rank(m, r, Q->output_norm, E, (const void **)&Q->output_norm_b[r]));
-        } else {
-            Q->inv_freq_b[r] = Q->inv_freq_b[0];
-            Q->output_norm_b[r] = Q->output_norm_b[0];
-        }
-    }
+    TELA_TRY(tela_model_const_ranks(m, Q->inv_freq, (size_t)(Q->n_rot / 2) * sizeof(double),
+                                    (const void ***)&Q->inv_freq_b));
+    TELA_TRY(tela_model_const_ranks(m, Q->output_norm, E, (const void ***)&Q->output_norm_b));
     for (int i = 0; Q->mtp && i < Q->n_mtp; i++) {
         qwen35_mtp *b = &Q->mtp[i];
-        b->enorm_b = tela_model_alloc(m, (size_t)Q->world * sizeof *b->enorm_b);
-        b->hnorm_b = tela_model_alloc(m, (size_t)Q->world * sizeof *b->hnorm_b);
-        b->out_norm_b = tela_model_alloc(m, (size_t)Q->world * sizeof *b->out_norm_b);
-        if (!b->enorm_b || !b->hnorm_b || !b->out_norm_b) return TELA_ERR_NOMEM;
-        for (int r = 0; r < n_dev; r++) {
-            TELA_TRY(tela_model_const_rank(m, r, b->enorm, E, (const void **)&b->enorm_b[r]));
-            TELA_TRY(tela_model_const_rank(m, r, b->hnorm, E, (const void **)&b->hnorm_b[r]));
-            TELA_TRY(tela_model_const_rank(m, r, b->out_norm, E, (const void **)&b->out_norm_b[r]));
-        }
+        TELA_TRY(tela_model_const_ranks(m, b->enorm, E, (const void ***)&b->enorm_b));
+        TELA_TRY(tela_model_const_ranks(m, b->hnorm, E, (const void ***)&b->hnorm_b));
+        TELA_TRY(tela_model_const_ranks(m, b->out_norm, E, (const void ***)&b->out_norm_b));
     }
     const int n_mtp = Q->mtp ? Q->n_mtp : 0;
     for (int i = 0; i < Q->world * (Q->n_layer + n_mtp); i++) { /* every rank's layers, then the MTP blocks' */

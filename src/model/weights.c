@@ -135,6 +135,18 @@ tela_status tela_model_const_rank(tela_model *m, int rank, const void *host, siz
     return s == TELA_OK ? s : tela_error_prefix(s, "%s: rank %d: ", m->path, rank);
 }
 
+tela_status tela_model_const_ranks(tela_model *m, const void *host, size_t bytes, const void ***out) {
+    const int world = m->tp_world > 1 ? m->tp_world : 1, n_dev = m->n_dev > 1 ? world : 1;
+    const void **copies = tela_model_alloc(m, (size_t)world * sizeof *copies);
+    if (!copies) return TELA_ERR_NOMEM;
+    for (int r = 0; r < world; r++) {
+        if (r < n_dev) TELA_TRY(tela_model_const_rank(m, r, host, bytes, &copies[r]));
+        else copies[r] = copies[0]; /* one device: one copy for every rank */
+    }
+    *out = copies;
+    return TELA_OK;
+}
+
 tela_status tela_model_prepare_mats_rank(tela_model *m, int rank, tela_mat *const *mats, const tela_mat_use *uses,
                                          size_t n) {
     if (m->verbose && m->n_dev > 1)
