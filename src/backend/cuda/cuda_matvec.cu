@@ -9,8 +9,9 @@
  *    weights: 16-byte loads converted to f32 and fused multiply-adds with
  *    f32 activations. A warp reduction gives each row's result. For one
  *    token (every decode step) the defaults are the early-load kernels
- *    (gemv_fs_kernel, gemv3_q_kernel): their first weight loads are issued
- *    before the PDL wait; the quantized ones read activations quantized
+ *    (gemv_fx_kernel, gemv3_q_kernel): their first weight loads are issued
+ *    before the PDL wait; the float one then stages the activations (the
+ *    norm applied) in shared memory; the quantized ones read activations quantized
  *    by quantize_act_kernel, stored in the order their lanes read them
  *    (act_pos8), and take the rows of some matrices with two warps each
  *    (gemv3_split). An opt-in experiment (gemv_stream_kernel)
@@ -1112,6 +1113,124 @@ static int gemv_fs_wpr(const cuda_exec *ex, int64_t rows, int64_t K, bool sw) {
     return w;
 }
 
+/* Float weights, one token, the input staged in shared memory once a
+ * block (the default for one-token F16/BF16 products other than the
+ * heads; TELA_CUDA_GEMV_FX=0 takes the kernel above): NW warps, WPR of
+ * them a row, U loads a lane a round (of each matrix of the SwiGLU pair),
+ * the first round issued before the PDL wait; then the block copies x
+ * (times the norm weights, their squares summed over the block) into two
+ * planes, the first and the second four of each eight inputs, so that a
+ * lane's two 16-byte reads of its eight inputs are each 512 contiguous
+ * bytes over the warp. What made it faster (H100, docs/PERF-NOTES.md GPU
+ * round 14) was mostly the larger blocks: 16 warps, 8 rows a block, where
+ * the kernel above has 2 rows a block of 4 warps; staged with 8 warps it
+ * was no faster. Larger blocks also share one staging of x (from L2)
+ * among more rows. tela bench tg128: 1B F16 848 -> 958, 8B F16 170 ->
+ * 187, Qwen3.5-2B F16 498 -> 543. */
+template <int TYPE, bool SW, int NW, int WPR, int U>
+static __global__ void __launch_bounds__(NW * 32) gemv_fx_kernel(const gemv_params p) {
+    extern __shared__ float4 fx_x[];       /* [2][K / 8] */
+    __shared__ float fx_red[NW][3];
+    constexpr int RPB = NW / WPR;
+    const int ti = gemv_target_of(p);
+    const gemv_target &tg = p.t[ti];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, slice = warp % WPR;
+    const int64_t row = (int64_t)(blockIdx.x - p.block0[ti]) * RPB + warp / WPR;
+    const bool live = row < tg.w.n_rows;
+    const int K = (int)tg.w.n_cols, n8 = K / 8, step = 32 * WPR;
+    const uint4 *wg = (const uint4 *)tg.w.p + (size_t)(live ? row : 0) * n8;
+    const uint4 *wu = SW ? (const uint4 *)p.w_up.p + (size_t)(live ? row : 0) * n8 : wg;
+    uint4 v[U], vu[U];
+    const int c0 = lane + 32 * slice;
+    early_begin(p);
+    fs_load<U, SW>(wg, wu, c0, step, n8, live, v, vu);
+    early_end(p);
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < n8; c += NW * 32) {
+        float4 a = __ldg((const float4 *)(p.x + 8 * c)), b = __ldg((const float4 *)(p.x + 8 * c + 4));
+        if (p.norm_w) {
+            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+            ss += b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+            const float4 na = __ldg((const float4 *)(p.norm_w + 8 * c)), nb = __ldg((const float4 *)(p.norm_w + 8 * c + 4));
+            a.x *= na.x, a.y *= na.y, a.z *= na.z, a.w *= na.w;
+            b.x *= nb.x, b.y *= nb.y, b.z *= nb.z, b.w *= nb.w;
+        }
+        fx_x[c] = a, fx_x[n8 + c] = b;
+    }
+    if (p.norm_w) {
+        ss = warp_sum(ss);
+        if (lane == 0) fx_red[warp][2] = ss;
+    }
+    __syncthreads();
+    float acc = 0.0f, accu = 0.0f;
+    for (int c = c0; c < n8; c += step * U) {
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int c8 = c + step * j;
+            if (c8 >= n8) break;
+            const float4 a = fx_x[c8], b = fx_x[n8 + c8];
+            const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            acc = dot8<TYPE>(v[j], xs, acc);
+            if (SW) accu = dot8<TYPE>(vu[j], xs, accu);
+        }
+        if (c + step * U < n8) fs_load<U, SW>(wg, wu, c + step * U, step, n8, live, v, vu);
+    }
+    acc = warp_sum(acc);
+    if (SW) accu = warp_sum(accu);
+    float scale = 1.0f;
+    if (p.norm_w) {
+        float t = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NW; i++) t += fx_red[i][2];
+        scale = rsqrtf(t / (float)K + p.eps);
+    }
+    if (WPR > 1) {
+        if (lane == 0) fx_red[warp][0] = acc, fx_red[warp][1] = accu;
+        __syncthreads();
+        if (slice != 0) return;
+        acc = accu = 0.0f;
+#pragma unroll
+        for (int i = 0; i < WPR; i++) acc += fx_red[warp + i][0], accu += fx_red[warp + i][1];
+    }
+    if (!live || lane != 0) return;
+    float val = acc * scale;
+    if (SW) val = silu(val) * (accu * scale);
+    float *yp = tg.y + row;
+    *yp = p.accumulate ? *yp + val : val;
+}
+
+template <int TYPE, bool SW, int U>
+static gemv_kernel_fn gemv_fx_pick_u(int nw, int wpr) {
+    if (nw == 32) return wpr == 4 ? gemv_fx_kernel<TYPE, SW, 32, 4, U> : gemv_fx_kernel<TYPE, SW, 32, 2, U>;
+    if (nw == 16) return wpr == 4 ? gemv_fx_kernel<TYPE, SW, 16, 4, U> : wpr == 2 ? gemv_fx_kernel<TYPE, SW, 16, 2, U> : gemv_fx_kernel<TYPE, SW, 16, 1, U>;
+    return wpr == 4 ? gemv_fx_kernel<TYPE, SW, 8, 4, U> : wpr == 2 ? gemv_fx_kernel<TYPE, SW, 8, 2, U> : gemv_fx_kernel<TYPE, SW, 8, 1, U>;
+}
+
+template <int TYPE>
+static gemv_kernel_fn gemv_fx_pick_t(bool sw, int nw, int wpr, int u) {
+    if (sw) return gemv_fx_pick_u<TYPE, true, 4>(nw, wpr);
+    return u == 8 ? gemv_fx_pick_u<TYPE, false, 8>(nw, wpr) : gemv_fx_pick_u<TYPE, false, 4>(nw, wpr);
+}
+
+static gemv_kernel_fn gemv_fx_pick(tela_type type, bool sw, int nw, int wpr, int u) {
+    if (type == TELA_TYPE_F16) return gemv_fx_pick_t<TELA_TYPE_F16>(sw, nw, wpr, u);
+    if (type == TELA_TYPE_BF16) return gemv_fx_pick_t<TELA_TYPE_BF16>(sw, nw, wpr, u);
+    return NULL;
+}
+
+/* The kernel above's shape: NW warps a block, WPR a row, U loads a lane a
+ * round; 16:2:4 measured best or level on every shape tried against 8 and
+ * 16 warps, 1, 2 and 4 a row, 4 and 8 loads (TELA_CUDA_GEMV_FX=NW:WPR:U
+ * sets it). */
+static void gemv_fx_shape(const cuda_exec *ex, int64_t K, bool sw, int *nw, int *wpr, int *u) {
+    if (ex->gemv_fx_nw > 0) {
+        *nw = ex->gemv_fx_nw, *wpr = ex->gemv_fx_wpr, *u = ex->gemv_fx_u;
+        return;
+    }
+    (void)K, (void)sw;
+    *nw = 16, *wpr = 2, *u = 4;
+}
+
 /* Float weights (F16/BF16), 1 to 8 tokens, on the tensor cores
  * (mma.sync m16n8k16, f32 accumulation): the products' B operand is 8
  * weight rows (RB such fragments a warp), A the tokens (rows 0-7 of its
@@ -1716,6 +1835,25 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
         int64_t rows = 0;
         for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
         const int R = gemv_fr_rows(ex, rows, K);
+        if (ex->gemv_early && ex->gemv_f_rows < 0 && R != 4 && ex->gemv_fx_nw >= 0) {
+            int nw, wpr, u;
+            gemv_fx_shape(ex, K, w_up != NULL, &nw, &wpr, &u);
+            const size_t smem = (size_t)K * 4;
+            gemv_kernel_fn fx = gemv_fx_pick(w[0]->type, w_up != NULL, nw, wpr, u);
+            if (smem <= ex->be->smem_optin) {
+                if (smem > 48 * 1024) {
+                    cudaError_t e = cudaFuncSetAttribute((const void *)fx, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+                    if (!tela_cuda_check(ex, e, "gemv: shared memory")) return;
+                }
+                const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, nw / wpr);
+                p.norm_w = norm_w;
+                p.eps = eps;
+                p.order = ex->gemv_order;
+                tela_cuda_launch(ex, fx, nb, 32 * nw, smem, p);
+                tela_cuda_launched(ex, "gemv (float, x staged)");
+                return;
+            }
+        }
         if (ex->gemv_early && ex->gemv_f_rows < 0 && R != 4) {
             const int wpr = gemv_fs_wpr(ex, rows, K, w_up != NULL);
             const unsigned nb = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 / wpr);
@@ -1821,10 +1959,10 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
  * 0 first): each part's sums meet in shared memory and part 0 adds them in
  * part order, the same order for every token count. Every thread of the
  * block calls it. */
-template <int NT, int S>
+template <int NT, int S, int WB = 4>
 static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, const gemv_target &tg, int64_t row,
                                                         bool live, const float *acc, const float *scale, int n_tok) {
-    __shared__ float part_sum[4][NT];
+    __shared__ float part_sum[WB][NT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -1858,8 +1996,8 @@ static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, co
  * rounds (K > 32 units: the 8B's products, every down product) keeps its
  * lane's loads in flight through the arithmetic, where with D = 1 each
  * round waits the whole DRAM latency after the last. */
-template <int TYPE, int R, bool SW, int D, int NT, int S = 1>
-static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
+template <int TYPE, int R, bool SW, int D, int NT, int S = 1, int WB = 4>
+static __global__ void __launch_bounds__(WB * 32, NT == 1 ? 24 / WB : 16 / WB)
     gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd, const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
     static_assert(S == 1 || (R == 1 && !SW), "split rows: one row a warp, not the SwiGLU pair");
@@ -1867,7 +2005,7 @@ static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
     const gemv_target &tg = p.t[ti];
     const int K = (int)tg.w.n_cols;
     const int warp = threadIdx.x / 32, part = warp % S;
-    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * (4 / S) + warp / S) * R;
+    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * (WB / S) + warp / S) * R;
     const bool live = row0 < tg.w.n_rows;
     const int rv = !live ? 1 : tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R;
     const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
@@ -1915,7 +2053,7 @@ static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
         for (int r = 0; r < R; r++)
             if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], SW, scale);
     } else {
-        gemv_split_write<NT, S>(p, tg, row0, live, acc[0], scale, n_tok);
+        gemv_split_write<NT, S, WB>(p, tg, row0, live, acc[0], scale, n_tok);
     }
 }
 
@@ -1934,32 +2072,37 @@ static int gemv3_rows_max(tela_type type, bool sw, int D) {
     return D == 2 && r > 1 ? r / 2 : r;
 }
 
-template <int TYPE, int RMAX, int RMAX_SW, int D>
-static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int S) {
-    if (S == 2 && !sw) return gemv3_q_kernel<TYPE, 1, false, D, 1, 2>;
-    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1, 1> : gemv3_q_kernel<TYPE, 1, true, 1, 1>;
-    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D, 1>;
-    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D, 1>;
-    return gemv3_q_kernel<TYPE, 1, false, D, 1>;
+template <int TYPE, int RMAX, int RMAX_SW, int D, int WB>
+static gemv3_kernel_fn gemv3_pick_wb(int R, bool sw, int S) {
+    if (S == 2 && !sw) return gemv3_q_kernel<TYPE, 1, false, D, 1, 2, WB>;
+    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1, 1, 1, WB> : gemv3_q_kernel<TYPE, 1, true, 1, 1, 1, WB>;
+    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D, 1, 1, WB>;
+    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D, 1, 1, WB>;
+    return gemv3_q_kernel<TYPE, 1, false, D, 1, 1, WB>;
 }
 
-static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S) {
+template <int TYPE, int RMAX, int RMAX_SW, int D>
+static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int S, int wb) {
+    return wb == 8 ? gemv3_pick_wb<TYPE, RMAX, RMAX_SW, D, 8>(R, sw, S) : gemv3_pick_wb<TYPE, RMAX, RMAX_SW, D, 4>(R, sw, S);
+}
+
+static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S, int wb) {
     if (D == 2) {
         switch (type) {
-        case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw, S);
-        case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 2>(R, sw, S);
-        case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 2>(R, sw, S);
-        case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 2, 1, 2>(R, sw, S);
-        case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 2, 1, 2>(R, sw, S);
+        case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw, S, wb);
+        case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 2>(R, sw, S, wb);
+        case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 2>(R, sw, S, wb);
+        case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 2, 1, 2>(R, sw, S, wb);
+        case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 2, 1, 2>(R, sw, S, wb);
         default: return NULL;
         }
     }
     switch (type) {
-    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1, 1>(R, sw, S);
-    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 1>(R, sw, S);
-    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw, S);
-    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw, S);
-    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw, S);
+    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1, 1>(R, sw, S, wb);
+    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 1>(R, sw, S, wb);
+    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw, S, wb);
+    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw, S, wb);
+    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw, S, wb);
     default: return NULL;
     }
 }
@@ -2109,9 +2252,11 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
                      xd, xs, ns);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
     if (R3 > 0) {
-        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3 / S3);
+        const int wb = ex->gemv_q_wb;
+        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, wb * R3 / S3);
         p.order = ex->gemv_order;
-        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, S3, wb), blocks, 32 * wb, 0, p, xq, xd, xs,
+                         norm_w ? ns : NULL);
         tela_cuda_launched(ex, "gemv (quantized, early loads)");
         return true;
     }
