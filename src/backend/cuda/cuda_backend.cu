@@ -294,12 +294,10 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_order = go && (!strcmp(go, "0") || !strcmp(go, "2")) ? atoi(go) : 1;
     const char *gw = getenv("TELA_CUDA_GEMV_WPR");
     ex->gemv_wpr = gw && (!strcmp(gw, "1") || !strcmp(gw, "2") || !strcmp(gw, "4")) ? atoi(gw) : 0;
-    const char *qw = getenv("TELA_CUDA_GEMV_QWB");
-    ex->gemv_q_wb = qw && !strcmp(qw, "8") ? 8 : 4;
     const char *gx = getenv("TELA_CUDA_GEMV_FX");
     if (gx && !strcmp(gx, "0")) ex->gemv_fx_nw = -1;
     else if (gx && (sscanf(gx, "%d:%d:%d", &ex->gemv_fx_nw, &ex->gemv_fx_wpr, &ex->gemv_fx_u) != 3 ||
-                    !((ex->gemv_fx_nw == 8 || ex->gemv_fx_nw == 16 || (ex->gemv_fx_nw == 32 && ex->gemv_fx_wpr > 1)) && (ex->gemv_fx_wpr == 1 || ex->gemv_fx_wpr == 2 || ex->gemv_fx_wpr == 4) &&
+                    !((ex->gemv_fx_nw == 8 || ex->gemv_fx_nw == 16) && (ex->gemv_fx_wpr == 1 || ex->gemv_fx_wpr == 2 || ex->gemv_fx_wpr == 4) &&
                       (ex->gemv_fx_u == 4 || ex->gemv_fx_u == 8))))
         ex->gemv_fx_nw = ex->gemv_fx_wpr = ex->gemv_fx_u = 0;
     const char *gd = getenv("TELA_CUDA_GEMV_DEPTH");

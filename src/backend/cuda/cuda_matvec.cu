@@ -1201,7 +1201,6 @@ static __global__ void __launch_bounds__(NW * 32) gemv_fx_kernel(const gemv_para
 
 template <int TYPE, bool SW, int U>
 static gemv_kernel_fn gemv_fx_pick_u(int nw, int wpr) {
-    if (nw == 32) return wpr == 4 ? gemv_fx_kernel<TYPE, SW, 32, 4, U> : gemv_fx_kernel<TYPE, SW, 32, 2, U>;
     if (nw == 16) return wpr == 4 ? gemv_fx_kernel<TYPE, SW, 16, 4, U> : wpr == 2 ? gemv_fx_kernel<TYPE, SW, 16, 2, U> : gemv_fx_kernel<TYPE, SW, 16, 1, U>;
     return wpr == 4 ? gemv_fx_kernel<TYPE, SW, 8, 4, U> : wpr == 2 ? gemv_fx_kernel<TYPE, SW, 8, 2, U> : gemv_fx_kernel<TYPE, SW, 8, 1, U>;
 }
@@ -1959,10 +1958,10 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
  * 0 first): each part's sums meet in shared memory and part 0 adds them in
  * part order, the same order for every token count. Every thread of the
  * block calls it. */
-template <int NT, int S, int WB = 4>
+template <int NT, int S>
 static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, const gemv_target &tg, int64_t row,
                                                         bool live, const float *acc, const float *scale, int n_tok) {
-    __shared__ float part_sum[WB][NT];
+    __shared__ float part_sum[4][NT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -1996,8 +1995,8 @@ static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, co
  * rounds (K > 32 units: the 8B's products, every down product) keeps its
  * lane's loads in flight through the arithmetic, where with D = 1 each
  * round waits the whole DRAM latency after the last. */
-template <int TYPE, int R, bool SW, int D, int NT, int S = 1, int WB = 4>
-static __global__ void __launch_bounds__(WB * 32, NT == 1 ? 24 / WB : 16 / WB)
+template <int TYPE, int R, bool SW, int D, int NT, int S = 1>
+static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
     gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd, const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
     static_assert(S == 1 || (R == 1 && !SW), "split rows: one row a warp, not the SwiGLU pair");
@@ -2005,7 +2004,7 @@ static __global__ void __launch_bounds__(WB * 32, NT == 1 ? 24 / WB : 16 / WB)
     const gemv_target &tg = p.t[ti];
     const int K = (int)tg.w.n_cols;
     const int warp = threadIdx.x / 32, part = warp % S;
-    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * (WB / S) + warp / S) * R;
+    const int64_t row0 = ((int64_t)(blockIdx.x - p.block0[ti]) * (4 / S) + warp / S) * R;
     const bool live = row0 < tg.w.n_rows;
     const int rv = !live ? 1 : tg.w.n_rows - row0 < R ? (int)(tg.w.n_rows - row0) : R;
     const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
@@ -2053,7 +2052,7 @@ static __global__ void __launch_bounds__(WB * 32, NT == 1 ? 24 / WB : 16 / WB)
         for (int r = 0; r < R; r++)
             if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], SW, scale);
     } else {
-        gemv_split_write<NT, S, WB>(p, tg, row0, live, acc[0], scale, n_tok);
+        gemv_split_write<NT, S>(p, tg, row0, live, acc[0], scale, n_tok);
     }
 }
 
@@ -2072,37 +2071,32 @@ static int gemv3_rows_max(tela_type type, bool sw, int D) {
     return D == 2 && r > 1 ? r / 2 : r;
 }
 
-template <int TYPE, int RMAX, int RMAX_SW, int D, int WB>
-static gemv3_kernel_fn gemv3_pick_wb(int R, bool sw, int S) {
-    if (S == 2 && !sw) return gemv3_q_kernel<TYPE, 1, false, D, 1, 2, WB>;
-    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1, 1, 1, WB> : gemv3_q_kernel<TYPE, 1, true, 1, 1, 1, WB>;
-    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D, 1, 1, WB>;
-    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D, 1, 1, WB>;
-    return gemv3_q_kernel<TYPE, 1, false, D, 1, 1, WB>;
-}
-
 template <int TYPE, int RMAX, int RMAX_SW, int D>
-static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int S, int wb) {
-    return wb == 8 ? gemv3_pick_wb<TYPE, RMAX, RMAX_SW, D, 8>(R, sw, S) : gemv3_pick_wb<TYPE, RMAX, RMAX_SW, D, 4>(R, sw, S);
+static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int S) {
+    if (S == 2 && !sw) return gemv3_q_kernel<TYPE, 1, false, D, 1, 2>;
+    if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1, 1> : gemv3_q_kernel<TYPE, 1, true, 1, 1>;
+    if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D, 1>;
+    if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D, 1>;
+    return gemv3_q_kernel<TYPE, 1, false, D, 1>;
 }
 
-static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S, int wb) {
+static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S) {
     if (D == 2) {
         switch (type) {
-        case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw, S, wb);
-        case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 2>(R, sw, S, wb);
-        case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 2>(R, sw, S, wb);
-        case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 2, 1, 2>(R, sw, S, wb);
-        case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 2, 1, 2>(R, sw, S, wb);
+        case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw, S);
+        case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 2>(R, sw, S);
+        case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 2>(R, sw, S);
+        case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 2, 1, 2>(R, sw, S);
+        case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 2, 1, 2>(R, sw, S);
         default: return NULL;
         }
     }
     switch (type) {
-    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1, 1>(R, sw, S, wb);
-    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 1>(R, sw, S, wb);
-    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw, S, wb);
-    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw, S, wb);
-    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw, S, wb);
+    case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 2, 1, 1>(R, sw, S);
+    case TELA_TYPE_Q5_K: return gemv3_pick_type<TELA_TYPE_Q5_K, 1, 1, 1>(R, sw, S);
+    case TELA_TYPE_Q6_K: return gemv3_pick_type<TELA_TYPE_Q6_K, 1, 1, 1>(R, sw, S);
+    case TELA_TYPE_Q8_0: return gemv3_pick_type<TELA_TYPE_Q8_0, 4, 2, 1>(R, sw, S);
+    case TELA_TYPE_Q4_0: return gemv3_pick_type<TELA_TYPE_Q4_0, 4, 2, 1>(R, sw, S);
     default: return NULL;
     }
 }
@@ -2252,11 +2246,9 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
                      xd, xs, ns);
     if (!tela_cuda_launched(ex, "quantize activations")) return true;
     if (R3 > 0) {
-        const int wb = ex->gemv_q_wb;
-        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, wb * R3 / S3);
+        const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3 / S3);
         p.order = ex->gemv_order;
-        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, S3, wb), blocks, 32 * wb, 0, p, xq, xd, xs,
-                         norm_w ? ns : NULL);
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
         tela_cuda_launched(ex, "gemv (quantized, early loads)");
         return true;
     }
