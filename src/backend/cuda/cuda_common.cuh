@@ -100,7 +100,7 @@ typedef struct cuda_exec {
                                     (TELA_CUDA_CARVEOUT=0: not) */
     int gemv_depth;              /* TELA_CUDA_GEMV_DEPTH=1|2: rounds of loads in flight of the quantized ones, 0 auto */
     int gemv_split;              /* TELA_CUDA_GEMV_SPLIT=1|2: warps a row of the quantized ones with early loads, 0 auto */
-    int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of the float ones with early loads, 0 auto */
+    int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of gemv_fs_kernel (TELA_CUDA_GEMV_FX=0), 0 auto */
     int gemv_fx_nw, gemv_fx_wpr, gemv_fx_u; /* one-token float products with x staged in shared memory
                                     (gemv_fx_kernel): 0 its shape by rule (default), -1 not (TELA_CUDA_GEMV_FX=0: the
                                     kernel before it), else TELA_CUDA_GEMV_FX=NW:WPR:U */
