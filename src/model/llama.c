@@ -249,13 +249,9 @@ static tela_status prepare_backend(tela_model *m, llama_model *L) {
     TELA_TRY(tela_model_const_ranks(m, L->output_norm, (size_t)L->n_embd * sizeof(float),
                                     (const void ***)&L->output_norm_b));
     const size_t cap = (size_t)L->world * (2 + (size_t)L->n_layer * 7);
-    tela_mat **list = malloc(cap * sizeof *list);
-    tela_mat_use *uses = malloc(cap * sizeof *uses);
-    if (!list || !uses) {
-        free(list);
-        free(uses);
-        return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
-    }
+    tela_mat **list;
+    tela_mat_use *uses;
+    TELA_TRY(tela_model_mat_lists(m, cap, &list, &uses));
     size_t n = 0;
     tela_status s = TELA_OK;
     for (int r = 0; r < L->world && s == TELA_OK; r++) {

@@ -271,6 +271,10 @@ tela_backend *tela_model_rank_backend(const tela_model *m, int rank);
 tela_status tela_model_const_rank(tela_model *m, int rank, const void *host, size_t bytes, const void **out);
 tela_status tela_model_prepare_mats_rank(tela_model *m, int rank, tela_mat *const *mats, const tela_mat_use *uses,
                                          size_t n);
+/* Room for the lists of up to cap matrices and their uses that an
+ * architecture hands to tela_model_prepare_mats_rank (the caller frees
+ * both; nothing is left allocated on failure). */
+tela_status tela_model_mat_lists(const tela_model *m, size_t cap, tela_mat ***list, tela_mat_use **uses);
 /* *out = m->tp_world pointers, rank r's copy of host data the forward pass
  * reads (tela_model_const_rank; the one copy for every rank at one device),
  * in memory the model owns. */

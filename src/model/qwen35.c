@@ -498,13 +498,9 @@ static tela_status pack_weights(tela_model *m, qwen35_model *Q) {
     }
     size_t cap = 2 + 3 * (size_t)Q->world + (size_t)Q->world * (size_t)(Q->n_layer + Q->n_mtp) * 9 +
                  (size_t)Q->n_mtp * (size_t)Q->world, n = 0;
-    tela_mat **list = malloc(cap * sizeof *list);
-    tela_mat_use *uses = malloc(cap * sizeof *uses);
-    if (!list || !uses) {
-        free(list);
-        free(uses);
-        return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
-    }
+    tela_mat **list;
+    tela_mat_use *uses;
+    TELA_TRY(tela_model_mat_lists(m, cap, &list, &uses));
     tela_status st = TELA_OK;
     for (int r = 0; r < Q->world && st == TELA_OK; r++) { /* rank r's matrices (at one device, all in one list) */
         if (r < n_dev) n = 0;

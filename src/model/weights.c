@@ -155,6 +155,17 @@ tela_status tela_model_prepare_mats_rank(tela_model *m, int rank, tela_mat *cons
     return s == TELA_OK ? s : tela_error_prefix(s, "%s: rank %d: ", m->path, rank);
 }
 
+tela_status tela_model_mat_lists(const tela_model *m, size_t cap, tela_mat ***list, tela_mat_use **uses) {
+    *list = malloc(cap * sizeof **list);
+    *uses = malloc(cap * sizeof **uses);
+    if (*list && *uses) return TELA_OK;
+    free(*list);
+    free(*uses);
+    *list = NULL;
+    *uses = NULL;
+    return tela_errorf(TELA_ERR_NOMEM, "%s: out of memory", m->path);
+}
+
 tela_status tela_model_get_vec(tela_model *m, const char *name, int64_t n, bool optional, float **out) {
     *out = NULL;
     const tela_tensor *t = tela_model_find_tensor(m, name);
