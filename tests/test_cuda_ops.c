@@ -17,7 +17,10 @@
  *   - attention over f16 and f32 caches: decode steps at short and long
  *     contexts (several splits), short prefills, and the flash kernel
  *     (head_dim 64 and 128), against the CPU backend's f32 attention;
- *   - KV cache snapshot images: save, clear, load, same results.
+ *   - KV cache snapshot images: save, clear, load, same results;
+ *   - kernels that quantize their output for the product after them
+ *     (tela_exec_next_input_of): the same bits as the product's own
+ *     quantization, in one launch fewer.
  * Skipped (77) without CUDA or a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -705,6 +708,108 @@ static void test_rope_store(void) {
     }
 }
 
+/* Kernels that quantize their own output for the product after them
+ * (tela_exec_next_input_of): the attention (head sizes 64 and 128: the
+ * tensor-core decode kernel; 256: the second variant), the output gate
+ * and the Gated DeltaNet step, each followed by a one-token product of
+ * every quantized type. With the hint the product must give the same
+ * bits as without it, in one launch fewer (its quantize_act); a copy
+ * into the input between the two voids what the producer quantized. */
+static int preq_run(int which, bool hint, const tela_mat *w, tela_kv_cache *const *kv, const tela_batch *b, float *dq,
+                    float *dx, const float *x0, float *dgate, float *dstate, const float *state0, float *dgdn,
+                    float *dy, int64_t K, float *y) {
+    const int64_t R = w->n_rows;
+    if (which == 3) up(dstate, state0, 512 * 128 * 4); /* the delta rule's state, as each run starts */
+    if (which == 3 || which == 4) up(dx, x0, (size_t)K * 4); /* the gate's rows, in place */
+    poison(dy, (size_t)R);
+    const uint64_t n0 = tela_exec_kernel_launches(gx);
+    if (hint) tela_exec_next_input_of(gx, w);
+    if (which <= 2) { /* 8 query heads over 2 KV heads of 64, 128, 256 */
+        const int hd = 64 << which;
+        tela_exec_attention(gx, kv[which], 0, dq, 8 * hd, dx, 8 * hd, b, 8, 1.0f / sqrtf((float)hd));
+    } else if (which == 4) { /* 8 heads of 256 */
+        tela_exec_sigmoid_gate(gx, dx, 256, dgate, 256, 8, 256);
+    } else { /* 4 key / 4 value heads of 128 */
+        const tela_gdn_args a = {.qkv = dgdn, .qkv_stride = 3 * 512, .nk = 4, .nv = 4, .dk = 128, .dv = 128,
+                                 .q_scale = 1.0f / sqrtf(128.0f), .beta = dgate, .g = dgate + 4, .z = dgate + 8,
+                                 .norm_w = dgate + 8, .eps = 1e-6f, .state = dstate, .out = dx, .n_tok = 1};
+        tela_exec_gdn_delta(gx, &a);
+    }
+    tela_exec_matmul(gx, w, dx, K, dy, R, 1, false);
+    const int launches = (int)(tela_exec_kernel_launches(gx) - n0);
+    down(y, dy, (size_t)R * 4);
+    return launches;
+}
+
+static void test_preq(void) {
+    static const tela_type types[] = {TELA_TYPE_Q4_K, TELA_TYPE_Q5_K, TELA_TYPE_Q6_K, TELA_TYPE_Q8_0, TELA_TYPE_Q4_0};
+    static const char *const names[] = {"attention (head 64)", "attention (head 128)", "attention (head 256)",
+                                        "Gated DeltaNet step", "output gate"};
+    const int32_t n_kv = 41, R = 48;
+    tela_kv_cache *kv[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        const tela_kv_shape shape = {1, 64, 2, 64 << i, 64 << i, TELA_KV_DTYPE_F16, 0, 64};
+        CHECK_OK(tela_kv_create(gx, &shape, &kv[i]));
+        if (!kv[i]) return;
+    }
+    float *dq = dmalloc(2048 * 4), *dx = dmalloc(2048 * 4), *dgate = dmalloc(2048 * 4), *dy = dmalloc(R * 4);
+    float *dstate = dmalloc(512 * 128 * 4), *dgdn = dmalloc(3 * 512 * 4), *dk = dmalloc((size_t)n_kv * 512 * 4);
+    int32_t *dpos = dmalloc(sizeof(int32_t) * n_kv), *dtok = dmalloc(sizeof(int32_t) * n_kv);
+    int32_t ids[41] = {0};
+    float *q = rand_floats(2048, 1.0f), *x0 = rand_floats(2048, 1.0f), *gate = rand_floats(2048, 1.0f);
+    float *state0 = rand_floats(512 * 128, 0.3f), *qkv = rand_floats(3 * 512, 1.0f);
+    float *kvv = rand_floats((size_t)n_kv * 512, 1.0f);
+    /* the delta rule's beta (0.5) and log decays (-0.5) for its 4 heads */
+    for (int i = 0; i < 8; i++) gate[i] = i < 4 ? 0.5f : -0.5f;
+    for (int i = 0; i < 8; i++) { /* its q and k heads L2-normalized, as its gates leave them */
+        float *v = qkv + (size_t)i * 128, ss = 0;
+        for (int j = 0; j < 128; j++) ss += v[j] * v[j];
+        for (int j = 0; j < 128; j++) v[j] /= sqrtf(ss);
+    }
+    up(dq, q, 2048 * 4), up(dgate, gate, 2048 * 4), up(dgdn, qkv, 3 * 512 * 4), up(dk, kvv, (size_t)n_kv * 512 * 4);
+    tela_batch b;
+    CHECK_OK(tela_exec_set_batch(gx, &b, dtok, dpos, ids, n_kv, 0));
+    for (int i = 0; i < 3; i++) /* keys = values: what is checked is bits, not sense */
+        tela_exec_kv_store(gx, kv[i], 0, dk, 2 * (64 << i), dk, 2 * (64 << i), &b);
+    CHECK_OK(tela_exec_set_batch(gx, &b, dtok, dpos, ids, 1, n_kv - 1));
+    float *y1 = malloc(R * 4), *y2 = malloc(R * 4), *y3 = malloc(R * 4);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int which = 0; which < 5; which++) {
+            const int64_t K = which <= 2 ? 8 * (64 << which) : which == 3 ? 512 : 2048;
+            test_mat w;
+            make_mat(&w, types[ti], R, K, 40 + (int)ti);
+            tela_mat *list[1] = {&w.m};
+            tela_mat_use uses[1] = {TELA_MAT_MATMUL};
+            CHECK_OK(tela_backend_prepare_mats(gpu, list, uses, 1, 0));
+            const int n1 = preq_run(which, false, &w.m, kv, &b, dq, dx, x0, dgate, dstate, state0, dgdn, dy, K, y1);
+            const int n2 = preq_run(which, true, &w.m, kv, &b, dq, dx, x0, dgate, dstate, state0, dgdn, dy, K, y2);
+            CHECK_MSG(!memcmp(y1, y2, (size_t)R * 4), "%s, then a %s product: other bits when it quantizes its output",
+                      names[which], tela_type_name(types[ti]));
+            CHECK_MSG(n2 == n1 - 1, "%s, then a %s product: %d kernels with the hint, %d without", names[which],
+                      tela_type_name(types[ti]), n2, n1);
+            if (which == 4) { /* a copy into x after the producer: the product reads the copy */
+                float *junk = rand_floats((size_t)K, 1.0f);
+                poison(dy, (size_t)R);
+                tela_exec_next_input_of(gx, &w.m);
+                tela_exec_sigmoid_gate(gx, dx, 256, dgate, 256, 8, 256);
+                up(dx, junk, (size_t)K * 4);
+                tela_exec_matmul(gx, &w.m, dx, K, dy, R, 1, false);
+                down(y3, dy, (size_t)R * 4);
+                poison(dy, (size_t)R);
+                tela_exec_matmul(gx, &w.m, dx, K, dy, R, 1, false);
+                down(y2, dy, (size_t)R * 4);
+                CHECK_MSG(!memcmp(y2, y3, (size_t)R * 4), "a %s product read what the output gate quantized before "
+                          "a copy overwrote its input", tela_type_name(types[ti]));
+                free(junk);
+            }
+            free_mat(&w);
+        }
+    void *bufs[] = {dq, dx, dgate, dy, dstate, dgdn, dk, dpos, dtok};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(gpu, bufs[i]);
+    for (int i = 0; i < 3; i++) tela_kv_free(kv[i]);
+    free(q), free(x0), free(gate), free(state0), free(qkv), free(kvv), free(y1), free(y2), free(y3);
+}
+
 int main(void) {
     if (!tela_backend_cuda_built()) test_skip("built without CUDA");
     if (tela_backend_cuda_device_count() == 0) test_skip("no CUDA GPU");
@@ -734,6 +839,7 @@ int main(void) {
     test_small_ops();
     test_rope_store();
     test_attention();
+    test_preq();
     tela_exec_free(gx);
     tela_exec_free(cx);
     tela_backend_free(gpu);

@@ -230,6 +230,14 @@ tela_status tela_exec_graph_end(tela_exec *ex) {
 }
 
 uint32_t tela_exec_length_bucket(const tela_exec *ex, int32_t n_kv) { return ex->ops->length_bucket(ex, n_kv); }
+void tela_exec_next_input_of(tela_exec *ex, const tela_mat *w) {
+    if (ex->ops->next_input_of) ex->ops->next_input_of(ex, w);
+}
+
+uint64_t tela_exec_kernel_launches(const tela_exec *ex) {
+    return ex->ops->kernel_launches ? ex->ops->kernel_launches(ex) : 0;
+}
+
 void tela_exec_graphs_drop(tela_exec *ex) {
     activate(ex);
     if (ex->ops->graphs_drop) ex->ops->graphs_drop(ex);

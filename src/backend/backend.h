@@ -263,6 +263,18 @@ void tela_exec_rmsnorm(tela_exec *ex, float *out, int64_t out_stride, const floa
  * mode (tela_ops_exact_matmul), which computes with f32 activations. */
 void tela_exec_matmul(tela_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
                       int n_tok, bool accumulate);
+
+/* A hint, for speed only: the next operation writes the input x of a
+ * product with w (tela_exec_matmul) that comes right after it. A backend
+ * may prepare that input for the product as it writes it (the CUDA
+ * backend quantizes it for a quantized w in the attention, output-gate
+ * and Gated DeltaNet kernels, which saves the product a launch); results
+ * are the same either way. Backends without it, and operations that do
+ * not take it, ignore it. */
+void tela_exec_next_input_of(tela_exec *ex, const tela_mat *w);
+/* Kernels the exec has launched so far (0 where operations launch none):
+ * what tests of such fusions count. */
+uint64_t tela_exec_kernel_launches(const tela_exec *ex);
 /* tela_exec_matmul for each target, with the same input. */
 void tela_exec_matmul_many(tela_exec *ex, const tela_matmul_target *t, int n, const float *x, int64_t x_stride,
                            int n_tok);

@@ -104,6 +104,10 @@ struct tela_backend_ops {
     tela_status (*comm_create)(tela_exec *const *ex, int n, void **comm, const char **transport);
     void (*comm_free)(void *comm, int n);
     void (*comm_allreduce)(void *comm, tela_exec *const *ex, float *const *bufs, int64_t n);
+
+    /* backend.h tela_exec_next_input_of (NULL: the hint is ignored) */
+    void (*next_input_of)(tela_exec *ex, const tela_mat *w);
+    uint64_t (*kernel_launches)(const tela_exec *ex); /* NULL: none */
 };
 
 typedef struct tela_prof tela_prof;

@@ -1426,7 +1426,9 @@ static void attn_layer(const qwen35_model *Q, qwen35_state *s, int e, const qwen
     tela_exec_rope_store(ex, kv, ly->slot, a->q, q_dim, H, a->k, k_dim, a->v, k_dim, b, a->cs, Q->n_rot,
                          TELA_ROPE_HALVES);
     tela_exec_attention(ex, kv, ly->slot, a->q, q_dim, a->att, q_dim, b, H, (float)(1.0 / sqrt((double)hd)));
-    /* the output gate: the second half of each head's block */
+    /* the output gate: the second half of each head's block (and a hint:
+     * the gate may prepare wo's input) */
+    tela_exec_next_input_of(ex, &A->wo);
     tela_exec_sigmoid_gate(ex, a->att, hd, a->qg + hd, 2 * hd, nt * H, hd);
     tela_exec_matmul(ex, &A->wo, a->att, q_dim, out, E, nt, accumulate);
 }
@@ -1476,6 +1478,7 @@ static void gdn_layer(const qwen35_model *Q, qwen35_state *s, int e, const qwen3
                                                 (size_t)(q->pos0 - s->keep_pos0[q->slot]) * (s->rec_floats / Q->world)
                                           : NULL,
         };
+        if (i == b->n_seq - 1) tela_exec_next_input_of(ex, &G->w_out); /* (a hint, as in attn_layer) */
         tela_exec_gdn_delta(ex, &ga);
     }
     tela_exec_matmul(ex, &G->w_out, a->core, vd, out, E, nt, accumulate);

@@ -21,7 +21,7 @@
  *    (values transposed), the scores' online softmax in registers, and the
  *    probabilities reused in registers as the A operand of P V.
  * Scores are kept in base 2: queries are scaled by scale * log2(e). */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_act.cuh"
 
 #define LOG2E 1.4426950408889634f
 #define DEC_WARPS 4
@@ -66,6 +66,8 @@ struct dec_params {
     float *part;                 /* [n_tok][n_head][n_split][vd + 2] when n_split > 1 */
     float *out;
     int64_t out_stride;
+    preq_out pq;                 /* variants 2 and 3, one token, no splits: the output quantized for the product after
+                                    it (cuda_act.cuh), else pq.xq NULL */
 };
 
 /* The cache row of position j: j itself, or through the sequence's block
@@ -398,6 +400,10 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode2_kernel(con
             }
         }
     }
+    if (p.pq.xq) { /* the block's heads, whole 32-blocks of the product's input */
+        __syncthreads();
+        preq_block(p.pq, p.out, h0 * DT, nh * DT, threadIdx.x, blockDim.x);
+    }
 }
 
 
@@ -577,6 +583,10 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode3_kernel(
             }
         }
     }
+    if (p.pq.xq) { /* the block's heads, whole 32-blocks of the product's input */
+        __syncthreads();
+        preq_block(p.pq, p.out, h0 * DT, nh * DT, threadIdx.x, blockDim.x);
+    }
 }
 
 typedef void (*dec_kernel_fn)(const dec_params);
@@ -616,6 +626,7 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     const bool vec = s->k_dim % 8 == 0;
     /* variant 1 for f32 caches, other head dimensions and groups over 8 */
     dec_kernel_fn fn = kv->elt == 2 ? dec_pick<__half>(dmax, vec) : dec_pick<float>(dmax, vec);
+    bool quantizes = false; /* a kernel that can quantize its output (p.pq) */
     int per_sm = 8; /* blocks an SM that the splits aim at */
     if (ex->attn_variant >= 2 && kv->elt == 2 && s->k_dim == s->v_dim && p.hpb <= 8 && q_stride % 4 == 0 &&
         ((uintptr_t)q & 15) == 0) {
@@ -623,6 +634,7 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
         if (s->k_dim == 64) fn = nh4 ? attn_decode2_kernel<64, 4> : attn_decode2_kernel<64, 8>;
         else if (s->k_dim == 128) fn = nh4 ? attn_decode2_kernel<128, 4> : attn_decode2_kernel<128, 8>;
         else if (s->k_dim == 256) fn = nh4 ? attn_decode2_kernel<256, 4> : attn_decode2_kernel<256, 8>;
+        quantizes = s->k_dim == 64 || s->k_dim == 128 || s->k_dim == 256;
         if (ex->attn_variant == 3 && (s->k_dim == 64 || s->k_dim == 128)) {
             fn = s->k_dim == 64 ? attn_decode3_kernel<64> : attn_decode3_kernel<128>;
             per_sm = s->k_dim == 64 ? 5 : 3; /* 88 and 144 registers a thread */
@@ -651,9 +663,12 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     }
     p.out = out;
     p.out_stride = out_stride;
+    p.pq.xq = NULL;
+    if (quantizes && n_tok == 1 && n_split == 1) tela_cuda_preq_begin(ex, (int64_t)n_head * s->v_dim, &p.pq);
     dim3 grid((unsigned)(s->n_kv_head * p.n_sub), (unsigned)n_split, (unsigned)n_tok);
     tela_cuda_launch(ex, fn, grid, DEC_WARPS * 32, 0, p);
     if (!tela_cuda_launched(ex, "attention (decode)")) return;
+    tela_cuda_preq_done(ex, out, &p.pq);
     if (n_split > 1) {
         tela_cuda_launch(ex, attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), 128, 0,
             p.part, n_head, (int)n_split, s->v_dim, out, out_stride);

@@ -319,6 +319,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gdn_lanes = gl && (!strcmp(gl, "4") || !strcmp(gl, "8")) ? atoi(gl) : 0;
     const char *gs = getenv("TELA_CUDA_GDN_STEP");
     ex->gdn_step = !(gs && !strcmp(gs, "0"));
+    const char *pq = getenv("TELA_CUDA_PREQ");
+    ex->preq = !(pq && !strcmp(pq, "0"));
     const char *fg = getenv("TELA_CUDA_FLOAT_GEMM");
     ex->float_gemm_min = fg && fg[0] >= '2' && fg[0] <= '9' && !fg[1] ? fg[0] - '0' : 3;
     const char *fb = getenv("TELA_CUDA_FLOAT_GEMM_BYTES");
@@ -894,6 +896,11 @@ static void cuda_gdn_gates(tela_exec *e, float *qkv, int64_t qs, int n_qk_heads,
 
 static void cuda_gdn_delta(tela_exec *e, const tela_gdn_args *a) { tela_cuda_gdn_delta(as_ex(e), a); }
 
+/* Remembered for the next launch (cuda_act.cuh; cleared by every launch). */
+static void cuda_next_input_of(tela_exec *e, const tela_mat *w) { as_ex(e)->preq_hint = w; }
+
+static uint64_t cuda_kernel_launches(const tela_exec *e) { return ((const cuda_exec *)e)->launches; }
+
 /* ------------------------------------------------------------ profiling */
 
 /* Marks are CUDA events recorded on the exec's stream, so each operation is
@@ -999,6 +1006,8 @@ const tela_backend_ops tela_cuda_ops_table = {
     tela_cuda_comm_create,
     tela_cuda_comm_free,
     tela_cuda_comm_allreduce,
+    cuda_next_input_of,
+    cuda_kernel_launches,
 };
 
 tela_status tela_backend_cuda_create(int device, int n_threads, tela_backend **out) {

@@ -117,6 +117,16 @@ typedef struct cuda_exec {
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
     bool after_copy;             /* the last operation queued was a copy or a memset, not a kernel */
     bool gdn_step;               /* fused decode steps of the delta rule (default; TELA_CUDA_GDN_STEP=0: off) */
+    /* Activations quantized by the kernel that writes them, for the one-token
+     * quantized product right after it (tela_exec_next_input_of; cuda_act.cuh):
+     * the hint until the next launch, then what the producer quantized until
+     * the launch after it. TELA_CUDA_PREQ=0: never (each product quantizes). */
+    bool preq;
+    const tela_mat *preq_hint;
+    const float *preq_x;
+    int64_t preq_k;
+    int preq_type;
+    uint64_t launches;           /* kernels launched (tela_exec_kernel_launches) */
     int float_gemm_min;          /* float weights: cuBLAS from this many tokens on (3; TELA_CUDA_FLOAT_GEMM=N, 9: never below the prefill's) */
     int64_t float_gemm_bytes;    /* ... for matrices of at least this many bytes (4 MiB; TELA_CUDA_FLOAT_GEMM_BYTES) */
     void *pinned;                /* host staging for downloads */
@@ -234,7 +244,19 @@ static inline void tela_cuda_launch(cuda_exec *ex, void (*kernel)(P...), dim3 gr
     }
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
     ex->after_copy = false;
+    ex->launches++;
+    ex->preq_hint = NULL; /* a hint is for the next launch only, and quantized activations are */
+    ex->preq_x = NULL;    /* read by the launch after their producer's (cuda_act.cuh) */
 }
+
+/* One token's activations quantized for a product (cuda_act.cuh): xq NULL
+ * when none are asked for; lt the product's weight type (their layout), K
+ * their count. */
+typedef struct preq_out {
+    int8_t *xq;
+    float *xd, *xs;
+    int lt, K;
+} preq_out;
 
 /* ---- launchers (cuda_matvec.cu) ---- */
 
@@ -258,6 +280,13 @@ bool tela_cuda_gemv_ok(cuda_exec *ex, const tela_mat *w, int n_tok);
 void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
                     const tela_mat *w_up, const float *x, int64_t x_stride, int n_tok, bool accumulate,
                     const float *norm_w, float eps);
+/* Where a producer kernel writes one token's quantized activations for the
+ * product the hint names (cuda_act.cuh): fills *o and returns true when the
+ * hint is a quantized matrix of width K that the decode products take;
+ * false (o->xq NULL) otherwise. After its launch the producer calls
+ * tela_cuda_preq_done with the activations' f32 address. */
+bool tela_cuda_preq_begin(cuda_exec *ex, int64_t K, preq_out *o);
+void tela_cuda_preq_done(cuda_exec *ex, const float *x, const preq_out *o);
 /* The exact mode: f32 activations and accumulation, any n_tok. */
 void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y,
                             int64_t y_stride, int n_tok, bool accumulate);

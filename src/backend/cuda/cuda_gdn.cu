@@ -19,7 +19,7 @@
  * times a few hundred cycles per warp, whatever the length; the chunked
  * (WY) form that the CPU uses for prefill would move that work onto tensor
  * cores (docs/PERF-NOTES.md says where the scan stands against it). */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_act.cuh"
 
 static __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 static __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
@@ -43,9 +43,36 @@ static __global__ void sigmoid_gate_kernel(float *out, int64_t os, const float *
     }
 }
 
+/* The same for one token's heads (rows of n, n % 32 == 0, stored one
+ * after another), a head a block, eight elements a thread, and the gated
+ * heads quantized for the product after it (cuda_act.cuh). */
+static __global__ void sigmoid_gate_q_kernel(float *out, const float *gate, int64_t gs, int n, const preq_out pq) {
+    TELA_PDL_ENTRY();
+    const int r = blockIdx.x, c8 = threadIdx.x;
+    const bool ok = c8 < n / 8;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (ok) {
+        float *o = out + (int64_t)r * n + 8 * c8;
+        const float *g = gate + (int64_t)r * gs + 8 * c8;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            v[i] = o[i] * sigmoid_f(g[i]);
+            o[i] = v[i];
+        }
+    }
+    quantize8(v, ok, r * (n / 8) + c8, pq.lt, pq.xq, pq.xd, pq.xs);
+}
+
 void tela_cuda_sigmoid_gate(cuda_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,
                             int n_rows, int n) {
     if (n_rows <= 0 || n <= 0) return;
+    preq_out pq;
+    if (out_stride == n && n % 32 == 0 && n <= 8 * 1024 && tela_cuda_preq_begin(ex, (int64_t)n_rows * n, &pq)) {
+        tela_cuda_launch(ex, sigmoid_gate_q_kernel, (unsigned)n_rows, (unsigned)((n / 8 + 31) / 32 * 32), 0, out, gate,
+                         gate_stride, n, pq);
+        if (tela_cuda_launched(ex, "attention output gate")) tela_cuda_preq_done(ex, out, &pq);
+        return;
+    }
     tela_cuda_launch(ex, sigmoid_gate_kernel, blocks_for((int64_t)n_rows * n, 256), 256, 0, out, out_stride, gate,
                                                                                       gate_stride, n_rows, n);
     tela_cuda_launched(ex, "attention output gate");
@@ -369,7 +396,8 @@ template <int DK>
 static __global__ void __launch_bounds__(512)
 gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale, const float *beta,
                 const float *g, const float *a_gate, const float *dt_bias, float l2_eps, const float *z,
-                const float *norm_w, float eps, float *state, float *out, int64_t os, int n_tok, float *states) {
+                const float *norm_w, float eps, float *state, float *out, int64_t os, int n_tok, float *states,
+                const preq_out pq) {
     TELA_PDL_ENTRY();
     constexpr int G = 4, C = 8, R = DK / G;
     __shared__ float4 qk4[2 * DK / 4]; /* q, then k */
@@ -444,6 +472,10 @@ gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
     }
 #pragma unroll
     for (int r = 0; r < R; r++) S[(size_t)r * dv] = s[r];
+    if (pq.xq) { /* one token: the head's outputs quantized for the product after it */
+        __syncthreads();
+        preq_block(pq, out, h * dv, dv, threadIdx.x, blockDim.x);
+    }
 }
 
 /* out = rmsnorm(o) * norm_w * silu(z) per (token, value head): a warp each. */
@@ -468,7 +500,7 @@ typedef void (*gdn_scan_fn)(const float *, int64_t, int, int, int, int, float, c
                             float *, int64_t, int, float *);
 typedef void (*gdn_step_fn)(const float *, int64_t, int, int, int, int, float, const float *, const float *,
                             const float *, const float *, float, const float *, const float *, float, float *, float *,
-                            int64_t, int, float *);
+                            int64_t, int, float *, const preq_out);
 
 /* Lanes per column of the scan: 8 for the key dims of 64 and up (more,
  * shorter chains per token: a prefill's steps are latency-bound), 4 for
@@ -522,11 +554,14 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a) {
     const tela_gdn_gates_in *gt = a->gates;
     gdn_step_fn step = ex->gdn_step && a->n_tok <= GDN_STEP_MAX_TOK ? step_for(a->dk) : NULL;
     if (step) {
+        preq_out pq;
+        pq.xq = NULL;
+        if (a->n_tok == 1 && a->dv % 32 == 0) tela_cuda_preq_begin(ex, vd, &pq);
         tela_cuda_launch(ex, step, (unsigned)a->nv, (unsigned)(a->dv / 8 * 32), 0,
             a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0, a->q_scale, a->beta, a->g,
             gt ? gt->a : NULL, gt ? gt->dt_bias : NULL, gt ? gt->eps : 0.0f, a->z, a->norm_w, a->eps, a->state,
-            a->out, vd, a->n_tok, a->states);
-        tela_cuda_launched(ex, "Gated DeltaNet decode step");
+            a->out, vd, a->n_tok, a->states, pq);
+        if (tela_cuda_launched(ex, "Gated DeltaNet decode step")) tela_cuda_preq_done(ex, a->out, &pq);
         return;
     }
     if (gt)

@@ -23,7 +23,7 @@
  *    time through tela_cuda_weight (the parity tests' mode, and an
  *    independent check of the fast kernels' unpacking).
  *  - get_rows: embedding rows through the same element function. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_act.cuh"
 #include "quant/quant.h"
 
 #include <string.h>
@@ -205,44 +205,6 @@ static __device__ __forceinline__ float warp_sum(float v) {
 #define GEMV_Q_ROWS 16
 #define GEMV_F_WARPS 4
 
-/* The quantized activations' layout (LT: the weight type that reads
- * them, 0 for the plain order of the elements). A decode product's lane
- * takes a unit of a row (64 elements of a K-quant row, 32 of Q8_0/Q4_0)
- * and reads its activations as 16-byte pieces; in the plain order one
- * load instruction of a warp touches 32 pieces 32-64 bytes apart (16
- * cache lines), so L1 worked 4x per byte of activations (and they are
- * more bytes than the weights: int8 against 4.5 bits). In a type's order,
- * units are taken 32 at a time (a warp's round) and piece i of unit u
- * lies at ((u / 32) * P + i) * 32 + u % 32 (in pieces of 16 bytes, P
- * pieces a unit): a warp's load is 512 contiguous bytes. A token's pieces
- * are padded to whole rounds. */
-static __host__ __device__ __forceinline__ int act_unit_pieces(int lt) {
-    return lt == TELA_TYPE_Q8_0 || lt == TELA_TYPE_Q4_0 ? 2 : 4;
-}
-
-static __host__ __device__ __forceinline__ int act_tok_bytes(int lt, int K) {
-    if (lt == 0) return K;
-    const int unit = 16 * act_unit_pieces(lt), units = K / unit;
-    return (units + 31) / 32 * 32 * unit;
-}
-
-/* The index (in 8-byte halves of pieces) of elements 8g..8g+7. */
-static __device__ __forceinline__ int act_pos8(int lt, int g) {
-    if (lt == 0) return g;
-    const int e = 8 * g;
-    int u, i;
-    if (lt == TELA_TYPE_Q8_0 || lt == TELA_TYPE_Q4_0) {
-        u = e >> 5, i = (e >> 4) & 1;
-    } else if (lt == TELA_TYPE_Q6_K) {
-        /* unit 4b + 2h + part: 32 elements at 128h + 32part, then 32 at +64 */
-        const int r = e & 127, sub = r >> 5;
-        u = 4 * (e >> 8) + 2 * ((e >> 7) & 1) + (sub & 1), i = 2 * (sub >> 1) + ((r >> 4) & 1);
-    } else {
-        u = e >> 6, i = (e >> 4) & 3;
-    }
-    return 2 * (((u >> 5) * act_unit_pieces(lt) + i) * 32 + (u & 31)) + (g & 1);
-}
-
 /* Piece i of unit u of a token's activations (xt), at plain element
  * offset e in the plain order. */
 template <int LT>
@@ -290,32 +252,7 @@ static __device__ void quantize_x(const float *x, int64_t x_stride, int K, int n
                     }
                 }
             }
-            float amax = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-            const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            int q[8], sum = 0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                q[i] = __float2int_rn(v[i] * id);
-                sum += q[i];
-            }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            if (ok) {
-                uint2 packed;
-                packed.x = (uint32_t)(q[0] & 0xff) | (uint32_t)(q[1] & 0xff) << 8 | (uint32_t)(q[2] & 0xff) << 16 |
-                           (uint32_t)(q[3] & 0xff) << 24;
-                packed.y = (uint32_t)(q[4] & 0xff) | (uint32_t)(q[5] & 0xff) << 8 | (uint32_t)(q[6] & 0xff) << 16 |
-                           (uint32_t)(q[7] & 0xff) << 24;
-                ((uint2 *)(xq + (size_t)t * xq_tok))[act_pos8(LT, g)] = packed;
-                if ((tid & 3) == 0) {
-                    xd[t * (K / 32) + g / 4] = d;
-                    xs[t * (K / 32) + g / 4] = d * (float)sum;
-                }
-            }
+            quantize8(v, ok, g, LT, xq + (size_t)t * xq_tok, xd + t * (K / 32), xs + t * (K / 32));
         }
         ss[t] = sq;
     }
@@ -2218,6 +2155,52 @@ static gemv2_kernel_fn gemv2_pick(tela_type type, int nt_tile, int R) {
     }
 }
 
+/* The exec's buffers of n_tok tokens' activations quantized for products
+ * of type `type` and width K (false after recording a failure). */
+static bool act_buffers(cuda_exec *ex, tela_type type, int64_t K, int n_tok, int8_t **xq, float **xd, float **xs,
+                        float **ns) {
+    const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)act_tok_bytes(type, (int)K));
+    const size_t sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
+    unsigned char *buf = (unsigned char *)tela_cuda_act(ex, qb + 2 * sb + tela_cuda_align((size_t)n_tok * 4));
+    if (!buf) return false;
+    *xq = (int8_t *)buf;
+    *xd = (float *)(buf + qb), *xs = (float *)(buf + qb + sb), *ns = (float *)(buf + qb + 2 * sb);
+    return true;
+}
+
+/* A kernel that writes the input of a one-token quantized product may
+ * quantize it too, as quantize_act_kernel would (cuda_act.cuh), where
+ * the model says which product reads it (tela_exec_next_input_of) and the
+ * kernel owns whole 32-blocks of it: the attention and Gated DeltaNet
+ * outputs, a head a block. The product then skips its quantize_act
+ * launch. */
+bool tela_cuda_preq_begin(cuda_exec *ex, int64_t K, preq_out *o) {
+    o->xq = NULL;
+    const tela_mat *w = ex->preq_hint;
+    if (!ex->preq || !w || w->n_cols != K || K % 32 != 0 || tela_ops_exact_matmul() || !ex->gemv_v2 ||
+        ex->gemv_stream || !tela_cuda_gemv_ok(ex, w, 1))
+        return false;
+    switch (w->type) {
+    case TELA_TYPE_Q4_K: case TELA_TYPE_Q5_K: case TELA_TYPE_Q6_K: case TELA_TYPE_Q8_0: case TELA_TYPE_Q4_0: break;
+    default: return false;
+    }
+    float *ns;
+    if (!act_buffers(ex, w->type, K, 1, &o->xq, &o->xd, &o->xs, &ns)) {
+        o->xq = NULL;
+        return false;
+    }
+    o->lt = (int)w->type;
+    o->K = (int)K;
+    return true;
+}
+
+void tela_cuda_preq_done(cuda_exec *ex, const float *x, const preq_out *o) {
+    if (!o->xq) return;
+    ex->preq_x = x;
+    ex->preq_k = o->K;
+    ex->preq_type = o->lt;
+}
+
 /* Variant 2 of tela_cuda_gemv for quantized weights: false when it does
  * not take this type (the caller then uses variant 1). */
 static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, const int64_t *y_stride, int n_w,
@@ -2236,15 +2219,17 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     const int D3 = gemv3_depth(ex, w[0]->type, K, w_up != NULL, S3);
     const int R3 = n_tok == 1 && ex->gemv_early ? (S3 > 1 ? 1 : gemv3_rows(ex, w[0]->type, rows, w_up != NULL, D3)) : 0;
     gemv_params p;
-    const size_t qb = tela_cuda_align((size_t)n_tok * (size_t)act_tok_bytes(w[0]->type, (int)K));
-    const size_t sb = tela_cuda_align((size_t)n_tok * (size_t)(K / 32) * 4);
-    unsigned char *buf = (unsigned char *)tela_cuda_act(ex, qb + 2 * sb + tela_cuda_align((size_t)n_tok * 4));
-    if (!buf) return true; /* the failure is recorded */
-    int8_t *xq = (int8_t *)buf;
-    float *xd = (float *)(buf + qb), *xs = (float *)(buf + qb + sb), *ns = (float *)(buf + qb + 2 * sb);
-    tela_cuda_launch(ex, quantize_act_for(w[0]->type), (unsigned)n_tok, 512, 0, x, x_stride, (int)K, norm_w, eps, xq,
-                     xd, xs, ns);
-    if (!tela_cuda_launched(ex, "quantize activations")) return true;
+    int8_t *xq;
+    float *xd, *xs, *ns;
+    /* quantized already by the kernel that wrote x (cuda_act.cuh)? */
+    const bool pre = n_tok == 1 && !norm_w && x == ex->preq_x && K == ex->preq_k && w[0]->type == ex->preq_type &&
+                     !ex->after_copy;
+    if (!act_buffers(ex, w[0]->type, K, n_tok, &xq, &xd, &xs, &ns)) return true; /* the failure is recorded */
+    if (!pre) {
+        tela_cuda_launch(ex, quantize_act_for(w[0]->type), (unsigned)n_tok, 512, 0, x, x_stride, (int)K, norm_w, eps,
+                         xq, xd, xs, ns);
+        if (!tela_cuda_launched(ex, "quantize activations")) return true;
+    }
     if (R3 > 0) {
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3 / S3);
         p.order = ex->gemv_order;
