@@ -6,6 +6,8 @@
 # under compute-sanitizer memcheck (TELA_MEMCHECK=0 skips that), then the
 # demo model through 'tela run' on both devices. A summary is printed last.
 # TELA_CPU_TESTS=0 skips the CPU tests, TELA_MEMCHECK=0 the memcheck.
+# TELA_GPU_PART=1 runs all but the op tests' variants, =2 only those (the
+# build, then the variants): two calls where one would run too long.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu-env.sh
@@ -27,9 +29,14 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem,driv
     sed 's/^/gpu: /' | while read -r l; do echo "$l"; done
 ./build-cuda/bin/tela --version
 
+part=${TELA_GPU_PART:-0}
+if [ "$part" = 2 ]; then TELA_CPU_TESTS=0 TELA_MEMCHECK=0; fi
+[ "$part" = 1 ] && TELA_GPU_VARIANTS=0
+if [ "$part" != 2 ]; then
 (cd build-cuda && ctest --output-on-failure -R '^test_cuda' 2>&1 | tee /tmp/tela-ctest-gpu.log)
 grep -hE '^[0-9]+ passed, [0-9]+ failed|^type |^device:|^out of memory|^note' build-cuda/Testing/Temporary/LastTest.log
 note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log | tail -1); checks: $(grep -hE '^[0-9]+ passed, [0-9]+ failed' build-cuda/Testing/Temporary/LastTest.log | tr '\n' ' ')"
+fi
 # the op tests again on each variant of the decode products and attention
 # (TELA_GPU_VARIANTS=0: not)
 # (TELA_GPU_VARIANTS="A=1 B=2,C=3": those settings instead; a comma joins
@@ -57,6 +64,7 @@ if [ "${TELA_MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; th
     done
 fi
 
+if [ "$part" != 2 ]; then
 # tela chat on the GPU (llama-d1 and qwen35-d1 from ../shared): turn 2 reuses
 # turn 1's state and replies as a full evaluation does (exact mode, where
 # the two orders of work agree to rounding)
@@ -69,6 +77,7 @@ for dev in cpu cuda; do
     out=$(TELA_DEVICE=$dev ./build-cuda/bin/tela run -p "And God said" -n 24 --temp 0 2>/tmp/tela-run-$dev.log)
     note "tela run --device $dev: $(echo "$out" | tr '\n' ' ' | cut -c1-100)"
 done
+fi
 
 echo
 echo "==== test-gpu.sh summary ===="

@@ -414,6 +414,10 @@ gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
     for (int r = 0; r < R; r++) s[r] = S[(size_t)r * dv];
     for (int t = 0; t < n_tok; t++) {
         const float *row = qkv + (int64_t)t * qs;
+        /* this column's value and gate input, asked for before the barriers
+         * that they would otherwise wait behind */
+        const float vj = row[(size_t)2 * nk * DK + (size_t)h * dv + j];
+        const float zj = grp == 0 ? z[(int64_t)t * os + (size_t)h * dv + j] : 0.0f;
         if (warp < 2) { /* warp 0: q, warp 1: k */
             const float *x = row + (size_t)(warp * nk + kh) * DK;
             float v[DK / 32 > 0 ? DK / 32 : 1];
@@ -436,7 +440,7 @@ gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
             sc[0] = expf(gg), sc[1] = b;
         }
         __syncthreads();
-        const float eg = sc[0], b = sc[1], vj = row[(size_t)2 * nk * DK + (size_t)h * dv + j];
+        const float eg = sc[0], b = sc[1];
         const float *qs_ = qk + grp * R, *ks_ = qk + DK + grp * R;
         float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -464,7 +468,6 @@ gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
         for (int w = 0; w < n_warps; w++) tot += red[t & 1][w];
         if (grp == 0) {
             const float inv = 1.0f / sqrtf(tot / (float)dv + eps);
-            const float zj = z[(int64_t)t * os + (size_t)h * dv + j];
             out[(int64_t)t * os + (size_t)h * dv + j] = (norm_w[j] * (o * inv)) * silu_f(zj);
         }
         /* qk and sc are rewritten by the next token: everyone is past them
