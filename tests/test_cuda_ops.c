@@ -741,7 +741,7 @@ static int preq_run(int which, bool hint, const tela_mat *w, tela_kv_cache *cons
     return launches;
 }
 
-static void test_preq(void) {
+static void test_preq_on(void) {
     static const tela_type types[] = {TELA_TYPE_Q4_K, TELA_TYPE_Q5_K, TELA_TYPE_Q6_K, TELA_TYPE_Q8_0, TELA_TYPE_Q4_0};
     static const char *const names[] = {"attention (head 64)", "attention (head 128)", "attention (head 256)",
                                         "Gated DeltaNet step", "output gate"};
@@ -808,6 +808,21 @@ static void test_preq(void) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(gpu, bufs[i]);
     for (int i = 0; i < 3; i++) tela_kv_free(kv[i]);
     free(q), free(x0), free(gate), free(state0), free(qkv), free(kvv), free(y1), free(y2), free(y3);
+}
+
+static void test_preq(void) {
+    /* every producer on, whatever the default (TELA_CUDA_PREQ) */
+    setenv("TELA_CUDA_PREQ", "2", 1);
+    tela_exec *def = gx;
+    CHECK_OK(tela_exec_create(gpu, 0, &gx));
+    unsetenv("TELA_CUDA_PREQ");
+    if (!gx) {
+        gx = def;
+        return;
+    }
+    test_preq_on();
+    tela_exec_free(gx);
+    gx = def;
 }
 
 int main(void) {

@@ -664,7 +664,7 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     p.out = out;
     p.out_stride = out_stride;
     p.pq.xq = NULL;
-    if (quantizes && n_tok == 1 && n_split == 1) tela_cuda_preq_begin(ex, (int64_t)n_head * s->v_dim, &p.pq);
+    if (quantizes && n_tok == 1 && n_split == 1) tela_cuda_preq_begin(ex, 1, (int64_t)n_head * s->v_dim, &p.pq);
     dim3 grid((unsigned)(s->n_kv_head * p.n_sub), (unsigned)n_split, (unsigned)n_tok);
     tela_cuda_launch(ex, fn, grid, DEC_WARPS * 32, 0, p);
     if (!tela_cuda_launched(ex, "attention (decode)")) return;

@@ -320,7 +320,7 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *gs = getenv("TELA_CUDA_GDN_STEP");
     ex->gdn_step = !(gs && !strcmp(gs, "0"));
     const char *pq = getenv("TELA_CUDA_PREQ");
-    ex->preq = !(pq && !strcmp(pq, "0"));
+    ex->preq = pq && (!strcmp(pq, "0") || !strcmp(pq, "1") || !strcmp(pq, "2")) ? atoi(pq) : 2;
     const char *fg = getenv("TELA_CUDA_FLOAT_GEMM");
     ex->float_gemm_min = fg && fg[0] >= '2' && fg[0] <= '9' && !fg[1] ? fg[0] - '0' : 3;
     const char *fb = getenv("TELA_CUDA_FLOAT_GEMM_BYTES");

@@ -120,8 +120,10 @@ typedef struct cuda_exec {
     /* Activations quantized by the kernel that writes them, for the one-token
      * quantized product right after it (tela_exec_next_input_of; cuda_act.cuh):
      * the hint until the next launch, then what the producer quantized until
-     * the launch after it. TELA_CUDA_PREQ=0: never (each product quantizes). */
-    bool preq;
+     * the launch after it. preq: which kernels do (TELA_CUDA_PREQ): 0 none
+     * (each product quantizes), 1 the decode attention, 2 also the output
+     * gate and the delta rule's step. */
+    int preq;
     const tela_mat *preq_hint;
     const float *preq_x;
     int64_t preq_k;
@@ -285,7 +287,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
  * hint is a quantized matrix of width K that the decode products take;
  * false (o->xq NULL) otherwise. After its launch the producer calls
  * tela_cuda_preq_done with the activations' f32 address. */
-bool tela_cuda_preq_begin(cuda_exec *ex, int64_t K, preq_out *o);
+bool tela_cuda_preq_begin(cuda_exec *ex, int level, int64_t K, preq_out *o);
 void tela_cuda_preq_done(cuda_exec *ex, const float *x, const preq_out *o);
 /* The exact mode: f32 activations and accumulation, any n_tok. */
 void tela_cuda_matmul_exact(cuda_exec *ex, const tela_mat *w, const float *x, int64_t x_stride, float *y,

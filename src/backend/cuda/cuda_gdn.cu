@@ -67,7 +67,7 @@ void tela_cuda_sigmoid_gate(cuda_exec *ex, float *out, int64_t out_stride, const
                             int n_rows, int n) {
     if (n_rows <= 0 || n <= 0) return;
     preq_out pq;
-    if (out_stride == n && n % 32 == 0 && n <= 8 * 1024 && tela_cuda_preq_begin(ex, (int64_t)n_rows * n, &pq)) {
+    if (out_stride == n && n % 32 == 0 && n <= 8 * 1024 && tela_cuda_preq_begin(ex, 2, (int64_t)n_rows * n, &pq)) {
         tela_cuda_launch(ex, sigmoid_gate_q_kernel, (unsigned)n_rows, (unsigned)((n / 8 + 31) / 32 * 32), 0, out, gate,
                          gate_stride, n, pq);
         if (tela_cuda_launched(ex, "attention output gate")) tela_cuda_preq_done(ex, out, &pq);
@@ -559,7 +559,7 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a) {
     if (step) {
         preq_out pq;
         pq.xq = NULL;
-        if (a->n_tok == 1 && a->dv % 32 == 0) tela_cuda_preq_begin(ex, vd, &pq);
+        if (a->n_tok == 1 && a->dv % 32 == 0) tela_cuda_preq_begin(ex, 2, vd, &pq);
         tela_cuda_launch(ex, step, (unsigned)a->nv, (unsigned)(a->dv / 8 * 32), 0,
             a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0, a->q_scale, a->beta, a->g,
             gt ? gt->a : NULL, gt ? gt->dt_bias : NULL, gt ? gt->eps : 0.0f, a->z, a->norm_w, a->eps, a->state,

@@ -2174,10 +2174,10 @@ static bool act_buffers(cuda_exec *ex, tela_type type, int64_t K, int n_tok, int
  * kernel owns whole 32-blocks of it: the attention and Gated DeltaNet
  * outputs, a head a block. The product then skips its quantize_act
  * launch. */
-bool tela_cuda_preq_begin(cuda_exec *ex, int64_t K, preq_out *o) {
+bool tela_cuda_preq_begin(cuda_exec *ex, int level, int64_t K, preq_out *o) {
     o->xq = NULL;
     const tela_mat *w = ex->preq_hint;
-    if (!ex->preq || !w || w->n_cols != K || K % 32 != 0 || tela_ops_exact_matmul() || !ex->gemv_v2 ||
+    if (ex->preq < level || !w || w->n_cols != K || K % 32 != 0 || tela_ops_exact_matmul() || !ex->gemv_v2 ||
         ex->gemv_stream || !tela_cuda_gemv_ok(ex, w, 1))
         return false;
     switch (w->type) {
