@@ -13,13 +13,13 @@
 # rows a warp of the second), BENCH_PROFILE=1 a --profile run of each to
 # $OUT/profile.log; BENCH_SPEC=1 speculative decoding (the demo models with MTP, prompt
 # lookup and a draft model; the 2B shape's verification cost) to $OUT/spec.log;
-# BENCH_PP=0 skips the prefill tests. Files go to $TELA_MODELS (default
+# BENCH_PP=0 skips the prefill tests; TELA_BIN_DIR names prebuilt binaries. Files go to $TELA_MODELS (default
 # /tmp/tela-models); JSON lines to $OUT/bench.jsonl when OUT is set. A table
 # is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu-env.sh
-B=./build-cuda/bin
+B=${TELA_BIN_DIR:-./build-cuda/bin} # TELA_BIN_DIR: prebuilt binaries elsewhere
 D=${TELA_MODELS:-/tmp/tela-models}
 R=${BENCH_REPS:-3}
 J=${OUT:-/tmp}/bench.jsonl

@@ -8,6 +8,7 @@
 # TELA_CPU_TESTS=0 skips the CPU tests, TELA_MEMCHECK=0 the memcheck.
 # TELA_GPU_PART=1 runs all but the op tests' variants, =2 only those (the
 # build, then the variants): two calls where one would run too long.
+# The variants run VJOBS at a time (default: half the cores).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu-env.sh
@@ -41,12 +42,21 @@ fi
 # (TELA_GPU_VARIANTS=0: not)
 # (TELA_GPU_VARIANTS="A=1 B=2,C=3": those settings instead; a comma joins
 # settings of one variant)
-variants="TELA_CUDA_GEMV_STREAM=1 TELA_CUDA_GEMV_STREAM=2 TELA_CUDA_GEMV_EARLY=0 TELA_CUDA_GEMV_EARLY_NT=0 TELA_CUDA_GEMV_ORDER=0 TELA_CUDA_GEMV_ORDER=2 TELA_CUDA_GEMV_FX=0 TELA_CUDA_GEMV_FX=0,TELA_CUDA_GEMV_WPR=1 TELA_CUDA_GEMV_FX=0,TELA_CUDA_GEMV_WPR=4 TELA_CUDA_GEMV_FX=8:1:8 TELA_CUDA_GEMV_FX=16:4:4 TELA_CUDA_GEMV_QROWS=4 TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2 TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4 TELA_CUDA_ATTN_SHORT=4096 TELA_CUDA_ATTN=1 TELA_CUDA_ATTN=2 TELA_CUDA_GEMV_DEPTH=1 TELA_CUDA_GEMV_DEPTH=2 TELA_CUDA_GEMV_SPLIT=1 TELA_CUDA_GEMV_SPLIT=2 TELA_CUDA_FLOAT_GEMM_BYTES=0 TELA_CUDA_GEMV_FM=0 TELA_CUDA_GEMV_FM=1 TELA_CUDA_FM_SLICES=8 TELA_CUDA_FM_RB=1 TELA_CUDA_FM2=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1,TELA_CUDA_FM_SLICES=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1,TELA_CUDA_FM_SLICES=2"
+variants="TELA_CUDA_GEMV_STREAM=1 TELA_CUDA_GEMV_STREAM=2 TELA_CUDA_GEMV_EARLY=0 TELA_CUDA_GEMV_EARLY_NT=0 TELA_CUDA_GEMV_ORDER=0 TELA_CUDA_GEMV_ORDER=2 TELA_CUDA_GEMV_FX=0 TELA_CUDA_GEMV_FX=0,TELA_CUDA_GEMV_WPR=1 TELA_CUDA_GEMV_FX=0,TELA_CUDA_GEMV_WPR=4 TELA_CUDA_GEMV_FX=8:1:8 TELA_CUDA_GEMV_FX=16:4:4 TELA_CUDA_GEMV_QROWS=4 TELA_CUDA_GEMV=1 TELA_CUDA_GEMV_QROWS=1 TELA_CUDA_GEMV_QROWS=2 TELA_CUDA_GEMV_ROWS=0 TELA_CUDA_GEMV_ROWS=1 TELA_CUDA_GEMV_ROWS=2 TELA_CUDA_GEMV_ROWS=4 TELA_CUDA_ATTN_SHORT=4096 TELA_CUDA_ATTN=1 TELA_CUDA_ATTN=2 TELA_CUDA_GEMV_DEPTH=1 TELA_CUDA_GEMV_DEPTH=2 TELA_CUDA_GEMV_SPLIT=1 TELA_CUDA_GEMV_SPLIT=2 TELA_CUDA_FLOAT_GEMM_BYTES=0 TELA_CUDA_GEMV_FM=0 TELA_CUDA_GEMV_FM=1 TELA_CUDA_FM_SLICES=8 TELA_CUDA_FM_RB=1 TELA_CUDA_FM2=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1,TELA_CUDA_FM_SLICES=1 TELA_CUDA_FM2=1,TELA_CUDA_GEMV_FM=1,TELA_CUDA_FM_SLICES=2 TELA_CUDA_NORM_ROPE=0"
 case "${TELA_GPU_VARIANTS:-1}" in 0) variants="" ;; 1) ;; *) variants=$TELA_GPU_VARIANTS ;; esac
-for v in $variants; do
+# VJOBS of them at once (default: half the cores; the tests spend most of
+# their time in the host's float64 references)
+run_variant() { # one variant: its summary line into /tmp/tela-ops-$1.note
     # shellcheck disable=SC2046 # the variant's settings, one word each
-    if env $(echo "$v" | tr , ' ') TELA_SOURCE_DIR=$PWD ./build-cuda/tests/test_cuda_ops > /tmp/tela-ops-$v.log 2>&1; then r=ok; else r=FAILED; grep -E "FAIL|failed" /tmp/tela-ops-$v.log | head -5; fi
-    note "test_cuda_ops $v: $r ($(grep -E '^[0-9]+ passed, [0-9]+ failed' /tmp/tela-ops-$v.log | tail -1))"
+    if env $(echo "$1" | tr , ' ') TELA_SOURCE_DIR=$PWD ./build-cuda/tests/test_cuda_ops > "/tmp/tela-ops-$1.log" 2>&1; then r=ok
+    else r=FAILED; fi
+    echo "test_cuda_ops $1: $r ($(grep -E '^[0-9]+ passed, [0-9]+ failed' "/tmp/tela-ops-$1.log" | tail -1))" > "/tmp/tela-ops-$1.note"
+}
+export -f run_variant
+[ -n "$variants" ] && printf '%s\n' $variants | xargs -r -P "${VJOBS:-$(( (JOBS + 1) / 2 ))}" -I{} bash -c 'run_variant "$1"' _ {}
+for v in $variants; do
+    grep -q ": ok" "/tmp/tela-ops-$v.note" 2>/dev/null || grep -E "FAIL|failed" "/tmp/tela-ops-$v.log" | head -5
+    note "$(cat "/tmp/tela-ops-$v.note" 2>/dev/null || echo "test_cuda_ops $v: no result")"
 done
 [ "${TELA_CPU_TESTS:-1}" = 0 ] || (cd build-cuda && TELA_DEVICE=cpu ctest -j "$JOBS" -E '^test_cuda' 2>&1 | tee /tmp/tela-ctest-cpu.log | tail -5)
 [ "${TELA_CPU_TESTS:-1}" = 0 ] || grep -hE 'FAIL|failed:|CHECK failed|Error' build-cuda/Testing/Temporary/LastTest.log | head -20

@@ -16,7 +16,12 @@
  *   - conv1d + SiLU with its rolling state, fed in pieces of 1, 3 and 37
  *     tokens (both kernels);
  *   - the gates (L2 norm of the q/k heads, sigmoid, softplus decay) and the
- *     sigmoid output gate with strided rows.
+ *     sigmoid output gate with strided rows;
+ *   - a DeltaNet layer's decode chain as the model queues it (a one-token
+ *     F16 product, the conv on its outputs, the rule on the conv's), where
+ *     the conv and the rule read their states before their PDL waits:
+ *     each stage against float64 on the inputs the GPU gave it, and the
+ *     same bits as an exec that reads them after (TELA_CUDA_EARLY_STATE=0).
  * Fewer heads than the real models have: each head is computed alone, so
  * the per-head shape and the key/value head ratio are what matter.
  * Skipped (77) without CUDA or a GPU. */
@@ -26,6 +31,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "util/fp16.h"
 #include "test.h"
 #include "test_cuda_mem.h"
 
@@ -337,6 +343,160 @@ static void test_gates(void) {
     free(qkv), free(beta), free(g), free(a), free(dt), free(rq), free(rb), free(rg), free(o), free(r), free(ro);
 }
 
+/* ------------------------------------------------ a layer's decode chain */
+
+enum { CH_E = 256, CH_NK = 2, CH_NV = 4, CH_D = 128, CH_K = 4, CH_T = 5 };
+#define CH_C (2 * CH_NK * CH_D + CH_NV * CH_D)
+#define CH_VD (CH_NV * CH_D)
+
+typedef struct chain_bufs {
+    float *x, *y, *qkv, *cw, *cst, *beta, *g, *z, *nw, *s, *out, *ga, *gdt;
+} chain_bufs;
+
+/* CH_T decode steps of one DeltaNet layer on exec ex, nothing queued
+ * between a step's product, conv and rule (the model's order). */
+static void run_chain(tela_exec *ex, const tela_mat *w, const chain_bufs *b) {
+    const tela_gdn_gates_in gates = {b->ga, b->gdt, 1e-6f};
+    for (int t = 0; t < CH_T; t++) {
+        tela_exec_matmul(ex, w, b->x + (size_t)t * CH_E, CH_E, b->y + (size_t)t * CH_C, CH_C, 1, false);
+        tela_exec_conv1d_silu(ex, b->y + (size_t)t * CH_C, CH_C, 1, CH_C, CH_K, b->cw, b->cst, b->qkv + (size_t)t * CH_C,
+                              CH_C);
+        const tela_gdn_args a = {
+            .qkv = b->qkv + (size_t)t * CH_C, .qkv_stride = CH_C, .nk = CH_NK, .nv = CH_NV, .dk = CH_D, .dv = CH_D,
+            .q_scale = (float)(1.0 / sqrt((double)CH_D)), .beta = b->beta + (size_t)t * CH_NV,
+            .g = b->g + (size_t)t * CH_NV, .z = b->z + (size_t)t * CH_VD, .norm_w = b->nw, .eps = 1e-6f, .state = b->s,
+            .out = b->out + (size_t)t * CH_VD, .n_tok = 1, .gates = &gates,
+        };
+        tela_exec_gdn_delta(ex, &a);
+    }
+}
+
+static void test_chain(void) {
+    const int T = CH_T, C = CH_C, E = CH_E, hist = CH_K - 1, D = CH_D, vd = CH_VD;
+    const size_t sn = (size_t)CH_NV * D * D;
+    /* the product's weights, f16 (their values the reference uses) */
+    uint16_t *wh = malloc(sizeof(uint16_t) * (size_t)C * E);
+    double *wd = malloc(sizeof(double) * (size_t)C * E);
+    for (size_t i = 0; i < (size_t)C * E; i++) {
+        wh[i] = tela_f32_to_f16(test_gauss() * 0.15f);
+        wd[i] = tela_f16_to_f32(wh[i]);
+    }
+    tela_mat w = {.name = "chain.w", .type = TELA_TYPE_F16, .data = wh, .n_rows = C, .n_cols = E,
+                  .row_bytes = (size_t)E * 2};
+    tela_mat *list[1] = {&w};
+    tela_mat_use uses[1] = {TELA_MAT_MATMUL};
+    CHECK_OK(tela_backend_prepare_mats(gpu, list, uses, 1, 0));
+    float *x = rand_floats((size_t)T * E, 1.0f), *cw = rand_floats((size_t)C * CH_K, 0.5f);
+    float *cst = rand_floats((size_t)hist * C, 1.0f), *s0 = rand_floats(sn, 0.3f);
+    float *beta = rand_floats((size_t)T * CH_NV, 2.0f), *g = rand_floats((size_t)T * CH_NV, 2.0f);
+    float *z = rand_floats((size_t)T * vd, 1.0f), *nw = rand_floats((size_t)D, 0.5f);
+    float *ga = rand_floats(CH_NV, 1.0f), *gdt = rand_floats(CH_NV, 1.0f);
+    for (int h = 0; h < CH_NV; h++) ga[h] = -expf(ga[h]);
+    for (int j = 0; j < D; j++) nw[j] += 1.0f;
+    chain_bufs b = {
+        .x = dcopy(x, (size_t)T * E), .y = dmalloc(sizeof(float) * (size_t)T * C),
+        .qkv = dmalloc(sizeof(float) * (size_t)T * C), .cw = dcopy(cw, (size_t)C * CH_K),
+        .cst = dcopy(cst, (size_t)hist * C), .beta = dcopy(beta, (size_t)T * CH_NV), .g = dcopy(g, (size_t)T * CH_NV),
+        .z = dcopy(z, (size_t)T * vd), .nw = dcopy(nw, (size_t)D), .s = dcopy(s0, sn),
+        .out = dmalloc(sizeof(float) * (size_t)T * vd), .ga = dcopy(ga, CH_NV), .gdt = dcopy(gdt, CH_NV),
+    };
+    poison(b.y, (size_t)T * C);
+    poison(b.qkv, (size_t)T * C);
+    poison(b.out, (size_t)T * vd);
+    run_chain(gx, &w, &b);
+    float *y = malloc(sizeof(float) * (size_t)T * C), *qkv = malloc(sizeof(float) * (size_t)T * C);
+    float *out = malloc(sizeof(float) * (size_t)T * vd), *st = malloc(sizeof(float) * sn);
+    float *cst_got = malloc(sizeof(float) * (size_t)hist * C);
+    downf(y, b.y, (size_t)T * C);
+    downf(qkv, b.qkv, (size_t)T * C);
+    downf(out, b.out, (size_t)T * vd);
+    downf(st, b.s, sn);
+    downf(cst_got, b.cst, (size_t)hist * C);
+
+    /* the product */
+    double *ry = malloc(sizeof(double) * (size_t)T * C);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            double a = 0;
+            for (int e = 0; e < E; e++) a += wd[(size_t)c * E + e] * x[(size_t)t * E + e];
+            ry[(size_t)t * C + c] = a;
+        }
+    const double e_y = rel_err(y, ry, (size_t)T * C);
+    /* the conv on the GPU's product */
+    double *rq = malloc(sizeof(double) * (size_t)T * C), *rcs = malloc(sizeof(double) * (size_t)hist * C);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            double a = 0;
+            for (int k = 0; k < CH_K; k++) {
+                const int s = t - hist + k;
+                a += (double)cw[c * CH_K + k] * (s < 0 ? cst[(s + hist) * C + c] : y[(size_t)s * C + c]);
+            }
+            rq[(size_t)t * C + c] = silu_d(a);
+        }
+    for (int r = 0; r < hist; r++)
+        for (int c = 0; c < C; c++) rcs[(size_t)r * C + c] = y[(size_t)(T - hist + r) * C + c];
+    const double e_q = rel_err(qkv, rq, (size_t)T * C), e_cs = rel_err(cst_got, rcs, (size_t)hist * C);
+    /* the rule on the GPU's conv outputs: gated and normalized here */
+    const gdn_case gc = {CH_NK, CH_NV, D, D, false, T, 0, true, false};
+    double *qd = malloc(sizeof(double) * (size_t)T * C), *bd = malloc(sizeof(double) * (size_t)T * CH_NV);
+    double *gd = malloc(sizeof(double) * (size_t)T * CH_NV), *S = malloc(sizeof(double) * sn);
+    double *o = malloc(sizeof(double) * (size_t)T * vd);
+    for (int t = 0; t < T; t++) {
+        for (int c = 0; c < C; c++) qd[(size_t)t * C + c] = qkv[(size_t)t * C + c];
+        for (int hh = 0; hh < 2 * CH_NK; hh++) {
+            double *v = qd + (size_t)t * C + (size_t)hh * D, ss = 0;
+            for (int i = 0; i < D; i++) ss += v[i] * v[i];
+            for (int i = 0; i < D; i++) v[i] /= sqrt(ss + 1e-6);
+        }
+        for (int h = 0; h < CH_NV; h++) {
+            const size_t i = (size_t)t * CH_NV + h;
+            const double xg = (double)g[i] + gdt[h];
+            bd[i] = sigmoid_d(beta[i]);
+            gd[i] = ga[h] * (xg > 20 ? xg : log1p(exp(xg)));
+        }
+    }
+    for (size_t i = 0; i < sn; i++) S[i] = s0[i];
+    for (int h = 0; h < CH_NV; h++) ref_head(qd, C, h / (CH_NV / CH_NK), h, &gc, bd, gd, T, S + (size_t)h * D * D, o, vd);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < CH_NV; h++) {
+            double *v = o + (size_t)t * vd + (size_t)h * D, ss = 0;
+            for (int j = 0; j < D; j++) ss += v[j] * v[j];
+            const double inv = 1.0 / sqrt(ss / D + 1e-6);
+            for (int j = 0; j < D; j++) v[j] = nw[j] * v[j] * inv * silu_d(z[(size_t)t * vd + (size_t)h * D + j]);
+        }
+    const double e_o = rel_err(out, o, (size_t)T * vd), e_s = rel_err(st, S, sn);
+    printf("decode chain, %d steps: product %.2e, conv %.2e (state %.2e), rule %.2e (state %.2e)\n", T, e_y, e_q, e_cs,
+           e_o, e_s);
+    CHECK_MSG(e_y <= 1e-5 && e_q <= 1e-6 && e_cs == 0 && e_o <= 2e-5 && e_s <= 2e-5,
+              "decode chain: product %g, conv %g (state %g), rule %g (state %g)", e_y, e_q, e_cs, e_o, e_s);
+
+    /* the same bits with the states read after the waits */
+    setenv("TELA_CUDA_EARLY_STATE", "0", 1);
+    tela_exec *late = NULL;
+    CHECK_OK(tela_exec_create(gpu, 0, &late));
+    unsetenv("TELA_CUDA_EARLY_STATE");
+    if (late) {
+        up(b.cst, cst, sizeof(float) * (size_t)hist * C);
+        up(b.s, s0, sizeof(float) * sn);
+        poison(b.out, (size_t)T * vd);
+        CHECK_OK(tela_exec_sync(gx));
+        run_chain(late, &w, &b);
+        CHECK_OK(tela_exec_sync(late));
+        float *out2 = malloc(sizeof(float) * (size_t)T * vd), *st2 = malloc(sizeof(float) * sn);
+        downf(out2, b.out, (size_t)T * vd);
+        downf(st2, b.s, sn);
+        CHECK_MSG(!memcmp(out, out2, sizeof(float) * (size_t)T * vd) && !memcmp(st, st2, sizeof(float) * sn),
+                  "decode chain: the states read after the waits give other bits");
+        free(out2), free(st2);
+        tela_exec_free(late);
+    }
+    void *bufs[] = {b.x, b.y, b.qkv, b.cw, b.cst, b.beta, b.g, b.z, b.nw, b.s, b.out, b.ga, b.gdt};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(gpu, bufs[i]);
+    free(wh), free(wd), free(x), free(cw), free(cst), free(s0), free(beta), free(g), free(z), free(nw), free(ga), free(gdt);
+    free(y), free(qkv), free(out), free(st), free(cst_got), free(ry), free(rq), free(rcs), free(qd), free(bd), free(gd);
+    free(S), free(o);
+}
+
 int main(void) {
     if (!tela_backend_cuda_built()) test_skip("built without CUDA");
     if (tela_backend_cuda_device_count() == 0) test_skip("no CUDA GPU");
@@ -349,6 +509,7 @@ int main(void) {
     printf("device: %s\n", tela_backend_description(gpu));
     test_gates();
     test_conv();
+    test_chain();
     test_delta(true);
     test_delta_variant("TELA_CUDA_GDN_STEP", "0"); /* decode steps through the scan */
     test_delta_variant("TELA_CUDA_GDN_LANES", "4");

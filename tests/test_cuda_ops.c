@@ -114,6 +114,11 @@ static bool float_gemm(tela_type type, int n_tok) {
  * and several take its several-token form (the output heads' route). */
 static bool same_bits_expected(tela_type type, bool swiglu) {
     const char *fm = getenv("TELA_CUDA_GEMV_FM"), *rows = getenv("TELA_CUDA_GEMV_ROWS");
+    const char *st = getenv("TELA_CUDA_GEMV_STREAM"), *gb = getenv("TELA_CUDA_FLOAT_GEMM_BYTES");
+    /* opt-in experiments where one token takes another kernel than several:
+     * the streamed one-token kernels, and cuBLAS for several F32 tokens */
+    if (st && (!strcmp(st, "1") || !strcmp(st, "2"))) return false;
+    if (type == TELA_TYPE_F32 && gb && !strcmp(gb, "0")) return false;
     if (type != TELA_TYPE_F16 && type != TELA_TYPE_BF16) return true;
     if (fm && !strcmp(fm, "1")) return true;
     return !swiglu && rows && !strcmp(rows, "4") && !(fm && !strcmp(fm, "0"));
@@ -640,7 +645,10 @@ static void test_attention(void) {
 /* RoPE and store in one call (GPU) against the CPU backend's rope + store:
  * the rotated queries, and the attention over what was stored. Partial
  * rotation (n_rot < head_dim), both pair conventions, a prefill then a
- * decode step. */
+ * decode step; with Qwen3.5's head norms first (tela_exec_norm_rope_store:
+ * the queries read from every other head-sized block of a wider row, as
+ * the model's q+gate rows), where the CPU runs its rmsnorm op then the
+ * same rope + store. */
 static void test_rope_store(void) {
     const int H = 4, KH = 2, hd = 32, n_rot = 16, N = 6;
     const int64_t qd = (int64_t)H * hd, kd = (int64_t)KH * hd;
@@ -648,7 +656,15 @@ static void test_rope_store(void) {
     for (int i = 0; i < n_rot / 2; i++) inv[i] = pow(10000.0, -2.0 * i / n_rot);
     const double *dinv = NULL;
     CHECK_OK(tela_backend_const(gpu, inv, sizeof inv, (const void **)&dinv));
-    for (int mode = 0; mode < 2; mode++) {
+    float *src = rand_floats((size_t)N * 2 * qd, 1.0f), *qw = rand_floats((size_t)hd, 0.3f), *kw = rand_floats((size_t)hd, 0.3f);
+    for (int i = 0; i < hd; i++) qw[i] += 1.0f, kw[i] += 1.0f;
+    float *dsrc = dmalloc((size_t)N * 2 * qd * 4), *dqw = dmalloc((size_t)hd * 4), *dkw = dmalloc((size_t)hd * 4);
+    up(dsrc, src, (size_t)N * 2 * qd * 4);
+    up(dqw, qw, (size_t)hd * 4);
+    up(dkw, kw, (size_t)hd * 4);
+    for (int variant = 0; variant < 4; variant++) {
+        const int mode = variant % 2;
+        const bool normed = variant >= 2;
         const tela_kv_shape shape = {1, 16, KH, hd, hd, TELA_KV_DTYPE_F32, 0, 16};
         tela_kv_cache *gk = NULL, *ck = NULL;
         CHECK_OK(tela_kv_create(gx, &shape, &gk));
@@ -672,12 +688,24 @@ static void test_rope_store(void) {
             CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, n, p0));
             CHECK_OK(tela_exec_set_batch(gx, &gb, dtok, dpos, ids, n, p0));
             tela_exec_rope_table(cx, ccs, &cb, inv, n_rot);
-            tela_exec_rope_store(cx, ck, 0, cq + p0 * qd, qd, H, ckk + p0 * kd, kd, v + p0 * kd, kd, &cb, ccs, n_rot,
-                                 (tela_rope_mode)mode);
+            const tela_head_norms cn = {src + p0 * 2 * qd, 2 * qd, 2 * hd, qw, kw, 1e-6f};
+            const tela_head_norms gn = {dsrc + p0 * 2 * qd, 2 * qd, 2 * hd, dqw, dkw, 1e-6f};
+            if (normed)
+                tela_exec_norm_rope_store(cx, &cn, ck, 0, cq + p0 * qd, qd, H, ckk + p0 * kd, kd, v + p0 * kd, kd, &cb,
+                                          ccs, n_rot, (tela_rope_mode)mode);
+            else
+                tela_exec_rope_store(cx, ck, 0, cq + p0 * qd, qd, H, ckk + p0 * kd, kd, v + p0 * kd, kd, &cb, ccs, n_rot,
+                                     (tela_rope_mode)mode);
             tela_exec_attention(cx, ck, 0, cq + p0 * qd, qd, cout + p0 * qd, qd, &cb, H, 0.25f);
             tela_exec_rope_table(gx, dcs, &gb, dinv, n_rot);
-            tela_exec_rope_store(gx, gk, 0, dq + p0 * qd, qd, H, dk + p0 * kd, kd, dv + p0 * kd, kd, &gb, dcs, n_rot,
-                                 (tela_rope_mode)mode);
+            if (normed) {
+                poison(dq + p0 * qd, (size_t)n * qd);
+                tela_exec_norm_rope_store(gx, &gn, gk, 0, dq + p0 * qd, qd, H, dk + p0 * kd, kd, dv + p0 * kd, kd, &gb,
+                                          dcs, n_rot, (tela_rope_mode)mode);
+            } else {
+                tela_exec_rope_store(gx, gk, 0, dq + p0 * qd, qd, H, dk + p0 * kd, kd, dv + p0 * kd, kd, &gb, dcs,
+                                     n_rot, (tela_rope_mode)mode);
+            }
             poison(dout + p0 * qd, (size_t)n * qd);
             tela_exec_attention(gx, gk, 0, dq + p0 * qd, qd, dout + p0 * qd, qd, &gb, H, 0.25f);
         }
@@ -687,7 +715,8 @@ static void test_rope_store(void) {
         double *r1 = malloc((size_t)N * qd * 8), *r2 = malloc((size_t)N * qd * 8);
         for (size_t i = 0; i < (size_t)N * qd; i++) r1[i] = cq[i], r2[i] = cout[i];
         double e1 = rel_err(gq, r1, (size_t)N * qd), e2 = rel_err(gout, r2, (size_t)N * qd);
-        CHECK_MSG(e1 <= 1e-6 && e2 <= 1e-5, "rope_store mode %d: queries %.3g, attention %.3g", mode, e1, e2);
+        CHECK_MSG(e1 <= 1e-6 && e2 <= 1e-5, "rope_store mode %d%s: queries %.3g, attention %.3g", mode,
+                  normed ? " with head norms" : "", e1, e2);
         free(r1);
         free(r2);
         float *bufs[] = {dq, dk, dv, dcs, dout};
@@ -706,6 +735,12 @@ static void test_rope_store(void) {
         free(gq);
         free(gout);
     }
+    tela_backend_free_mem(gpu, dsrc);
+    tela_backend_free_mem(gpu, dqw);
+    tela_backend_free_mem(gpu, dkw);
+    free(src);
+    free(qw);
+    free(kw);
 }
 
 /* Kernels that quantize their own output for the product after them
@@ -781,12 +816,27 @@ static void test_preq_on(void) {
             tela_mat *list[1] = {&w.m};
             tela_mat_use uses[1] = {TELA_MAT_MATMUL};
             CHECK_OK(tela_backend_prepare_mats(gpu, list, uses, 1, 0));
+            /* launches saved: none where the opt-in experiments take over (the
+             * streamed products, which quantize nothing; the first decode
+             * attention, which does not quantize its output) */
+            const char *st = getenv("TELA_CUDA_GEMV_STREAM"), *av = getenv("TELA_CUDA_ATTN");
+            const int saved = (st && (!strcmp(st, "1") || !strcmp(st, "2"))) || (which <= 2 && av && !strcmp(av, "1")) ? 0 : 1;
             const int n1 = preq_run(which, false, &w.m, kv, &b, dq, dx, x0, dgate, dstate, state0, dgdn, dy, K, y1);
             const int n2 = preq_run(which, true, &w.m, kv, &b, dq, dx, x0, dgate, dstate, state0, dgdn, dy, K, y2);
             CHECK_MSG(!memcmp(y1, y2, (size_t)R * 4), "%s, then a %s product: other bits when it quantizes its output",
                       names[which], tela_type_name(types[ti]));
-            CHECK_MSG(n2 == n1 - 1, "%s, then a %s product: %d kernels with the hint, %d without", names[which],
+            CHECK_MSG(n2 == n1 - saved, "%s, then a %s product: %d kernels with the hint, %d without", names[which],
                       tela_type_name(types[ti]), n2, n1);
+            { /* and the hinted product against float64 on the producer's f32 output */
+                float *xh = malloc((size_t)K * 4);
+                double *ref = malloc(sizeof(double) * R);
+                down(xh, dx, (size_t)K * 4);
+                ref_matmul(&w, xh, 1, ref);
+                const double e = rel_err(y2, ref, (size_t)R);
+                CHECK_MSG(e <= bound(types[ti], 1, false), "%s, then a %s product: rel err %.3g", names[which],
+                          tela_type_name(types[ti]), e);
+                free(xh), free(ref);
+            }
             if (which == 4) { /* a copy into x after the producer: the product reads the copy */
                 float *junk = rand_floats((size_t)K, 1.0f);
                 poison(dy, (size_t)R);

@@ -445,8 +445,17 @@ void tela_exec_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float
 void tela_exec_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head, float *k,
                           int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b, const float *cs,
                           int n_rot, tela_rope_mode mode) {
-    PROF_OP(ex, kv->ops->rope_store(ex, kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b, cs, n_rot, mode),
+    PROF_OP(ex, kv->ops->rope_store(ex, kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b, cs, n_rot, mode,
+                                    NULL),
             "RoPE + KV store", false, -1, 0, 0);
+}
+
+void tela_exec_norm_rope_store(tela_exec *ex, const tela_head_norms *norms, tela_kv_cache *kv, int layer, float *q,
+                               int64_t q_stride, int n_head, float *k, int64_t k_stride, const float *v,
+                               int64_t v_stride, const tela_batch *b, const float *cs, int n_rot, tela_rope_mode mode) {
+    PROF_OP(ex, kv->ops->rope_store(ex, kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b, cs, n_rot, mode,
+                                    norms),
+            "head norms + RoPE + KV store", false, -1, 0, 0);
 }
 
 void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,

@@ -339,6 +339,23 @@ void tela_exec_kv_store(tela_exec *ex, tela_kv_cache *kv, int layer, const float
 void tela_exec_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head, float *k,
                           int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b, const float *cs,
                           int n_rot, tela_rope_mode mode);
+/* Qwen3.5's RMSNorm of each query and key head (k_dim floats, the
+ * cache's) in front of the RoPE and store: the query heads read from src
+ * (token t's head h at src + t * src_stride + h * src_head), normalized
+ * with q_w into q; the key heads normalized with k_w. */
+typedef struct tela_head_norms {
+    const float *src;
+    int64_t src_stride, src_head;
+    const float *q_w, *k_w;
+    float eps;
+} tela_head_norms;
+/* tela_exec_rope_store after the head norms: the values of tela_exec_rmsnorm
+ * on each query head (src into q) and each key head (in place), then
+ * tela_exec_rope_store, in one pass where the backend has one (k's
+ * contents after it are unspecified). */
+void tela_exec_norm_rope_store(tela_exec *ex, const tela_head_norms *norms, tela_kv_cache *kv, int layer, float *q,
+                               int64_t q_stride, int n_head, float *k, int64_t k_stride, const float *v,
+                               int64_t v_stride, const tela_batch *b, const float *cs, int n_rot, tela_rope_mode mode);
 
 /* Causal attention of the batch's queries over layer `layer` of the cache
  * (positions 0 .. pos[t] for query row t): q rows of n_head * k_dim floats,

@@ -64,9 +64,10 @@ struct tela_backend_ops {
     tela_status (*kv_copy_rows)(tela_exec *ex, tela_kv_cache *kv, int32_t dst, int32_t src, int32_t n);
     void (*kv_store)(tela_exec *ex, tela_kv_cache *kv, int layer, const float *k, int64_t k_stride, const float *v,
                      int64_t v_stride, const tela_batch *b);
+    /* norms: NULL, or the head norms to apply first (tela_exec_norm_rope_store) */
     void (*rope_store)(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head, float *k,
                        int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b, const float *cs,
-                       int n_rot, tela_rope_mode mode);
+                       int n_rot, tela_rope_mode mode, const tela_head_norms *norms);
     void (*attention)(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                       float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale);
 

@@ -1419,12 +1419,11 @@ static void attn_layer(const qwen35_model *Q, qwen35_state *s, int e, const qwen
     const tela_norm_in norm = {ly->attn_norm_b, Q->eps, a->xb};
     const tela_matmul_target qkv[3] = {{&A->wq, a->qg, 2 * q_dim}, {&A->wk, a->k, k_dim}, {&A->wv, a->v, k_dim}};
     tela_exec_norm_matmul_many(ex, &norm, qkv, 3, x, E, nt);
-    /* q: the first half of each head's 2*hd block, normalized per head (the
-     * rows (t, h) of qg are 2*hd apart); k: normalized in place */
-    tela_exec_rmsnorm(ex, a->q, hd, a->qg, 2 * hd, A->q_norm_b, hd, nt * H, Q->eps);
-    tela_exec_rmsnorm(ex, a->k, hd, a->k, hd, A->k_norm_b, hd, nt * Q->r_kv_head, Q->eps);
-    tela_exec_rope_store(ex, kv, ly->slot, a->q, q_dim, H, a->k, k_dim, a->v, k_dim, b, a->cs, Q->n_rot,
-                         TELA_ROPE_HALVES);
+    /* q: the first half of each head's 2*hd block of qg, normalized per
+     * head into a->q; k normalized per head; then RoPE and the store */
+    const tela_head_norms norms = {a->qg, 2 * q_dim, 2 * hd, A->q_norm_b, A->k_norm_b, Q->eps};
+    tela_exec_norm_rope_store(ex, &norms, kv, ly->slot, a->q, q_dim, H, a->k, k_dim, a->v, k_dim, b, a->cs, Q->n_rot,
+                              TELA_ROPE_HALVES);
     tela_exec_attention(ex, kv, ly->slot, a->q, q_dim, a->att, q_dim, b, H, (float)(1.0 / sqrt((double)hd)));
     /* the output gate: the second half of each head's block (and a hint:
      * the gate may prepare wo's input) */

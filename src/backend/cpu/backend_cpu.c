@@ -454,10 +454,30 @@ static tela_status cpu_kv_copy_rows(tela_exec *ex, tela_kv_cache *kv, int32_t ds
     return TELA_OK;
 }
 
+/* Rows of n heads of hd floats a token (token t's head h at x + t *
+ * x_stride + h * x_head), RMS-normalized into out (rows out_stride, heads
+ * hd apart): one call where the heads lie evenly spaced across tokens,
+ * else one a token. */
+static void cpu_head_norms(cpu_exec *c, float *out, int64_t out_stride, const float *x, int64_t x_stride,
+                           int64_t x_head, const float *w, int n, int hd, int n_tok, float eps) {
+    if (x_stride == n * x_head && out_stride == (int64_t)n * hd) {
+        tela_op_rmsnorm_pool(c->pool, out, hd, x, x_head, w, hd, n_tok * n, eps);
+        return;
+    }
+    for (int t = 0; t < n_tok; t++)
+        tela_op_rmsnorm_pool(c->pool, out + (size_t)t * out_stride, hd, x + (size_t)t * x_stride, x_head, w, hd, n, eps);
+}
+
 static void cpu_rope_store(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
                            float *k, int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b,
-                           const float *cs, int n_rot, tela_rope_mode mode) {
+                           const float *cs, int n_rot, tela_rope_mode mode, const tela_head_norms *norms) {
     const tela_kv_shape *sh = &kv->shape;
+    if (norms) {
+        cpu_head_norms(as_cpu(ex), q, q_stride, norms->src, norms->src_stride, norms->src_head, norms->q_w, n_head,
+                       sh->k_dim, b->n_tok, norms->eps);
+        cpu_head_norms(as_cpu(ex), k, k_stride, k, k_stride, sh->k_dim, norms->k_w, sh->n_kv_head, sh->k_dim, b->n_tok,
+                       norms->eps);
+    }
     tela_op_rope(q, q_stride, b->n_tok, n_head, sh->k_dim, n_rot, cs, mode);
     tela_op_rope(k, k_stride, b->n_tok, sh->n_kv_head, sh->k_dim, n_rot, cs, mode);
     cpu_kv_store(ex, kv, layer, k, k_stride, v, v_stride, b);

@@ -83,18 +83,19 @@ static __device__ __forceinline__ void quantize8(const float *v, bool ok, int g,
 }
 
 /* A block's own outputs quantized for the product after it: elements
- * [e0, e0 + n) of the token's activations x (e0 and n multiples of 32,
- * written by this block before a __syncthreads that every thread has
- * passed), as quantize_act_kernel quantizes them. Every thread of the
- * block calls it (n_threads a multiple of 32). */
-static __device__ void preq_block(const preq_out &o, const float *x, int e0, int n, int tid, int n_threads) {
+ * [e0, e0 + n) of the token's activations, read from src[0, n) (global
+ * or shared memory; e0 and n multiples of 32, written by this block
+ * before a __syncthreads that every thread has passed), as
+ * quantize_act_kernel quantizes them. Every thread of the block calls it
+ * (n_threads a multiple of 32). */
+static __device__ void preq_block(const preq_out &o, const float *src, int e0, int n, int tid, int n_threads) {
     const int n8 = n / 8, g0 = e0 / 8;
     for (int base = 0; base < n8; base += n_threads) {
         const int g = base + tid;
         const bool ok = g < n8;
         float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (ok) {
-            const float4 a = *(const float4 *)(x + e0 + 8 * g), b = *(const float4 *)(x + e0 + 8 * g + 4);
+            const float4 a = *(const float4 *)(src + 8 * g), b = *(const float4 *)(src + 8 * g + 4);
             v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
         }
         quantize8(v, ok, g0 + g, o.lt, o.xq, o.xd, o.xs);

@@ -402,7 +402,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode2_kernel(con
     }
     if (p.pq.xq) { /* the block's heads, whole 32-blocks of the product's input */
         __syncthreads();
-        preq_block(p.pq, p.out, h0 * DT, nh * DT, threadIdx.x, blockDim.x);
+        preq_block(p.pq, p.out + h0 * DT, h0 * DT, nh * DT, threadIdx.x, blockDim.x);
     }
 }
 
@@ -585,7 +585,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode3_kernel(
     }
     if (p.pq.xq) { /* the block's heads, whole 32-blocks of the product's input */
         __syncthreads();
-        preq_block(p.pq, p.out, h0 * DT, nh * DT, threadIdx.x, blockDim.x);
+        preq_block(p.pq, p.out + h0 * DT, h0 * DT, nh * DT, threadIdx.x, blockDim.x);
     }
 }
 

@@ -319,6 +319,10 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gdn_lanes = gl && (!strcmp(gl, "4") || !strcmp(gl, "8")) ? atoi(gl) : 0;
     const char *gs = getenv("TELA_CUDA_GDN_STEP");
     ex->gdn_step = !(gs && !strcmp(gs, "0"));
+    const char *nr = getenv("TELA_CUDA_NORM_ROPE");
+    ex->norm_rope = !(nr && !strcmp(nr, "0"));
+    const char *es = getenv("TELA_CUDA_EARLY_STATE");
+    ex->early_state = !(es && !strcmp(es, "0"));
     const char *pq = getenv("TELA_CUDA_PREQ");
     ex->preq = pq && (!strcmp(pq, "0") || !strcmp(pq, "1") || !strcmp(pq, "2")) ? atoi(pq) : 2;
     const char *fg = getenv("TELA_CUDA_FLOAT_GEMM");
@@ -854,11 +858,11 @@ static void cuda_kv_store(tela_exec *e, tela_kv_cache *kv, int layer, const floa
 
 static void cuda_rope_store(tela_exec *e, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
                             float *k, int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b,
-                            const float *cs, int n_rot, tela_rope_mode mode) {
+                            const float *cs, int n_rot, tela_rope_mode mode, const tela_head_norms *norms) {
     const int32_t *rows = store_rows(as_ex(e), kv, b);
     if (rows)
         tela_cuda_rope_store(as_ex(e), (cuda_kv *)kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, rows,
-                             b->n_tok, cs, n_rot, mode);
+                             b->n_tok, cs, n_rot, mode, norms);
 }
 
 static void cuda_attention(tela_exec *e, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,

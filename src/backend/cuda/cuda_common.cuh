@@ -129,6 +129,11 @@ typedef struct cuda_exec {
     int64_t preq_k;
     int preq_type;
     uint64_t launches;           /* kernels launched (tela_exec_kernel_launches) */
+    uint64_t ordered_at;         /* launches after the last launch of an ordered kernel (tela_cuda_after_ordered) */
+    bool norm_rope;              /* Qwen3.5's q/k head norms inside the RoPE and store (default; TELA_CUDA_NORM_ROPE=0:
+                                    two rmsnorm launches before it) */
+    bool early_state;            /* the conv and the delta rule's step read their states before their PDL wait where
+                                    that is safe (default; TELA_CUDA_EARLY_STATE=0: not) */
     int float_gemm_min;          /* float weights: cuBLAS from this many tokens on (3; TELA_CUDA_FLOAT_GEMM=N, 9: never below the prefill's) */
     int64_t float_gemm_bytes;    /* ... for matrices of at least this many bytes (4 MiB; TELA_CUDA_FLOAT_GEMM_BYTES) */
     void *pinned;                /* host staging for downloads */
@@ -251,6 +256,21 @@ static inline void tela_cuda_launch(cuda_exec *ex, void (*kernel)(P...), dim3 gr
     ex->preq_x = NULL;    /* read by the launch after their producer's (cuda_act.cuh) */
 }
 
+/* Ordered kernels. A kernel that lets the next one launch only after its
+ * own PDL wait (the decode products with early loads, order 1) is
+ * "ordered": when the kernel after it starts, every kernel queued before
+ * the ordered one has finished. So that next kernel may read before its
+ * own wait whatever only those earlier kernels write (the conv and
+ * recurrent states, which no product writes), overlapping the fetch with
+ * the ordered kernel's work. The launcher of an ordered kernel marks it
+ * right after its launch; the launcher of the next asks whether the
+ * operation queued last was one (a copy, a cuBLAS call or another launch
+ * in between says no). */
+static inline void tela_cuda_mark_ordered(cuda_exec *ex) { ex->ordered_at = ex->launches; }
+static inline bool tela_cuda_after_ordered(const cuda_exec *ex) {
+    return ex->early_state && ex->launches > 0 && ex->ordered_at == ex->launches && !ex->after_copy;
+}
+
 /* One token's activations quantized for a product (cuda_act.cuh): xq NULL
  * when none are asked for; lt the product's weight type (their layout), K
  * their count. */
@@ -319,10 +339,12 @@ void tela_cuda_argmax(cuda_exec *ex, const float *x, int64_t n, int n_rows, int3
 void tela_cuda_copy_spans(cuda_exec *ex, const tela_copy_span *spans, int n);
 void tela_cuda_kv_store(cuda_exec *ex, cuda_kv *kv, int layer, const float *k, int64_t k_stride, const float *v,
                         int64_t v_stride, const int32_t *pos, int n_tok);
-/* RoPE on q in place, RoPE on k into the cache, v into the cache: one kernel. */
+/* RoPE on q in place, RoPE on k into the cache, v into the cache: one
+ * kernel; with norms (Qwen3.5's head norms) q's and k's heads normalized
+ * first, in the same kernel where the head size allows. */
 void tela_cuda_rope_store(cuda_exec *ex, cuda_kv *kv, int layer, float *q, int64_t q_stride, int n_head,
-                          const float *k, int64_t k_stride, const float *v, int64_t v_stride, const int32_t *pos,
-                          int n_tok, const float *cs, int n_rot, tela_rope_mode mode);
+                          float *k, int64_t k_stride, const float *v, int64_t v_stride, const int32_t *pos,
+                          int n_tok, const float *cs, int n_rot, tela_rope_mode mode, const tela_head_norms *norms);
 
 /* ---- launchers (cuda_gdn.cu): backend.h's Gated DeltaNet operations ---- */
 void tela_cuda_sigmoid_gate(cuda_exec *ex, float *out, int64_t out_stride, const float *gate, int64_t gate_stride,

@@ -287,11 +287,105 @@ static __global__ void rope_store_kernel(float *q, int64_t q_stride, int n_head,
     }
 }
 
+/* Qwen3.5's head norms, the RoPE and the store in one pass, a warp a
+ * head row: token t's query heads (read from the norms' src, normalized,
+ * rotated, written to q), its key heads (normalized, rotated, into the
+ * cache), its value heads (into the cache). The norm is rmsnorm_kernel's
+ * (a double sum, the same scale and products) and the rotation
+ * rope_store_kernel's, so the values are those of the three launches it
+ * replaces. Head size kd <= NORM_ROPE_MAX_HD. */
+#define NORM_ROPE_MAX_HD 512
+template <typename T>
+static __global__ void __launch_bounds__(128)
+norm_rope_store_kernel(const float *src, int64_t src_stride, int64_t src_head, const float *qw, const float *kw,
+                       float eps, float *q, int64_t q_stride, int n_head, const float *k, int64_t k_stride,
+                       const float *v, int64_t v_stride, T *kc, T *vc, int n_ctx, int n_kv_head, int kd, int vd,
+                       const int32_t *pos, int n_tok, const float *cs, int n_rot, int adjacent) {
+    TELA_PDL_ENTRY();
+    __shared__ float buf[4][NORM_ROPE_MAX_HD];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, per_tok = n_head + 2 * n_kv_head;
+    const int64_t item = (int64_t)blockIdx.x * 4 + warp;
+    if (item >= (int64_t)n_tok * per_tok) return;
+    const int t = (int)(item / per_tok), hh = (int)(item % per_tok);
+    if (hh >= n_head + n_kv_head) {
+        const int h = hh - n_head - n_kv_head;
+        const float *x = v + (size_t)t * v_stride + (size_t)h * vd;
+        T *dst = vc + ((size_t)h * n_ctx + pos[t]) * vd;
+        for (int d = lane; d < vd; d += 32) dst[d] = (T)x[d];
+        return;
+    }
+    const bool is_q = hh < n_head;
+    const int h = is_q ? hh : hh - n_head;
+    const float *x = is_q ? src + (size_t)t * src_stride + (size_t)h * src_head : k + (size_t)t * k_stride + (size_t)h * kd;
+    const float *w = is_q ? qw : kw;
+    float *b = buf[warp];
+    double ss = 0.0;
+    for (int d = lane; d < kd; d += 32) {
+        const float e = x[d];
+        b[d] = e;
+        ss += (double)e * e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float scale = (float)(1.0 / sqrt(ss / (double)kd + (double)eps));
+    for (int d = lane; d < kd; d += 32) b[d] = (b[d] * scale) * w[d];
+    __syncwarp();
+    const int half = n_rot / 2;
+    for (int d = lane; d < kd; d += 32) {
+        float r = b[d];
+        if (d < n_rot) {
+            const int f = adjacent ? d / 2 : d % half;
+            const int i0 = adjacent ? 2 * f : f, i1 = adjacent ? 2 * f + 1 : f + half;
+            const float c = cs[(size_t)t * n_rot + 2 * f], sn = cs[(size_t)t * n_rot + 2 * f + 1];
+            const float x0 = b[i0], x1 = b[i1];
+            r = d == i0 ? x0 * c - x1 * sn : x0 * sn + x1 * c;
+        }
+        if (is_q) q[(size_t)t * q_stride + (size_t)h * kd + d] = r;
+        else kc[((size_t)h * n_ctx + pos[t]) * kd + d] = (T)r;
+    }
+}
+
+/* The head norms as rmsnorm launches (where the fused kernel does not
+ * take the shape, or TELA_CUDA_NORM_ROPE=0): rows of n heads of hd floats,
+ * token t's head h at x + t * x_stride + h * x_head, into out (heads hd
+ * apart, rows out_stride). */
+static void head_norms(cuda_exec *ex, float *out, int64_t out_stride, const float *x, int64_t x_stride, int64_t x_head,
+                       const float *w, int n, int hd, int n_tok, float eps) {
+    if (x_stride == n * x_head && out_stride == (int64_t)n * hd) {
+        tela_cuda_rmsnorm(ex, out, hd, x, x_head, w, hd, n_tok * n, eps);
+        return;
+    }
+    for (int t = 0; t < n_tok; t++)
+        tela_cuda_rmsnorm(ex, out + (size_t)t * out_stride, hd, x + (size_t)t * x_stride, x_head, w, hd, n, eps);
+}
+
 void tela_cuda_rope_store(cuda_exec *ex, cuda_kv *kv, int layer, float *q, int64_t q_stride, int n_head,
-                          const float *k, int64_t k_stride, const float *v, int64_t v_stride, const int32_t *pos,
-                          int n_tok, const float *cs, int n_rot, tela_rope_mode mode) {
+                          float *k, int64_t k_stride, const float *v, int64_t v_stride, const int32_t *pos,
+                          int n_tok, const float *cs, int n_rot, tela_rope_mode mode, const tela_head_norms *norms) {
     const tela_kv_shape *s = &kv->head.shape;
     const size_t kl = (size_t)s->n_kv_head * s->n_ctx * s->k_dim, vl = (size_t)s->n_kv_head * s->n_ctx * s->v_dim;
+    if (norms && ex->norm_rope && s->k_dim <= NORM_ROPE_MAX_HD && n_rot % 2 == 0 && n_rot <= s->k_dim) {
+        const int64_t items = (int64_t)n_tok * (n_head + 2 * s->n_kv_head);
+        const unsigned blocks = (unsigned)((items + 3) / 4);
+        const int adj = mode == TELA_ROPE_ADJACENT;
+        if (s->dtype == TELA_KV_DTYPE_F16)
+            tela_cuda_launch(ex, norm_rope_store_kernel<__half>, blocks, 128, 0, norms->src, norms->src_stride,
+                norms->src_head, norms->q_w, norms->k_w, norms->eps, q, q_stride, n_head, k, k_stride, v, v_stride,
+                (__half *)kv->k + layer * kl, (__half *)kv->v + layer * vl, s->n_ctx, s->n_kv_head, s->k_dim, s->v_dim,
+                pos, n_tok, cs, n_rot, adj);
+        else
+            tela_cuda_launch(ex, norm_rope_store_kernel<float>, blocks, 128, 0, norms->src, norms->src_stride,
+                norms->src_head, norms->q_w, norms->k_w, norms->eps, q, q_stride, n_head, k, k_stride, v, v_stride,
+                (float *)kv->k + layer * kl, (float *)kv->v + layer * vl, s->n_ctx, s->n_kv_head, s->k_dim, s->v_dim,
+                pos, n_tok, cs, n_rot, adj);
+        tela_cuda_launched(ex, "head norms, rope and store");
+        return;
+    }
+    if (norms) {
+        head_norms(ex, q, q_stride, norms->src, norms->src_stride, norms->src_head, norms->q_w, n_head, s->k_dim, n_tok,
+                   norms->eps);
+        head_norms(ex, k, k_stride, k, k_stride, s->k_dim, norms->k_w, s->n_kv_head, s->k_dim, n_tok, norms->eps);
+    }
     const int64_t n = (int64_t)n_tok * (n_head * (n_rot / 2) + s->n_kv_head * (s->k_dim + s->v_dim));
     const unsigned blocks = (unsigned)((n + 255) / 256);
     const int adj = mode == TELA_ROPE_ADJACENT;

@@ -135,11 +135,65 @@ static __global__ void conv1d_step_kernel(const float *x, int64_t xs, int n_tok,
         state[(size_t)r * channels + c] = conv_in(x, xs, state, channels, hist, (int64_t)n_tok - hist + r, c);
 }
 
+/* The same for K taps (2-4: Qwen3.5 has 4) with the channel's taps and
+ * inputs in registers, so that no load waits behind a store it might
+ * alias (the loop above reads each state row after writing the one
+ * before). ordered: the kernel queued before this one is ordered
+ * (tela_cuda_after_ordered), so the taps and the state are read before
+ * this kernel's wait, and this kernel is ordered in turn (it lets the
+ * next launch only after its wait), for the delta rule's step to read
+ * its own state early. */
+#define CONV_STEP_MAX_TOK 8
+template <int K>
+static __global__ void conv1d_step_k_kernel(const float *__restrict__ x, int64_t xs, int n_tok, int channels,
+                                            const float *__restrict__ w, float *__restrict__ state,
+                                            float *__restrict__ out, int64_t os, int ordered) {
+    constexpr int H = K - 1, T = CONV_STEP_MAX_TOK;
+    if (!ordered) TELA_PDL_ENTRY();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool ok = c < channels;
+    /* win[i]: the input i - H steps from the step's first token */
+    float wk[K], win[H + T];
+#pragma unroll
+    for (int k = 0; k < K; k++) wk[k] = ok ? w[(size_t)c * K + k] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < H; r++) win[r] = ok ? state[(size_t)r * channels + c] : 0.0f;
+    if (ordered) TELA_PDL_WAIT_THEN_LAUNCH();
+    if (!ok) return;
+#pragma unroll
+    for (int t = 0; t < T; t++) win[H + t] = t < n_tok ? x[(int64_t)t * xs + c] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        if (t >= n_tok) break;
+        float acc = wk[H] * win[H + t]; /* the CPU's order: the newest first, then oldest to newest */
+#pragma unroll
+        for (int k = 0; k < H; k++) acc += wk[k] * win[t + k];
+        out[(int64_t)t * os + c] = silu_f(acc);
+    }
+    /* the last H inputs: win[n_tok + r], picked without a dynamic index */
+#pragma unroll
+    for (int r = 0; r < H; r++) {
+        float v = win[r];
+#pragma unroll
+        for (int t = 1; t <= T; t++)
+            if (t == n_tok) v = win[t + r];
+        state[(size_t)r * channels + c] = v;
+    }
+}
+
 void tela_cuda_conv1d_silu(cuda_exec *ex, const float *x, int64_t x_stride, int n_tok, int channels, int kernel,
                            const float *w, float *state, float *out, int64_t out_stride) {
     if (n_tok <= 0 || channels <= 0 || kernel < 1) return;
     const unsigned per_channel = (unsigned)((channels + 127) / 128);
-    if (n_tok <= 8) {
+    void (*step_k)(const float *, int64_t, int, int, const float *, float *, float *, int64_t, int) =
+        kernel == 4 ? conv1d_step_k_kernel<4> : kernel == 3 ? conv1d_step_k_kernel<3> :
+        kernel == 2 ? conv1d_step_k_kernel<2> : NULL;
+    if (n_tok <= CONV_STEP_MAX_TOK && step_k) {
+        const bool ordered = tela_cuda_after_ordered(ex);
+        tela_cuda_launch(ex, step_k, per_channel, 128, 0, x, x_stride, n_tok, channels, w, state, out, out_stride,
+                         ordered ? 1 : 0);
+        if (ordered) tela_cuda_mark_ordered(ex);
+    } else if (n_tok <= 8) {
         tela_cuda_launch(ex, conv1d_step_kernel, per_channel, 128, 0, x, x_stride, n_tok, channels, kernel, w, state, out,
                                                                  out_stride);
     } else {
@@ -390,19 +444,23 @@ gdn_scan_smem_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v
  * k heads L2-normalized into shared memory, not written back, since the
  * blocks of the value heads sharing a key head read them at once; beta,
  * g), the rule (4 lanes a column, dv / 8 warps), and the gated output norm
- * over the head, summed across the block. */
+ * over the head, summed across the block. ordered: the kernel before (the
+ * conv) is ordered (tela_cuda_after_ordered), so the state, which only
+ * this kernel writes, is read before the wait. */
 #define GDN_STEP_MAX_TOK 4
 template <int DK>
 static __global__ void __launch_bounds__(512)
 gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tiled, float q_scale, const float *beta,
                 const float *g, const float *a_gate, const float *dt_bias, float l2_eps, const float *z,
                 const float *norm_w, float eps, float *state, float *out, int64_t os, int n_tok, float *states,
-                const preq_out pq) {
-    TELA_PDL_ENTRY();
+                const preq_out pq, int ordered) {
+    if (ordered) TELA_PDL_LAUNCH();
+    else TELA_PDL_ENTRY();
     constexpr int G = 4, C = 8, R = DK / G;
     __shared__ float4 qk4[2 * DK / 4]; /* q, then k */
     __shared__ float red[2][16];
     __shared__ float sc[2];           /* exp(g), beta */
+    __shared__ float4 ob4[128 / 4];   /* one token's outputs, for the quantizer (dv <= 128) */
     float *qk = reinterpret_cast<float *>(qk4);
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, col = lane % C, grp = lane / C;
     const int n_warps = blockDim.x / 32;
@@ -412,6 +470,7 @@ gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
     float s[R];
 #pragma unroll
     for (int r = 0; r < R; r++) s[r] = S[(size_t)r * dv];
+    if (ordered) TELA_PDL_WAIT();
     for (int t = 0; t < n_tok; t++) {
         const float *row = qkv + (int64_t)t * qs;
         /* this column's value and gate input, asked for before the barriers
@@ -468,7 +527,9 @@ gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
         for (int w = 0; w < n_warps; w++) tot += red[t & 1][w];
         if (grp == 0) {
             const float inv = 1.0f / sqrtf(tot / (float)dv + eps);
-            out[(int64_t)t * os + (size_t)h * dv + j] = (norm_w[j] * (o * inv)) * silu_f(zj);
+            const float y = (norm_w[j] * (o * inv)) * silu_f(zj);
+            out[(int64_t)t * os + (size_t)h * dv + j] = y;
+            reinterpret_cast<float *>(ob4)[j] = y;
         }
         /* qk and sc are rewritten by the next token: everyone is past them
          * (red alternates, so the sums of this token stay until read) */
@@ -477,7 +538,7 @@ gdn_step_kernel(const float *qkv, int64_t qs, int nk, int nv, int dv, int v_tile
     for (int r = 0; r < R; r++) S[(size_t)r * dv] = s[r];
     if (pq.xq) { /* one token: the head's outputs quantized for the product after it */
         __syncthreads();
-        preq_block(pq, out, h * dv, dv, threadIdx.x, blockDim.x);
+        preq_block(pq, reinterpret_cast<const float *>(ob4), h * dv, dv, threadIdx.x, blockDim.x);
     }
 }
 
@@ -503,7 +564,7 @@ typedef void (*gdn_scan_fn)(const float *, int64_t, int, int, int, int, float, c
                             float *, int64_t, int, float *);
 typedef void (*gdn_step_fn)(const float *, int64_t, int, int, int, int, float, const float *, const float *,
                             const float *, const float *, float, const float *, const float *, float, float *, float *,
-                            int64_t, int, float *, const preq_out);
+                            int64_t, int, float *, const preq_out, int);
 
 /* Lanes per column of the scan: 8 for the key dims of 64 and up (more,
  * shorter chains per token: a prefill's steps are latency-bound), 4 for
@@ -560,10 +621,11 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a) {
         preq_out pq;
         pq.xq = NULL;
         if (a->n_tok == 1 && a->dv % 32 == 0) tela_cuda_preq_begin(ex, 2, vd, &pq);
+        const bool ordered = tela_cuda_after_ordered(ex);
         tela_cuda_launch(ex, step, (unsigned)a->nv, (unsigned)(a->dv / 8 * 32), 0,
             a->qkv, a->qkv_stride, a->nk, a->nv, a->dv, a->v_tiled ? 1 : 0, a->q_scale, a->beta, a->g,
             gt ? gt->a : NULL, gt ? gt->dt_bias : NULL, gt ? gt->eps : 0.0f, a->z, a->norm_w, a->eps, a->state,
-            a->out, vd, a->n_tok, a->states, pq);
+            a->out, vd, a->n_tok, a->states, pq, ordered ? 1 : 0);
         if (tela_cuda_launched(ex, "Gated DeltaNet decode step")) tela_cuda_preq_done(ex, a->out, &pq);
         return;
     }

@@ -1608,6 +1608,7 @@ static bool gemv_fm2(cuda_exec *ex, const tela_mat *const *w, float *const *y, c
     p.eps = eps;
     p.order = ex->gemv_order;
     tela_cuda_launch(ex, fn, nb, FM2_WARPS * 32, FM2_SMEM, p);
+    if (p.order == 1) tela_cuda_mark_ordered(ex);
     tela_cuda_launched(ex, "gemv (float, tensor cores, streamed)");
     return true;
 }
@@ -1633,6 +1634,7 @@ static bool gemv_fm(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
     p.eps = eps;
     p.order = ex->gemv_order;
     tela_cuda_launch(ex, gemv_fm_pick(type, w_up != NULL, S, RB), nb, FM_WARPS * 32, 0, p);
+    if (p.order == 1) tela_cuda_mark_ordered(ex);
     tela_cuda_launched(ex, "gemv (float, tensor cores)");
     return true;
 }
@@ -1786,6 +1788,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
                 p.eps = eps;
                 p.order = ex->gemv_order;
                 tela_cuda_launch(ex, fx, nb, 32 * nw, smem, p);
+                if (p.order == 1) tela_cuda_mark_ordered(ex);
                 tela_cuda_launched(ex, "gemv (float, x staged)");
                 return;
             }
@@ -1798,6 +1801,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
             p.order = ex->gemv_order;
             const int D = gemv_fs_depth(ex, K, wpr, w_up != NULL);
             tela_cuda_launch(ex, gemv_fs_pick(w[0]->type, w_up != NULL, wpr, D), nb, 128, 0, p);
+            if (p.order == 1) tela_cuda_mark_ordered(ex);
             tela_cuda_launched(ex, "gemv (float, early loads)");
             return;
         }
@@ -2234,6 +2238,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3 / S3);
         p.order = ex->gemv_order;
         tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
+        if (p.order == 1) tela_cuda_mark_ordered(ex);
         tela_cuda_launched(ex, "gemv (quantized, early loads)");
         return true;
     }
@@ -2243,6 +2248,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
         p.order = ex->gemv_order;
         tela_cuda_launch(ex, gemv3_pick_nt(w[0]->type, nt_tile, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs,
                          norm_w ? ns : NULL);
+        if (p.order == 1) tela_cuda_mark_ordered(ex);
         tela_cuda_launched(ex, "gemv (quantized, several tokens, early loads)");
         return true;
     }
@@ -2829,6 +2835,7 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
         cs = cublasGemmEx(ex->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)R, n_tok, (int)K, &alpha, w->dev, CUDA_R_32F,
                           (int)K, x, CUDA_R_32F, (int)x_stride, &beta, y, CUDA_R_32F, (int)y_stride, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT);
+        ex->ordered_at = 0; /* a kernel queued outside tela_cuda_launch */
         if (cs != CUBLAS_STATUS_SUCCESS) tela_cuda_check(ex, cudaErrorUnknown, "cuBLAS gemm (f32)");
         return;
     }
@@ -2854,6 +2861,7 @@ void tela_cuda_matmul_gemm(cuda_exec *ex, const tela_mat *w, const float *x, int
         }
         cs = cublasGemmEx(ex->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n_tok, (int)K, &alpha, a, dt, (int)K, xh, dt,
                           (int)K, &beta, y + r0, CUDA_R_32F, (int)y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        ex->ordered_at = 0;
         if (cs != CUBLAS_STATUS_SUCCESS) {
             tela_cuda_check(ex, cudaErrorUnknown, "cuBLAS gemm");
             return;
