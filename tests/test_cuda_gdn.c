@@ -247,15 +247,10 @@ static void test_delta_variant(const char *name, const char *value) {
 
 /* -------------------------------------------------------------- conv1d */
 
-static void test_conv(void) {
-    const int C = 200, K = 4, hist = K - 1, pieces[] = {1, 3, 37, 1, 20};
-    int n = 0;
-    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) n += pieces[i];
-    const int xs = C + 8, os = C + 4;
-    float *x = rand_floats((size_t)n * xs, 1.0f), *w = rand_floats((size_t)C * K, 0.5f);
-    float *st = rand_floats((size_t)hist * C, 1.0f);
-    /* reference: the whole sequence after the initial state rows */
-    double *ref = malloc(sizeof(double) * (size_t)n * C);
+/* float64 causal conv + SiLU over n tokens of C channels (x rows xs
+ * apart), K taps a channel, the K - 1 state rows before the first token. */
+static void ref_conv(const float *w, int K, const float *st, const float *x, int64_t xs, int n, int C, double *ref) {
+    const int hist = K - 1;
     for (int t = 0; t < n; t++)
         for (int c = 0; c < C; c++) {
             double acc = 0;
@@ -265,6 +260,18 @@ static void test_conv(void) {
             }
             ref[(size_t)t * C + c] = silu_d(acc);
         }
+}
+
+static void test_conv(void) {
+    const int C = 200, K = 4, hist = K - 1, pieces[] = {1, 3, 37, 1, 20};
+    int n = 0;
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) n += pieces[i];
+    const int xs = C + 8, os = C + 4;
+    float *x = rand_floats((size_t)n * xs, 1.0f), *w = rand_floats((size_t)C * K, 0.5f);
+    float *st = rand_floats((size_t)hist * C, 1.0f);
+    /* reference: the whole sequence after the initial state rows */
+    double *ref = malloc(sizeof(double) * (size_t)n * C);
+    ref_conv(w, K, st, x, xs, n, C, ref);
     float *d_x = dcopy(x, (size_t)n * xs), *d_w = dcopy(w, (size_t)C * K), *d_st = dcopy(st, (size_t)hist * C);
     float *d_o = dmalloc(sizeof(float) * (size_t)n * os);
     poison(d_o, (size_t)n * os);
@@ -424,15 +431,7 @@ static void test_chain(void) {
     const double e_y = rel_err(y, ry, (size_t)T * C);
     /* the conv on the GPU's product */
     double *rq = malloc(sizeof(double) * (size_t)T * C), *rcs = malloc(sizeof(double) * (size_t)hist * C);
-    for (int t = 0; t < T; t++)
-        for (int c = 0; c < C; c++) {
-            double a = 0;
-            for (int k = 0; k < CH_K; k++) {
-                const int s = t - hist + k;
-                a += (double)cw[c * CH_K + k] * (s < 0 ? cst[(s + hist) * C + c] : y[(size_t)s * C + c]);
-            }
-            rq[(size_t)t * C + c] = silu_d(a);
-        }
+    ref_conv(cw, CH_K, cst, y, C, T, C, rq);
     for (int r = 0; r < hist; r++)
         for (int c = 0; c < C; c++) rcs[(size_t)r * C + c] = y[(size_t)(T - hist + r) * C + c];
     const double e_q = rel_err(qkv, rq, (size_t)T * C), e_cs = rel_err(cst_got, rcs, (size_t)hist * C);

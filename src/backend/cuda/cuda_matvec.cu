@@ -565,6 +565,15 @@ static __device__ __forceinline__ void early_end(const gemv_params &p) {
     else if (p.order == 2) TELA_PDL_WAIT();
 }
 
+/* Host side of the early loads: checks the launch just made, and records
+ * that a product of order 1 (next kernel launched only after its own wait)
+ * was the last operation queued, so the kernel after it may read state
+ * before its wait (tela_cuda_after_ordered, cuda_common.cuh). */
+static void gemv_launched_early(cuda_exec *ex, const gemv_params &p, const char *what) {
+    if (p.order == 1) tela_cuda_mark_ordered(ex);
+    tela_cuda_launched(ex, what);
+}
+
 /* The target of this block and the row of this warp in it. */
 static __device__ __forceinline__ int gemv_target_of(const gemv_params &p) {
     int ti = 0;
@@ -1608,8 +1617,7 @@ static bool gemv_fm2(cuda_exec *ex, const tela_mat *const *w, float *const *y, c
     p.eps = eps;
     p.order = ex->gemv_order;
     tela_cuda_launch(ex, fn, nb, FM2_WARPS * 32, FM2_SMEM, p);
-    if (p.order == 1) tela_cuda_mark_ordered(ex);
-    tela_cuda_launched(ex, "gemv (float, tensor cores, streamed)");
+    gemv_launched_early(ex, p, "gemv (float, tensor cores, streamed)");
     return true;
 }
 
@@ -1634,8 +1642,7 @@ static bool gemv_fm(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
     p.eps = eps;
     p.order = ex->gemv_order;
     tela_cuda_launch(ex, gemv_fm_pick(type, w_up != NULL, S, RB), nb, FM_WARPS * 32, 0, p);
-    if (p.order == 1) tela_cuda_mark_ordered(ex);
-    tela_cuda_launched(ex, "gemv (float, tensor cores)");
+    gemv_launched_early(ex, p, "gemv (float, tensor cores)");
     return true;
 }
 
@@ -1788,8 +1795,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
                 p.eps = eps;
                 p.order = ex->gemv_order;
                 tela_cuda_launch(ex, fx, nb, 32 * nw, smem, p);
-                if (p.order == 1) tela_cuda_mark_ordered(ex);
-                tela_cuda_launched(ex, "gemv (float, x staged)");
+                gemv_launched_early(ex, p, "gemv (float, x staged)");
                 return;
             }
         }
@@ -1801,8 +1807,7 @@ void tela_cuda_gemv(cuda_exec *ex, const tela_mat *const *w, float *const *y, co
             p.order = ex->gemv_order;
             const int D = gemv_fs_depth(ex, K, wpr, w_up != NULL);
             tela_cuda_launch(ex, gemv_fs_pick(w[0]->type, w_up != NULL, wpr, D), nb, 128, 0, p);
-            if (p.order == 1) tela_cuda_mark_ordered(ex);
-            tela_cuda_launched(ex, "gemv (float, early loads)");
+            gemv_launched_early(ex, p, "gemv (float, early loads)");
             return;
         }
         if (R > 0) {
@@ -2238,8 +2243,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3 / S3);
         p.order = ex->gemv_order;
         tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
-        if (p.order == 1) tela_cuda_mark_ordered(ex);
-        tela_cuda_launched(ex, "gemv (quantized, early loads)");
+        gemv_launched_early(ex, p, "gemv (quantized, early loads)");
         return true;
     }
     if (n_tok > 1 && ex->gemv_early_nt) {
@@ -2248,8 +2252,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
         p.order = ex->gemv_order;
         tela_cuda_launch(ex, gemv3_pick_nt(w[0]->type, nt_tile, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs,
                          norm_w ? ns : NULL);
-        if (p.order == 1) tela_cuda_mark_ordered(ex);
-        tela_cuda_launched(ex, "gemv (quantized, several tokens, early loads)");
+        gemv_launched_early(ex, p, "gemv (quantized, several tokens, early loads)");
         return true;
     }
     const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R);
