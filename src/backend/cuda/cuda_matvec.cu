@@ -1904,15 +1904,20 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
  * 0 first): each part's sums meet in shared memory and part 0 adds them in
  * part order, the same order for every token count. Every thread of the
  * block calls it. */
-template <int NT, int S>
+template <int NT, int S, bool SW>
 static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, const gemv_target &tg, int64_t row,
-                                                        bool live, const float *acc, const float *scale, int n_tok) {
-    __shared__ float part_sum[4][NT];
+                                                        bool live, const float *acc, const float *acc_up,
+                                                        const float *scale, int n_tok) {
+    __shared__ float part_sum[4][NT], part_up[SW ? 4 : 1][NT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         const float v = warp_sum(acc[t]);
         if (lane == 0) part_sum[warp][t] = v;
+        if (SW) {
+            const float u = warp_sum(acc_up[t]);
+            if (lane == 0) part_up[SW ? warp : 0][t] = u;
+        }
     }
     __syncthreads();
     if (warp % S != 0 || !live || lane != 0) return;
@@ -1923,6 +1928,12 @@ static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, co
 #pragma unroll
         for (int i = 1; i < S; i++) v += part_sum[warp + i][t];
         v *= scale[t];
+        if (SW) {
+            float u = part_up[SW ? warp : 0][t];
+#pragma unroll
+            for (int i = 1; i < S; i++) u += part_up[SW ? warp + i : 0][t];
+            v = silu(v) * (u * scale[t]);
+        }
         float *yp = tg.y + (size_t)t * tg.y_stride + row;
         *yp = p.accumulate ? *yp + v : v;
     }
@@ -1945,7 +1956,7 @@ template <int TYPE, int R, bool SW, int D, int NT, int S = 1>
 static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
     gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd, const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
-    static_assert(S == 1 || (R == 1 && !SW), "split rows: one row a warp, not the SwiGLU pair");
+    static_assert(S == 1 || R == 1, "split rows: one row a warp");
     const int ti = gemv_target_of(p);
     const gemv_target &tg = p.t[ti];
     const int K = (int)tg.w.n_cols;
@@ -1998,7 +2009,7 @@ static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
         for (int r = 0; r < R; r++)
             if (r < rv) gemv_write<NT>(p, tg, row0 + r, acc[r], up[r], SW, scale);
     } else {
-        gemv_split_write<NT, S>(p, tg, row0, live, acc[0], scale, n_tok);
+        gemv_split_write<NT, S, SW>(p, tg, row0, live, acc[0], up[0], scale, n_tok);
     }
 }
 
@@ -2019,7 +2030,7 @@ static int gemv3_rows_max(tela_type type, bool sw, int D) {
 
 template <int TYPE, int RMAX, int RMAX_SW, int D>
 static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int S) {
-    if (S == 2 && !sw) return gemv3_q_kernel<TYPE, 1, false, D, 1, 2>;
+    if (S == 2) return sw ? gemv3_q_kernel<TYPE, 1, true, 1, 1, 2> : gemv3_q_kernel<TYPE, 1, false, D, 1, 2>;
     if (sw) return RMAX_SW >= 2 && R == 2 ? gemv3_q_kernel<TYPE, RMAX_SW >= 2 ? 2 : 1, true, 1, 1> : gemv3_q_kernel<TYPE, 1, true, 1, 1>;
     if (RMAX >= 4 && R == 4) return gemv3_q_kernel<TYPE, RMAX >= 4 ? 4 : 1, false, D, 1>;
     if (RMAX >= 2 && R == 2) return gemv3_q_kernel<TYPE, RMAX >= 2 ? 2 : 1, false, D, 1>;
@@ -2050,7 +2061,7 @@ static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S) 
 /* The kernel above for NT = 2, 4 or 8 tokens: one row a warp. */
 template <int TYPE, int NT>
 static gemv3_kernel_fn gemv3_pick_nt_type(bool sw, int D, int S) {
-    if (sw) return gemv3_q_kernel<TYPE, 1, true, 1, NT>;
+    if (sw) return S == 2 ? gemv3_q_kernel<TYPE, 1, true, 1, NT, 2> : gemv3_q_kernel<TYPE, 1, true, 1, NT>;
     if (S == 2) return D == 2 ? gemv3_q_kernel<TYPE, 1, false, 2, NT, 2> : gemv3_q_kernel<TYPE, 1, false, 1, NT, 2>;
     return D == 2 ? gemv3_q_kernel<TYPE, 1, false, 2, NT> : gemv3_q_kernel<TYPE, 1, false, 1, NT>;
 }
@@ -2101,13 +2112,20 @@ static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw, 
  * fits one wave (the 1B's and 2B's down) did not pay (-1 to -3%). The choice depends on the matrix alone, so a product of any
  * token count adds each row's parts in the same order (the bits of a
  * verification pass are a decode step's). TELA_CUDA_GEMV_SPLIT=1|2 sets
- * it; not with several rows a warp (TELA_CUDA_GEMV_QROWS), the SwiGLU
- * pair, or where one token or several take other kernels
- * (TELA_CUDA_GEMV_EARLY=0, TELA_CUDA_GEMV_EARLY_NT=0). */
+ * it; not with several rows a warp (TELA_CUDA_GEMV_QROWS) or where one
+ * token or several take other kernels (TELA_CUDA_GEMV_EARLY=0,
+ * TELA_CUDA_GEMV_EARLY_NT=0). The SwiGLU pair splits only on request
+ * (TELA_CUDA_GEMV_SPLIT_SW=1, an experiment not yet measured), then
+ * wherever each half keeps a round (the 8B's and 27B's). */
 static int gemv3_split(const cuda_exec *ex, tela_type type, int64_t K, int64_t rows, bool sw) {
-    if (sw || ex->gemv_q_rows > 1 || !ex->gemv_early || !ex->gemv_early_nt) return 1;
+    if (ex->gemv_q_rows > 1 || !ex->gemv_early || !ex->gemv_early_nt) return 1;
+    if (sw && !ex->gemv_split_sw) return 1;
     if (ex->gemv_split > 0) return ex->gemv_split;
     if (gemv3_units(type, K) / 2 < 32) return 1;
+    /* the SwiGLU pair keeps one round of units a lane in flight (two would
+     * spill), so a row of two or more rounds waits a whole DRAM latency a
+     * round after the first: two warps a row take the rounds at once */
+    if (sw) return 2;
     /* waves of a grid of one-row warps (six blocks of four an SM, as the
      * registers allow): split where two half-rows' waves take less time */
     const int64_t wave = (int64_t)ex->be->sm_count * 24, w1 = (rows + wave - 1) / wave;
@@ -2242,7 +2260,8 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     if (R3 > 0) {
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3 / S3);
         p.order = ex->gemv_order;
-        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs, norm_w ? ns : NULL);
+        tela_cuda_launch(ex, gemv3_pick(w[0]->type, R3, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs,
+                         norm_w ? ns : NULL);
         gemv_launched_early(ex, p, "gemv (quantized, early loads)");
         return true;
     }
