@@ -1902,8 +1902,9 @@ static __global__ void __launch_bounds__(128, 6) gemv2_q_kernel(const gemv_param
 
 /* The result of a row taken by S warps of a block (consecutive warps, part
  * 0 first): each part's sums meet in shared memory and part 0 adds them in
- * part order, the same order for every token count. Every thread of the
- * block calls it. */
+ * part order, the same order for every token count; for the SwiGLU pair
+ * (SW) the up matrix's sums likewise, then silu(gate) * up as gemv_write
+ * does. Every thread of the block calls it. */
 template <int NT, int S, bool SW>
 static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, const gemv_target &tg, int64_t row,
                                                         bool live, const float *acc, const float *acc_up,
