@@ -92,8 +92,9 @@ typedef struct cuda_exec {
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     int gemv_early;              /* decode products with early loads (default; TELA_CUDA_GEMV_EARLY=0: not) */
     bool gemv_early_nt;          /* ... the quantized ones of 2-8 tokens too (default; TELA_CUDA_GEMV_EARLY_NT=0: not) */
-    bool gemv_split_sw;          /* TELA_CUDA_GEMV_SPLIT_SW=1: the SwiGLU pair's rows of two or more rounds over
-                                    two warps (an experiment; cuda_matvec.cu gemv3_split) */
+    bool gemv_split_sw;          /* the SwiGLU pair's rows of two or more rounds over two warps (default;
+                                    TELA_CUDA_GEMV_SPLIT_SW=0: not; cuda_matvec.cu gemv3_split) */
+    bool gemv_split_waves;       /* TELA_CUDA_GEMV_SPLIT_WAVES=1: the products' split by round 11's count of waves */
     int gemv_order;              /* TELA_CUDA_GEMV_ORDER: early loads' order against the PDL wait (cuda_matvec.cu) */
     int gemv_stream;             /* one-token products streamed through shared memory (sm_90, opt-in: TELA_CUDA_GEMV_STREAM=1;
                                     2: the smallest stages and ring, for tests) */

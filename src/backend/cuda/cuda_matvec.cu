@@ -2103,21 +2103,24 @@ static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw, 
 }
 
 /* Warps a row (S): two where each half of a row keeps a whole round of
- * units a lane and the waves of half-row warps take less time than those
- * of whole rows (a wave's time goes with its rows' length): the 8B's wo
- * and down products, whose 1.3 waves spent up to half their time on the
- * last, partly filled one (docs/PERF-NOTES.md, GPU round 9), become 2.6
- * waves of half the length. Measured: the 8B shape (8 layers) Q4_K_M
- * +7-10% on the H200 (with q+k+v split too, which this rule leaves
- * whole), +5-8% on an H100 with this rule; splitting rows of a grid that
- * fits one wave (the 1B's and 2B's down) did not pay (-1 to -3%). The choice depends on the matrix alone, so a product of any
- * token count adds each row's parts in the same order (the bits of a
- * verification pass are a decode step's). TELA_CUDA_GEMV_SPLIT=1|2 sets
- * it; not with several rows a warp (TELA_CUDA_GEMV_QROWS) or where one
- * token or several take other kernels (TELA_CUDA_GEMV_EARLY=0,
- * TELA_CUDA_GEMV_EARLY_NT=0). The SwiGLU pair splits only on request
- * (TELA_CUDA_GEMV_SPLIT_SW=1, an experiment not yet measured), then
- * wherever each half keeps a round (the 8B's and 27B's). */
+ * units a lane, unless the grid of whole rows fits one wave of warps and
+ * that of half rows would not. Splitting a grid of more than one wave
+ * takes the rounds of a row at once and fills the last, partial wave with
+ * shorter warps: the 8B's wo and down products, whose 1.3 waves spent up to
+ * half their time on the last one (docs/PERF-NOTES.md, GPU round 9), +7-10%
+ * on the H200; its q+k+v (exactly two waves whole, four halved; left whole
+ * until round 18) +2% more on an H100. Splitting rows of a grid that fits
+ * one wave (the 1B's and 2B's down) did not pay (-1 to -3%). The choice
+ * depends on the matrix alone, so a product of any token count adds each
+ * row's parts in the same order (the bits of a verification pass are a
+ * decode step's). TELA_CUDA_GEMV_SPLIT=1|2 sets it (and
+ * TELA_CUDA_GEMV_SPLIT_WAVES=1 brings back round 11's count of waves,
+ * which left the q+k+v whole, to measure against); not with several rows
+ * a warp (TELA_CUDA_GEMV_QROWS) or where one token or several take other
+ * kernels (TELA_CUDA_GEMV_EARLY=0, TELA_CUDA_GEMV_EARLY_NT=0). The SwiGLU
+ * pair splits wherever each half keeps a round (the 8B's and 27B's; the
+ * Q8_0 pairs of the 1B and 2B), whatever its waves: +1% on the 8B Q4_K_M
+ * (TELA_CUDA_GEMV_SPLIT_SW=0: not). */
 static int gemv3_split(const cuda_exec *ex, tela_type type, int64_t K, int64_t rows, bool sw) {
     if (ex->gemv_q_rows > 1 || !ex->gemv_early || !ex->gemv_early_nt) return 1;
     if (sw && !ex->gemv_split_sw) return 1;
@@ -2127,11 +2130,13 @@ static int gemv3_split(const cuda_exec *ex, tela_type type, int64_t K, int64_t r
      * spill), so a row of two or more rounds waits a whole DRAM latency a
      * round after the first: two warps a row take the rounds at once */
     if (sw) return 2;
-    /* waves of a grid of one-row warps (six blocks of four an SM, as the
-     * registers allow): split where two half-rows' waves take less time */
-    const int64_t wave = (int64_t)ex->be->sm_count * 24, w1 = (rows + wave - 1) / wave;
-    const int64_t w2 = (2 * rows + wave - 1) / wave;
-    return w2 < 2 * w1 ? 2 : 1;
+    /* a wave: six blocks of four one-row warps an SM, as the registers allow */
+    const int64_t wave = (int64_t)ex->be->sm_count * 24;
+    if (ex->gemv_split_waves) { /* round 11's rule: split where half rows take fewer waves' worth of time */
+        const int64_t w1 = (rows + wave - 1) / wave, w2 = (2 * rows + wave - 1) / wave;
+        return w2 < 2 * w1 ? 2 : 1;
+    }
+    return rows <= wave && 2 * rows > wave ? 1 : 2;
 }
 
 /* Rows a warp for the kernel above: one while the grid would have fewer
