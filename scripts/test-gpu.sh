@@ -6,6 +6,7 @@
 # under compute-sanitizer memcheck (TELA_MEMCHECK=0 skips that), then the
 # demo model through 'tela run' on both devices. A summary is printed last.
 # TELA_CPU_TESTS=0 skips the CPU tests, TELA_MEMCHECK=0 the memcheck.
+# Without ../shared, the fixtures come from scripts/shared-parts.sh's parts.
 # TELA_GPU_PART=1 runs all but the op tests' variants, =2 only those (the
 # build, then the variants): two calls where one would run too long.
 # The variants run VJOBS at a time (default: half the cores).
@@ -15,6 +16,17 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 summary=()
 note() { summary+=("$1"); }
+
+# ../shared's fixtures where there is no ../shared (the lent machines):
+# from the parts carried by this call and earlier ones (shared-parts.sh)
+if [ -z "${TELA_SHARED_DIR:-}" ] && [ ! -d ../shared/reference ]; then
+    if scripts/shared-parts.sh unpack /tmp/tela-shared > /tmp/tela-shared.log 2>&1; then
+        export TELA_SHARED_DIR=/tmp/tela-shared
+        note "../shared: $(tail -1 /tmp/tela-shared.log)"
+    else
+        note "../shared: none here ($(tail -1 /tmp/tela-shared.log)): its cases skip"
+    fi
+fi
 
 # tela serve only where libmicrohttpd is found (the device machines lack it)
 server=OFF; pkg-config --exists libmicrohttpd 2>/dev/null && server=ON
