@@ -1915,9 +1915,9 @@ static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, co
     for (int t = 0; t < NT; t++) {
         const float v = warp_sum(acc[t]);
         if (lane == 0) part_sum[warp][t] = v;
-        if (SW) {
+        if constexpr (SW) {
             const float u = warp_sum(acc_up[t]);
-            if (lane == 0) part_up[SW ? warp : 0][t] = u;
+            if (lane == 0) part_up[warp][t] = u;
         }
     }
     __syncthreads();
@@ -1929,10 +1929,10 @@ static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, co
 #pragma unroll
         for (int i = 1; i < S; i++) v += part_sum[warp + i][t];
         v *= scale[t];
-        if (SW) {
-            float u = part_up[SW ? warp : 0][t];
+        if constexpr (SW) {
+            float u = part_up[warp][t];
 #pragma unroll
-            for (int i = 1; i < S; i++) u += part_up[SW ? warp + i : 0][t];
+            for (int i = 1; i < S; i++) u += part_up[warp + i][t];
             v = silu(v) * (u * scale[t]);
         }
         float *yp = tg.y + (size_t)t * tg.y_stride + row;
