@@ -68,6 +68,14 @@ struct dec_params {
     int64_t out_stride;
     preq_out pq;                 /* variants 2 and 3, one token, no splits: the output quantized for the product after
                                     it (cuda_act.cuh), else pq.xq NULL */
+    /* variant 3, one token (tela_cuda_rope_attention): the RoPE and store
+     * done here. The query is rotated as it is read (q itself is left as
+     * it was) and the block whose keys hold the token's position writes
+     * the token's key (rotated) and value into the cache before it reads
+     * them; rk: the unrotated keys (the KV heads' rows), rv: the values. */
+    const float *rk, *rv;
+    const float *cs;             /* the token's table: cos and sin of each pair */
+    int n_rot, adjacent;
 };
 
 /* The cache row of position j: j itself, or through the sequence's block
@@ -426,7 +434,7 @@ static __device__ __forceinline__ uint32_t pair_lo(uint32_t a, uint32_t b, int h
     return __byte_perm(a, b, hi ? 0x7632 : 0x5410);
 }
 
-template <int DT>
+template <int DT, bool ROPE>
 static __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode3_kernel(const dec_params p) {
     TELA_PDL_ENTRY();
     constexpr int QW = DT / 4;  /* halves of a key row a lane supplies */
@@ -449,16 +457,39 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode3_kernel(
     uint32_t qf[NS][2];
     {
         const bool ok = gid < nh;
-        const float *qp = p.q + (size_t)t * p.q_stride + (size_t)(h0 + (ok ? gid : 0)) * DT + tq * QW;
+        const float *qh = p.q + (size_t)t * p.q_stride + (size_t)(h0 + (ok ? gid : 0)) * DT;
+        const float *qp = qh + tq * QW;
 #pragma unroll
         for (int ks = 0; ks < NS; ks++) {
-            const float4 v = *(const float4 *)(qp + 4 * ks);
+            float4 v;
+            if (ROPE) {
+                const int d = tq * QW + 4 * ks;
+                v = make_float4(tela_rope_elem(qh, d, p.cs, p.n_rot, p.adjacent),
+                                tela_rope_elem(qh, d + 1, p.cs, p.n_rot, p.adjacent),
+                                tela_rope_elem(qh, d + 2, p.cs, p.n_rot, p.adjacent),
+                                tela_rope_elem(qh, d + 3, p.cs, p.n_rot, p.adjacent));
+            } else {
+                v = *(const float4 *)(qp + 4 * ks);
+            }
             qf[ks][0] = ok ? pack_half2(v.x * p.qscale, v.y * p.qscale) : 0u;
             qf[ks][1] = ok ? pack_half2(v.z * p.qscale, v.w * p.qscale) : 0u;
         }
     }
     const __half *kc = (const __half *)p.k + (size_t)g * p.n_ctx * DT;
     const __half *vc = (const __half *)p.v + (size_t)g * p.n_ctx * DT;
+    if (ROPE) {
+        /* the token's key and value (rope_store_kernel's values) where this
+         * block reads them; the barrier makes them visible to its warps */
+        if (n_kv - 1 >= k0 && n_kv - 1 < k1) {
+            const size_t row = (size_t)kv_row(tt, n_kv - 1, p.shift) * DT;
+            const float *kr = p.rk + (size_t)g * DT, *vr = p.rv + (size_t)g * DT;
+            for (int d = threadIdx.x; d < DT; d += blockDim.x) {
+                ((__half *)kc)[row + d] = __float2half(tela_rope_elem(kr, d, p.cs, p.n_rot, p.adjacent));
+                ((__half *)vc)[row + d] = __float2half(vr[d]);
+            }
+        }
+        __syncthreads();
+    }
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* heads 2 tq and 2 tq + 1 */
     float o[NS][4];
 #pragma unroll
@@ -600,9 +631,18 @@ static dec_kernel_fn dec_pick(int dmax, bool vec) {
     return NULL;
 }
 
+/* The RoPE and store that the decode attention does itself (one token,
+ * variant 3): the token's unrotated keys and its values (the KV heads'
+ * rows), its table. */
+struct dec_rope {
+    const float *k, *v, *cs;
+    int n_rot, adjacent;
+};
+
 static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
                              float *out, int64_t out_stride, const int32_t *pos, int n_tok, int n_head, float scale,
-                             int32_t max_len, const int32_t *tbl, const int32_t *tok_tbl, int shift) {
+                             int32_t max_len, const int32_t *tbl, const int32_t *tok_tbl, int shift,
+                             const dec_rope *rope) {
     const tela_kv_shape *s = &kv->head.shape;
     dec_params p;
     p.q = q;
@@ -627,6 +667,7 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     /* variant 1 for f32 caches, other head dimensions and groups over 8 */
     dec_kernel_fn fn = kv->elt == 2 ? dec_pick<__half>(dmax, vec) : dec_pick<float>(dmax, vec);
     bool quantizes = false; /* a kernel that can quantize its output (p.pq) */
+    bool roped = false;     /* the kernel does the RoPE and store (rope) */
     int per_sm = 8; /* blocks an SM that the splits aim at */
     if (ex->attn_variant >= 2 && kv->elt == 2 && s->k_dim == s->v_dim && p.hpb <= 8 && q_stride % 4 == 0 &&
         ((uintptr_t)q & 15) == 0) {
@@ -636,7 +677,9 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
         else if (s->k_dim == 256) fn = nh4 ? attn_decode2_kernel<256, 4> : attn_decode2_kernel<256, 8>;
         quantizes = s->k_dim == 64 || s->k_dim == 128 || s->k_dim == 256;
         if (ex->attn_variant == 3 && (s->k_dim == 64 || s->k_dim == 128)) {
-            fn = s->k_dim == 64 ? attn_decode3_kernel<64> : attn_decode3_kernel<128>;
+            if (rope) fn = s->k_dim == 64 ? attn_decode3_kernel<64, true> : attn_decode3_kernel<128, true>;
+            else fn = s->k_dim == 64 ? attn_decode3_kernel<64, false> : attn_decode3_kernel<128, false>;
+            roped = rope != NULL;
             per_sm = s->k_dim == 64 ? 5 : 3; /* 88 and 144 registers a thread */
         }
     }
@@ -644,6 +687,15 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
         tela_cuda_check(ex, cudaErrorNotSupported, "attention: head dimensions above 256");
         return;
     }
+    if (rope && (!roped || n_tok != 1)) { /* tela_cuda_rope_attention takes only what this kernel does */
+        tela_cuda_check(ex, cudaErrorNotSupported, "attention: the RoPE and store in the decode attention");
+        return;
+    }
+    p.rk = rope ? rope->k : NULL;
+    p.rv = rope ? rope->v : NULL;
+    p.cs = rope ? rope->cs : NULL;
+    p.n_rot = rope ? rope->n_rot : 0;
+    p.adjacent = rope ? rope->adjacent : 0;
     /* splits: eight blocks of four warps per multiprocessor (variant 3:
      * three, what its registers let reside), at least 64 keys a split; none for lengths up to
      * ex->attn_short keys (no partials, no combine kernel: at short contexts
@@ -903,7 +955,7 @@ static void attention_paged(cuda_exec *ex, const cuda_kv *kv, int layer, const f
         }
         if (n > 0)
             attention_decode(ex, kv, layer, q + t0 * q_stride, q_stride, out + t0 * out_stride, out_stride, pos + t0, n,
-                             n_head, scale, longest, pg->flat, pg->tok_tbl + t0, pg->shift);
+                             n_head, scale, longest, pg->flat, pg->tok_tbl + t0, pg->shift, NULL);
         i = j;
     }
 }
@@ -919,8 +971,32 @@ void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const floa
         /* steps that may be captured (TELA_GRAPH_MAX_TOK) are sized by their
          * length bucket, so the graph serves the whole bucket */
         attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, n_tok, n_head, scale,
-                         n_tok <= TELA_GRAPH_MAX_TOK ? bucket_len : pos0 + n_tok, NULL, NULL, 0);
+                         n_tok <= TELA_GRAPH_MAX_TOK ? bucket_len : pos0 + n_tok, NULL, NULL, 0, NULL);
         return;
     }
     attention_flash(ex, kv, layer, q, q_stride, out, out_stride, pos, n_tok, n_head, scale, NULL, 0);
+}
+
+/* tela_exec_rope_attention for one token where the decode attention's
+ * variant 3 takes it (an f16 cache of head size 64 or 128, not paged,
+ * groups of up to eight heads, the query aligned for it): one kernel
+ * instead of the RoPE and store's and the attention's. The values are
+ * theirs: the same rotation (tela_rope_elem), the same conversions, the
+ * same kernel otherwise (test_cuda_ops compares the bits). False: not
+ * taken (TELA_CUDA_FUSE_ROPE=0, or another shape), nothing launched. */
+bool tela_cuda_rope_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
+                              const float *k, const float *v, const float *cs, int n_rot, tela_rope_mode mode,
+                              float *out, int64_t out_stride, const int32_t *pos, int n_head, float scale,
+                              int32_t bucket_len) {
+    const tela_kv_shape *s = &kv->head.shape;
+    const int group = s->n_kv_head > 0 ? n_head / s->n_kv_head : 0;
+    if (!ex->fuse_rope || ex->attn_variant != 3 || kv->elt != 2 || s->block_size > 0 || s->k_dim != s->v_dim ||
+        (s->k_dim != 64 && s->k_dim != 128) || group < 1 || group > DEC_HEADS || group * s->n_kv_head != n_head ||
+        q_stride % 4 != 0 || ((uintptr_t)q & 15) != 0 || n_rot % 2 != 0 || n_rot <= 0 || n_rot > s->k_dim ||
+        use_flash(ex, kv, 1))
+        return false;
+    const dec_rope rope = {k, v, cs, n_rot, mode == TELA_ROPE_ADJACENT};
+    attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, 1, n_head, scale, bucket_len, NULL, NULL, 0,
+                     &rope);
+    return true;
 }

@@ -27,6 +27,25 @@
 /* Byte offset of the second (and third) array of a split layout. */
 static inline __host__ __device__ size_t tela_cuda_align(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* The RoPE rotation of a pair (x0, x1) by cos c and sin s. The products
+ * are rounded explicitly, so every kernel that rotates (the RoPE, the RoPE
+ * and store, the decode attention that does it itself) gives the same
+ * bits whatever the compiler would contract. tela_rope_elem: element d of
+ * a head x rotated by a token's table cs (cos and sin of each pair; the
+ * first n_rot elements rotate, the rest are as they are). */
+static __device__ __forceinline__ float2 tela_rope_pair(float x0, float x1, float c, float s) {
+    return make_float2(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
+}
+
+static __device__ __forceinline__ float tela_rope_elem(const float *x, int d, const float *cs, int n_rot, int adjacent) {
+    if (d >= n_rot) return x[d];
+    const int half = n_rot / 2, f = adjacent ? d / 2 : d % half;
+    const int i0 = adjacent ? 2 * f : f, i1 = adjacent ? 2 * f + 1 : f + half;
+    const float c = cs[2 * f], s = cs[2 * f + 1];
+    const float2 r = tela_rope_pair(x[i0], x[i1], c, s);
+    return d == i0 ? r.x : r.y;
+}
+
 /* The GPU layout's total bytes for a matrix (0: type not supported). */
 size_t tela_cuda_layout_bytes(tela_type type, int64_t n_rows, int64_t n_cols);
 /* Rearranges rows [r0, r0 + nr) of the stored matrix src (host) into the
@@ -135,6 +154,8 @@ typedef struct cuda_exec {
     uint64_t ordered_at;         /* launches after the last launch of an ordered kernel (tela_cuda_after_ordered) */
     bool norm_rope;              /* Qwen3.5's q/k head norms inside the RoPE and store (default; TELA_CUDA_NORM_ROPE=0:
                                     two rmsnorm launches before it) */
+    bool fuse_rope;              /* a decode step's RoPE and store inside the decode attention where it can
+                                    (tela_cuda_rope_attention; default; TELA_CUDA_FUSE_ROPE=0: two launches) */
     bool early_state;            /* the conv and the delta rule's step read their states before their PDL wait where
                                     that is safe (default; TELA_CUDA_EARLY_STATE=0: not) */
     int float_gemm_min;          /* float weights: cuBLAS from this many tokens on (3; TELA_CUDA_FLOAT_GEMM=N, 9: never below the prefill's) */
@@ -365,6 +386,13 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a);
 void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride, float *out,
                          int64_t out_stride, const int32_t *pos, int n_tok, int32_t pos0, int n_head, float scale,
                          int32_t bucket_len, const cuda_paging *pg);
+/* tela_exec_rope_attention of one token in the decode attention's kernel
+ * (k, v: the token's unrotated keys and its values); false where that
+ * kernel does not take the shape (the caller then launches the two). */
+bool tela_cuda_rope_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
+                              const float *k, const float *v, const float *cs, int n_rot, tela_rope_mode mode,
+                              float *out, int64_t out_stride, const int32_t *pos, int n_head, float scale,
+                              int32_t bucket_len);
 /* The decode graphs' length buckets: steps with n_kv in one bucket share
  * one captured graph (tela_exec_length_bucket). */
 uint32_t tela_cuda_length_bucket(int32_t n_kv);

@@ -148,9 +148,9 @@ static __global__ void rope_kernel(float *x, int64_t x_stride, int n_tok, int n_
     float *v = x + (size_t)t * x_stride + (size_t)h * head_dim;
     const float c = cs[(size_t)t * 2 * half + 2 * f], s = cs[(size_t)t * 2 * half + 2 * f + 1];
     const int i0 = adjacent ? 2 * f : f, i1 = adjacent ? 2 * f + 1 : f + half;
-    const float x0 = v[i0], x1 = v[i1];
-    v[i0] = x0 * c - x1 * s;
-    v[i1] = x0 * s + x1 * c;
+    const float2 r = tela_rope_pair(v[i0], v[i1], c, s);
+    v[i0] = r.x;
+    v[i1] = r.y;
 }
 
 void tela_cuda_rope(cuda_exec *ex, float *x, int64_t x_stride, int n_tok, int n_heads, int head_dim, int n_rot,
@@ -242,17 +242,6 @@ void tela_cuda_kv_store(cuda_exec *ex, cuda_kv *kv, int layer, const float *k, i
 
 /* ------------------------------------------------------- RoPE and store */
 
-/* Element d of a head x after the rotation by a token's table cs (its
- * first n_rot elements; the rest as they are). */
-static __device__ __forceinline__ float rope_elem(const float *x, int d, const float *cs, int n_rot, int adjacent) {
-    if (d >= n_rot) return x[d];
-    const int half = n_rot / 2, f = adjacent ? d / 2 : d % half;
-    const int i0 = adjacent ? 2 * f : f, i1 = adjacent ? 2 * f + 1 : f + half;
-    const float c = cs[2 * f], s = cs[2 * f + 1];
-    const float x0 = x[i0], x1 = x[i1];
-    return d == i0 ? x0 * c - x1 * s : x0 * s + x1 * c;
-}
-
 /* One index space: the RoPE pairs of q (rotated in place), then every
  * element of k (rotated where in the first n_rot dims) and of v, written
  * into the cache at the token's position. */
@@ -271,16 +260,16 @@ static __global__ void rope_store_kernel(float *q, int64_t q_stride, int n_head,
         float *x = q + (size_t)t * q_stride + (size_t)h * kd;
         const float c = cs[(size_t)t * n_rot + 2 * f], s = cs[(size_t)t * n_rot + 2 * f + 1];
         const int i0 = adjacent ? 2 * f : f, i1 = adjacent ? 2 * f + 1 : f + half;
-        const float x0 = x[i0], x1 = x[i1];
-        x[i0] = x0 * c - x1 * s;
-        x[i1] = x0 * s + x1 * c;
+        const float2 r = tela_rope_pair(x[i0], x[i1], c, s);
+        x[i0] = r.x;
+        x[i1] = r.y;
         return;
     }
     i -= nq;
     if (i < nk) {
         const int d = (int)(i % kd), h = (int)((i / kd) % n_kv_head), t = (int)(i / ((int64_t)kd * n_kv_head));
         const float *x = k + (size_t)t * k_stride + (size_t)h * kd;
-        kc[((size_t)h * n_ctx + pos[t]) * kd + d] = (T)rope_elem(x, d, cs + (size_t)t * n_rot, n_rot, adjacent);
+        kc[((size_t)h * n_ctx + pos[t]) * kd + d] = (T)tela_rope_elem(x, d, cs + (size_t)t * n_rot, n_rot, adjacent);
         return;
     }
     i -= nk;
@@ -334,7 +323,7 @@ norm_rope_store_kernel(const float *src, int64_t src_stride, int64_t src_head, c
     for (int d = lane; d < kd; d += 32) b[d] = (b[d] * scale) * w[d];
     __syncwarp();
     for (int d = lane; d < kd; d += 32) {
-        const float r = rope_elem(b, d, cs + (size_t)t * n_rot, n_rot, adjacent);
+        const float r = tela_rope_elem(b, d, cs + (size_t)t * n_rot, n_rot, adjacent);
         if (is_q) q[(size_t)t * q_stride + (size_t)h * kd + d] = r;
         else kc[((size_t)h * n_ctx + pos[t]) * kd + d] = (T)r;
     }
