@@ -746,9 +746,9 @@ static void test_rope_store(void) {
 }
 
 /* tela_exec_rope_attention: decode steps (one token each, after pos0
- * cached positions) through the GPU where the decode attention does the
- * RoPE and store itself, through a second GPU exec that launches the two
- * (TELA_CUDA_FUSE_ROPE=0), and through the CPU backend (f32 cache). The
+ * cached positions) through a GPU exec whose decode attention does the
+ * RoPE and store itself (TELA_CUDA_FUSE_ROPE=1), through one that
+ * launches the two (=0), and through the CPU backend (f32 cache). The
  * first two must agree to the bit, in their outputs and in what they
  * stored (the caches' images), with one launch fewer where the shape is
  * taken (f16 caches of head size 64 and 128, up to eight heads a group);
@@ -758,15 +758,17 @@ static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, i
     const int32_t total = pos0 + steps, n_ctx = total + 5;
     const tela_kv_shape shape = {2, n_ctx, n_kv_head, hd, hd, dtype, 0, n_ctx};
     const tela_kv_shape cshape = {2, n_ctx, n_kv_head, hd, hd, TELA_KV_DTYPE_F32, 0, n_ctx};
+    tela_exec *fx = NULL, *ux = NULL; /* the RoPE inside the attention where it can; never */
+    setenv("TELA_CUDA_FUSE_ROPE", "1", 1);
+    CHECK_OK(tela_exec_create(gpu, 0, &fx));
     setenv("TELA_CUDA_FUSE_ROPE", "0", 1);
-    tela_exec *ux = NULL;
     CHECK_OK(tela_exec_create(gpu, 0, &ux));
     unsetenv("TELA_CUDA_FUSE_ROPE");
     tela_kv_cache *gk = NULL, *uk = NULL, *ck = NULL;
-    CHECK_OK(tela_kv_create(gx, &shape, &gk));
+    if (fx) CHECK_OK(tela_kv_create(fx, &shape, &gk));
     if (ux) CHECK_OK(tela_kv_create(ux, &shape, &uk));
     CHECK_OK(tela_kv_create(cx, &cshape, &ck));
-    if (!ux || !gk || !uk || !ck) return;
+    if (!fx || !ux || !gk || !uk || !ck) return;
     const int64_t kvd = (int64_t)n_kv_head * hd, qd = (int64_t)n_head * hd;
     double inv[64];
     for (int i = 0; i < n_rot / 2; i++) inv[i] = pow(500000.0, -2.0 * i / n_rot) * (i % 3 == 0 ? 0.25 : 1.0);
@@ -785,8 +787,8 @@ static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, i
     if (pos0 > 0) {
         CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, pos0, 0));
         tela_exec_kv_store(cx, ck, 1, hk, kvd, hv, kvd, &cb);
-        CHECK_OK(tela_exec_set_batch(gx, &gb, dtok, dpos, ids, pos0, 0));
-        tela_exec_kv_store(gx, gk, 1, dhk, kvd, dhv, kvd, &gb);
+        CHECK_OK(tela_exec_set_batch(fx, &gb, dtok, dpos, ids, pos0, 0));
+        tela_exec_kv_store(fx, gk, 1, dhk, kvd, dhv, kvd, &gb);
         CHECK_OK(tela_exec_set_batch(ux, &ub, utok, upos, ids, pos0, 0));
         tela_exec_kv_store(ux, uk, 1, dhk, kvd, dhv, kvd, &ub);
     }
@@ -808,7 +810,7 @@ static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, i
         CHECK_OK(tela_exec_sync(cx));
         int launches[2];
         for (int e = 0; e < 2; e++) {
-            tela_exec *x = e ? ux : gx;
+            tela_exec *x = e ? ux : fx;
             tela_kv_cache *kc = e ? uk : gk;
             float *xq = e ? uq : dq, *xk = e ? uk_in : dk, *xv = e ? uv : dv, *xcs = e ? ucs : dcs, *xo = e ? uout : dout;
             tela_batch *xb = e ? &ub : &gb;
@@ -844,7 +846,7 @@ static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, i
     /* what each stored: the same bytes */
     const size_t ib = tela_kv_image_bytes(gk, total);
     unsigned char *ia = malloc(ib), *iu = malloc(ib);
-    CHECK_OK(tela_kv_save(gx, gk, total, ia));
+    CHECK_OK(tela_kv_save(fx, gk, total, ia));
     CHECK_OK(tela_kv_save(ux, uk, total, iu));
     CHECK_MSG(!memcmp(ia, iu, ib), "rope_attention heads %d/%d dim %d %s: the caches differ", n_head, n_kv_head, hd, dn);
     free(ia);
@@ -857,6 +859,7 @@ static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, i
     tela_kv_free(uk);
     tela_kv_free(ck);
     tela_exec_free(ux);
+    tela_exec_free(fx);
     free(hk);
     free(hv);
     free(ids);
