@@ -983,7 +983,8 @@ void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const floa
  * instead of the RoPE and store's and the attention's. The values are
  * theirs: the same rotation (tela_rope_elem), the same conversions, the
  * same kernel otherwise (test_cuda_ops compares the bits). False: not
- * taken (TELA_CUDA_FUSE_ROPE=0, or another shape), nothing launched. */
+ * taken (unless TELA_CUDA_FUSE_ROPE=1, or another shape), nothing
+ * launched. */
 bool tela_cuda_rope_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
                               const float *k, const float *v, const float *cs, int n_rot, tela_rope_mode mode,
                               float *out, int64_t out_stride, const int32_t *pos, int n_head, float scale,

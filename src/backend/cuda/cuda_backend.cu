@@ -326,7 +326,7 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *nr = getenv("TELA_CUDA_NORM_ROPE");
     ex->norm_rope = !(nr && !strcmp(nr, "0"));
     const char *fr2 = getenv("TELA_CUDA_FUSE_ROPE");
-    ex->fuse_rope = !(fr2 && !strcmp(fr2, "0"));
+    ex->fuse_rope = fr2 && !strcmp(fr2, "1"); /* opt-in until measured (docs/PERF-NOTES.md, GPU round 19) */
     const char *es = getenv("TELA_CUDA_EARLY_STATE");
     ex->early_state = !(es && !strcmp(es, "0"));
     const char *pq = getenv("TELA_CUDA_PREQ");

@@ -155,7 +155,8 @@ typedef struct cuda_exec {
     bool norm_rope;              /* Qwen3.5's q/k head norms inside the RoPE and store (default; TELA_CUDA_NORM_ROPE=0:
                                     two rmsnorm launches before it) */
     bool fuse_rope;              /* a decode step's RoPE and store inside the decode attention where it can
-                                    (tela_cuda_rope_attention; default; TELA_CUDA_FUSE_ROPE=0: two launches) */
+                                    (tela_cuda_rope_attention; opt-in, TELA_CUDA_FUSE_ROPE=1, until measured on a
+                                    GPU: docs/PERF-NOTES.md GPU round 19) */
     bool early_state;            /* the conv and the delta rule's step read their states before their PDL wait where
                                     that is safe (default; TELA_CUDA_EARLY_STATE=0: not) */
     int float_gemm_min;          /* float weights: cuBLAS from this many tokens on (3; TELA_CUDA_FLOAT_GEMM=N, 9: never below the prefill's) */
