@@ -639,7 +639,10 @@ struct dec_rope {
     int n_rot, adjacent;
 };
 
-static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
+/* rope: NULL, or the RoPE and store for the kernel to do (one token):
+ * false where the kernel chosen for the shape would not (variant 3 with
+ * one block a KV head's group), before anything is launched. */
+static bool attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
                              float *out, int64_t out_stride, const int32_t *pos, int n_tok, int n_head, float scale,
                              int32_t max_len, const int32_t *tbl, const int32_t *tok_tbl, int shift,
                              const dec_rope *rope) {
@@ -679,17 +682,14 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
         if (ex->attn_variant == 3 && (s->k_dim == 64 || s->k_dim == 128)) {
             if (rope) fn = s->k_dim == 64 ? attn_decode3_kernel<64, true> : attn_decode3_kernel<128, true>;
             else fn = s->k_dim == 64 ? attn_decode3_kernel<64, false> : attn_decode3_kernel<128, false>;
-            roped = rope != NULL;
+            roped = rope != NULL && p.n_sub == 1;
             per_sm = s->k_dim == 64 ? 5 : 3; /* 88 and 144 registers a thread */
         }
     }
+    if (rope && (!roped || n_tok != 1)) return false;
     if (!fn) {
         tela_cuda_check(ex, cudaErrorNotSupported, "attention: head dimensions above 256");
-        return;
-    }
-    if (rope && (!roped || n_tok != 1)) { /* tela_cuda_rope_attention takes only what this kernel does */
-        tela_cuda_check(ex, cudaErrorNotSupported, "attention: the RoPE and store in the decode attention");
-        return;
+        return true;
     }
     p.rk = rope ? rope->k : NULL;
     p.rv = rope ? rope->v : NULL;
@@ -711,7 +711,7 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     p.part = NULL;
     if (n_split > 1) {
         p.part = (float *)tela_cuda_scratch(ex, (size_t)n_tok * n_head * n_split * (size_t)(s->v_dim + 2) * 4);
-        if (!p.part) return;
+        if (!p.part) return true;
     }
     p.out = out;
     p.out_stride = out_stride;
@@ -719,13 +719,14 @@ static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     if (quantizes && n_tok == 1 && n_split == 1) tela_cuda_preq_begin(ex, 1, (int64_t)n_head * s->v_dim, &p.pq);
     dim3 grid((unsigned)(s->n_kv_head * p.n_sub), (unsigned)n_split, (unsigned)n_tok);
     tela_cuda_launch(ex, fn, grid, DEC_WARPS * 32, 0, p);
-    if (!tela_cuda_launched(ex, "attention (decode)")) return;
+    if (!tela_cuda_launched(ex, "attention (decode)")) return true;
     tela_cuda_preq_done(ex, out, &p.pq);
     if (n_split > 1) {
         tela_cuda_launch(ex, attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), 128, 0,
             p.part, n_head, (int)n_split, s->v_dim, out, out_stride);
         tela_cuda_launched(ex, "attention (combine)");
     }
+    return true;
 }
 
 /* ------------------------------------------------------- prefill (flash) */
@@ -983,21 +984,15 @@ void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const floa
  * instead of the RoPE and store's and the attention's. The values are
  * theirs: the same rotation (tela_rope_elem), the same conversions, the
  * same kernel otherwise (test_cuda_ops compares the bits). False: not
- * taken (unless TELA_CUDA_FUSE_ROPE=1, or another shape), nothing
- * launched. */
+ * taken (unless TELA_CUDA_FUSE_ROPE=1, or where attention_decode's kernel
+ * for the shape is not variant 3's one block a group), nothing launched.
+ * The caller has checked that the cache is not paged. */
 bool tela_cuda_rope_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
                               const float *k, const float *v, const float *cs, int n_rot, tela_rope_mode mode,
                               float *out, int64_t out_stride, const int32_t *pos, int n_head, float scale,
                               int32_t bucket_len) {
-    const tela_kv_shape *s = &kv->head.shape;
-    const int group = s->n_kv_head > 0 ? n_head / s->n_kv_head : 0;
-    if (!ex->fuse_rope || ex->attn_variant != 3 || kv->elt != 2 || s->block_size > 0 || s->k_dim != s->v_dim ||
-        (s->k_dim != 64 && s->k_dim != 128) || group < 1 || group > DEC_HEADS || group * s->n_kv_head != n_head ||
-        q_stride % 4 != 0 || ((uintptr_t)q & 15) != 0 || n_rot % 2 != 0 || n_rot <= 0 || n_rot > s->k_dim ||
-        use_flash(ex, kv, 1))
-        return false;
+    if (!ex->fuse_rope || n_rot % 2 != 0 || n_rot <= 0 || n_rot > kv->head.shape.k_dim) return false;
     const dec_rope rope = {k, v, cs, n_rot, mode == TELA_ROPE_ADJACENT};
-    attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, 1, n_head, scale, bucket_len, NULL, NULL, 0,
-                     &rope);
-    return true;
+    return attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, 1, n_head, scale, bucket_len, NULL, NULL,
+                            0, &rope);
 }
