@@ -110,6 +110,47 @@ static __device__ __forceinline__ void ld8(const float *p, float *f) {
     f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
+/* The end of a decode block: each warp has left, for each of the block's
+ * nh heads, its running maximum wm, sum wl and unnormalized output wo over
+ * its share of the keys; merged here (the split's output, or its partial
+ * for attn_combine_kernel with its maximum and sum). VD: the value size,
+ * the kernel's template DT where it has one (a constant once inlined: the
+ * PTX of variants 2 and 3 is unchanged by this function), else p.vd. */
+template <int NH, int DW>
+static __device__ __forceinline__ void dec_merge_warps(const dec_params &p, const float (&wm)[DEC_WARPS][NH],
+                                                       const float (&wl)[DEC_WARPS][NH],
+                                                       const float (&wo)[DEC_WARPS][NH][DW], const int VD, int nh,
+                                                       int h0, int t, int split) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * VD; i += blockDim.x) {
+        const int hh = i / VD, d = i % VD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][hh]);
+        float O = 0.0f, L = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) {
+                if (wm[w][hh] == -INFINITY) continue;
+                const float f = exp2f(wm[w][hh] - M);
+                O += wo[w][hh][d] * f;
+                L += wl[w][hh] * f;
+            }
+        }
+        const int h = h0 + hh;
+        if (p.n_split == 1) {
+            p.out[(size_t)t * p.out_stride + (size_t)h * VD + d] = O / L;
+        } else {
+            float *pp = p.part + (((size_t)t * p.n_head + h) * p.n_split + split) * (size_t)(VD + 2);
+            pp[d] = O;
+            if (d == 0) {
+                pp[VD] = M;
+                pp[VD + 1] = L;
+            }
+        }
+    }
+}
+
 template <int DT, typename KT, bool VEC>
 static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(const dec_params p) {
     TELA_PDL_ENTRY();
@@ -229,34 +270,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_kernel(cons
 #pragma unroll
         for (int j = 0; j < DT / 32; j++) wo[warp][hh][lane + 32 * j] = o[hh][j];
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nh * p.vd; i += blockDim.x) {
-        const int hh = i / p.vd, d = i % p.vd;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][hh]);
-        float O = 0.0f, L = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++) {
-                if (wm[w][hh] == -INFINITY) continue;
-                const float f = exp2f(wm[w][hh] - M);
-                O += wo[w][hh][d] * f;
-                L += wl[w][hh] * f;
-            }
-        }
-        const int h = h0 + hh;
-        if (p.n_split == 1) {
-            p.out[(size_t)t * p.out_stride + (size_t)h * p.vd + d] = O / L;
-        } else {
-            float *pp = p.part + (((size_t)t * p.n_head + h) * p.n_split + split) * (size_t)(p.vd + 2);
-            pp[d] = O;
-            if (d == 0) {
-                pp[p.vd] = M;
-                pp[p.vd + 1] = L;
-            }
-        }
-    }
+    dec_merge_warps(p, wm, wl, wo, p.vd, nh, h0, t, split);
 }
 
 static __global__ void attn_combine_kernel(const float *part, int n_head, int n_split, int vd, float *out,
@@ -380,34 +394,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode2_kernel(con
 #pragma unroll
             for (int i = 0; i < 8; i++) wo[warp][hh][d0 + i] = o[hh][i];
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nh * DT; i += blockDim.x) {
-        const int hh = i / DT, d = i % DT;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][hh]);
-        float O = 0.0f, L = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++) {
-                if (wm[w][hh] == -INFINITY) continue;
-                const float f = exp2f(wm[w][hh] - M);
-                O += wo[w][hh][d] * f;
-                L += wl[w][hh] * f;
-            }
-        }
-        const int h = h0 + hh;
-        if (p.n_split == 1) {
-            p.out[(size_t)t * p.out_stride + (size_t)h * DT + d] = O / L;
-        } else {
-            float *pp = p.part + (((size_t)t * p.n_head + h) * p.n_split + split) * (size_t)(DT + 2);
-            pp[d] = O;
-            if (d == 0) {
-                pp[DT] = M;
-                pp[DT + 1] = L;
-            }
-        }
-    }
+    dec_merge_warps(p, wm, wl, wo, DT, nh, h0, t, split);
     if (p.pq.xq) { /* the block's heads, whole 32-blocks of the product's input */
         __syncthreads();
         preq_block(p.pq, p.out + h0 * DT, h0 * DT, nh * DT, threadIdx.x, blockDim.x);
@@ -586,34 +573,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode3_kernel(
         wo[warp][2 * tq][(gid + 8) * VR + mt] = o[mt][2];
         wo[warp][2 * tq + 1][(gid + 8) * VR + mt] = o[mt][3];
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nh * DT; i += blockDim.x) {
-        const int hh = i / DT, d = i % DT;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][hh]);
-        float O = 0.0f, L = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++) {
-                if (wm[w][hh] == -INFINITY) continue;
-                const float f = exp2f(wm[w][hh] - M);
-                O += wo[w][hh][d] * f;
-                L += wl[w][hh] * f;
-            }
-        }
-        const int h = h0 + hh;
-        if (p.n_split == 1) {
-            p.out[(size_t)t * p.out_stride + (size_t)h * DT + d] = O / L;
-        } else {
-            float *pp = p.part + (((size_t)t * p.n_head + h) * p.n_split + split) * (size_t)(DT + 2);
-            pp[d] = O;
-            if (d == 0) {
-                pp[DT] = M;
-                pp[DT + 1] = L;
-            }
-        }
-    }
+    dec_merge_warps(p, wm, wl, wo, DT, nh, h0, t, split);
     if (p.pq.xq) { /* the block's heads, whole 32-blocks of the product's input */
         __syncthreads();
         preq_block(p.pq, p.out + h0 * DT, h0 * DT, nh * DT, threadIdx.x, blockDim.x);
