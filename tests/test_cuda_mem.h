@@ -24,15 +24,23 @@ static void *dmalloc(size_t bytes) {
     return p;
 }
 
-static void up(void *d, const void *h, size_t bytes) { CHECK_OK(tela_exec_upload(gx, d, h, bytes)); }
-static void down(void *h, const void *d, size_t bytes) { CHECK_OK(tela_exec_download(gx, h, d, bytes)); }
+/* Copies in the order of exec x's stream: a test that runs an operation
+ * on an exec other than gx moves its inputs and outputs through that exec
+ * (gx's copies are not ordered with its kernels). */
+static void up_on(tela_exec *x, void *d, const void *h, size_t bytes) { CHECK_OK(tela_exec_upload(x, d, h, bytes)); }
+static void down_on(tela_exec *x, void *h, const void *d, size_t bytes) {
+    CHECK_OK(tela_exec_download(x, h, d, bytes));
+}
+static void up(void *d, const void *h, size_t bytes) { up_on(gx, d, h, bytes); }
+static void down(void *h, const void *d, size_t bytes) { down_on(gx, h, d, bytes); }
 
-static void poison(void *d, size_t n_floats) {
+static void poison_on(tela_exec *x, void *d, size_t n_floats) {
     float *p = malloc(n_floats * sizeof(float));
     for (size_t i = 0; i < n_floats; i++) p[i] = NAN;
-    up(d, p, n_floats * sizeof(float));
+    up_on(x, d, p, n_floats * sizeof(float)); /* (staged before it returns) */
     free(p);
 }
+static void poison(void *d, size_t n_floats) { poison_on(gx, d, n_floats); }
 
 static float *rand_floats(size_t n, float scale) {
     float *v = malloc(n * sizeof(float));

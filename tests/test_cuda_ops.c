@@ -781,8 +781,9 @@ static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, i
     int32_t *dpos = dmalloc(sizeof(int32_t) * ((size_t)total + 1)), *dtok = dmalloc(sizeof(int32_t) * ((size_t)total + 1));
     int32_t *upos = dmalloc(sizeof(int32_t) * ((size_t)total + 1)), *utok = dmalloc(sizeof(int32_t) * ((size_t)total + 1));
     float *dhk = dmalloc((size_t)(pos0 + 1) * kvd * 4), *dhv = dmalloc((size_t)(pos0 + 1) * kvd * 4);
-    up(dhk, hk, (size_t)(pos0 + 1) * kvd * 4);
-    up(dhv, hv, (size_t)(pos0 + 1) * kvd * 4);
+    up_on(fx, dhk, hk, (size_t)(pos0 + 1) * kvd * 4); /* (both execs read them: in place before either runs) */
+    up_on(fx, dhv, hv, (size_t)(pos0 + 1) * kvd * 4);
+    CHECK_OK(tela_exec_sync(fx));
     tela_batch cb, gb, ub;
     if (pos0 > 0) {
         CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, pos0, 0));
@@ -815,16 +816,16 @@ static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, i
             float *xq = e ? uq : dq, *xk = e ? uk_in : dk, *xv = e ? uv : dv, *xcs = e ? ucs : dcs, *xo = e ? uout : dout;
             tela_batch *xb = e ? &ub : &gb;
             CHECK_OK(tela_exec_set_batch(x, xb, e ? utok : dtok, e ? upos : dpos, ids, 1, P));
-            up(xq, q, (size_t)qd * 4);
-            up(xk, k, (size_t)kvd * 4);
-            up(xv, v, (size_t)kvd * 4);
+            up_on(x, xq, q, (size_t)qd * 4);
+            up_on(x, xk, k, (size_t)kvd * 4);
+            up_on(x, xv, v, (size_t)kvd * 4);
             tela_exec_rope_table(x, xcs, xb, dinv, n_rot);
-            poison(xo, (size_t)qd);
+            poison_on(x, xo, (size_t)qd);
             const uint64_t n0 = tela_exec_kernel_launches(x);
             tela_exec_rope_attention(x, kc, 1, xq, qd, n_head, xk, kvd, xv, kvd, xb, xcs, n_rot, (tela_rope_mode)mode,
                                      xo, qd, scale);
             launches[e] = (int)(tela_exec_kernel_launches(x) - n0);
-            down(e ? got_u : got, xo, (size_t)qd * 4);
+            down_on(x, e ? got_u : got, xo, (size_t)qd * 4);
         }
         same = same && !memcmp(got, got_u, (size_t)qd * 4);
         fewer = fewer && launches[0] == launches[1] - (fused ? 1 : 0);

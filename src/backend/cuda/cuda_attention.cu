@@ -449,15 +449,8 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode3_kernel(
 #pragma unroll
         for (int ks = 0; ks < NS; ks++) {
             float4 v;
-            if (ROPE) {
-                const int d = tq * QW + 4 * ks;
-                v = make_float4(tela_rope_elem(qh, d, p.cs, p.n_rot, p.adjacent),
-                                tela_rope_elem(qh, d + 1, p.cs, p.n_rot, p.adjacent),
-                                tela_rope_elem(qh, d + 2, p.cs, p.n_rot, p.adjacent),
-                                tela_rope_elem(qh, d + 3, p.cs, p.n_rot, p.adjacent));
-            } else {
-                v = *(const float4 *)(qp + 4 * ks);
-            }
+            if (ROPE) v = tela_rope4(qh, tq * QW + 4 * ks, p.cs, p.n_rot, p.adjacent);
+            else v = *(const float4 *)(qp + 4 * ks);
             qf[ks][0] = ok ? pack_half2(v.x * p.qscale, v.y * p.qscale) : 0u;
             qf[ks][1] = ok ? pack_half2(v.z * p.qscale, v.w * p.qscale) : 0u;
         }
@@ -951,7 +944,9 @@ bool tela_cuda_rope_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const
                               const float *k, const float *v, const float *cs, int n_rot, tela_rope_mode mode,
                               float *out, int64_t out_stride, const int32_t *pos, int n_head, float scale,
                               int32_t bucket_len) {
-    if (!ex->fuse_rope || n_rot % 2 != 0 || n_rot <= 0 || n_rot > kv->head.shape.k_dim) return false;
+    /* (tela_rope4's conditions: rotations of a multiple of 8, an aligned table) */
+    if (!ex->fuse_rope || n_rot % 8 != 0 || n_rot <= 0 || n_rot > kv->head.shape.k_dim || ((uintptr_t)cs & 15))
+        return false;
     const dec_rope rope = {k, v, cs, n_rot, mode == TELA_ROPE_ADJACENT};
     return attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, 1, n_head, scale, bucket_len, NULL, NULL,
                             0, &rope);

@@ -284,7 +284,7 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     const char *gn = getenv("TELA_CUDA_GEMV_EARLY_NT");
     ex->gemv_early_nt = ex->gemv_early && !(gn && !strcmp(gn, "0"));
     const char *gss = getenv("TELA_CUDA_GEMV_SPLIT_SW");
-    ex->gemv_split_sw = !(gss && !strcmp(gss, "0"));
+    ex->gemv_split_sw = gss && !strcmp(gss, "1");
     const char *gsw = getenv("TELA_CUDA_GEMV_SPLIT_WAVES");
     ex->gemv_split_waves = gsw && !strcmp(gsw, "1");
     const char *gt = getenv("TELA_CUDA_GEMV_STREAM");

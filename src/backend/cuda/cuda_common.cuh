@@ -46,6 +46,30 @@ static __device__ __forceinline__ float tela_rope_elem(const float *x, int d, co
     return d == i0 ? r.x : r.y;
 }
 
+/* Elements d..d+3 of x rotated, as tela_rope_elem gives them, from four-
+ * wide loads: d a multiple of 4, n_rot a multiple of 8 (a four never
+ * straddles the end of the rotated part, and in the halves convention its
+ * partners are the four half a rotation away), x and cs 16-byte aligned.
+ * Sixteen scalar loads a four made the fused decode attention's query
+ * read its slowest part (issue rate, not bytes). */
+static __device__ __forceinline__ float4 tela_rope4(const float *x, int d, const float *cs, int n_rot, int adjacent) {
+    const float4 a = *(const float4 *)(x + d);
+    if (d >= n_rot) return a;
+    if (adjacent) { /* pairs (d, d+1), (d+2, d+3): tables d/2 and d/2 + 1 */
+        const float4 c = *(const float4 *)(cs + d);
+        const float2 r0 = tela_rope_pair(a.x, a.y, c.x, c.y), r1 = tela_rope_pair(a.z, a.w, c.z, c.w);
+        return make_float4(r0.x, r0.y, r1.x, r1.y);
+    }
+    const int half = n_rot / 2, lo = d < half, f = lo ? d : d - half;
+    const float4 b = *(const float4 *)(x + (lo ? d + half : d - half));
+    const float4 c0 = *(const float4 *)(cs + 2 * f), c1 = *(const float4 *)(cs + 2 * f + 4);
+    if (lo) /* the first of each pair: partner b */
+        return make_float4(tela_rope_pair(a.x, b.x, c0.x, c0.y).x, tela_rope_pair(a.y, b.y, c0.z, c0.w).x,
+                           tela_rope_pair(a.z, b.z, c1.x, c1.y).x, tela_rope_pair(a.w, b.w, c1.z, c1.w).x);
+    return make_float4(tela_rope_pair(b.x, a.x, c0.x, c0.y).y, tela_rope_pair(b.y, a.y, c0.z, c0.w).y,
+                       tela_rope_pair(b.z, a.z, c1.x, c1.y).y, tela_rope_pair(b.w, a.w, c1.z, c1.w).y);
+}
+
 /* The GPU layout's total bytes for a matrix (0: type not supported). */
 size_t tela_cuda_layout_bytes(tela_type type, int64_t n_rows, int64_t n_cols);
 /* Rearranges rows [r0, r0 + nr) of the stored matrix src (host) into the
@@ -111,8 +135,8 @@ typedef struct cuda_exec {
     int gemv_f_rows;             /* TELA_CUDA_GEMV_ROWS: rows a warp of the float decode products, -1 auto */
     int gemv_early;              /* decode products with early loads (default; TELA_CUDA_GEMV_EARLY=0: not) */
     bool gemv_early_nt;          /* ... the quantized ones of 2-8 tokens too (default; TELA_CUDA_GEMV_EARLY_NT=0: not) */
-    bool gemv_split_sw;          /* the SwiGLU pair's rows of two or more rounds over two warps (default;
-                                    TELA_CUDA_GEMV_SPLIT_SW=0: not; cuda_matvec.cu gemv3_split) */
+    bool gemv_split_sw;          /* the SwiGLU pair's rows of two or more rounds over two warps
+                                    (TELA_CUDA_GEMV_SPLIT_SW=1; cuda_matvec.cu gemv3_split) */
     bool gemv_split_waves;       /* TELA_CUDA_GEMV_SPLIT_WAVES=1: the products' split by round 11's count of waves */
     int gemv_order;              /* TELA_CUDA_GEMV_ORDER: early loads' order against the PDL wait (cuda_matvec.cu) */
     int gemv_stream;             /* one-token products streamed through shared memory (sm_90, opt-in: TELA_CUDA_GEMV_STREAM=1;

@@ -2118,9 +2118,10 @@ static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw, 
  * which left the q+k+v whole, to measure against); not with several rows
  * a warp (TELA_CUDA_GEMV_QROWS) or where one token or several take other
  * kernels (TELA_CUDA_GEMV_EARLY=0, TELA_CUDA_GEMV_EARLY_NT=0). The SwiGLU
- * pair splits wherever each half keeps a round (the 8B's and 27B's; the
- * Q8_0 pairs of the 1B and 2B), whatever its waves: +1% on the 8B Q4_K_M
- * (TELA_CUDA_GEMV_SPLIT_SW=0: not). */
+ * pair is left whole: splitting it wherever each half keeps a round
+ * (TELA_CUDA_GEMV_SPLIT_SW=1: the 8B's and 27B's; the Q8_0 pairs of the 1B
+ * and 2B) measured +0.4% on the 8B Q4_K_M in one session and nothing in
+ * the next, -1.3% on the 1B and 2B Q8_0 files (H100, PERF-NOTES round 20). */
 static int gemv3_split(const cuda_exec *ex, tela_type type, int64_t K, int64_t rows, bool sw) {
     if (ex->gemv_q_rows > 1 || !ex->gemv_early || !ex->gemv_early_nt) return 1;
     if (sw && !ex->gemv_split_sw) return 1;
