@@ -50,20 +50,27 @@ static __device__ __forceinline__ float tela_rope_elem(const float *x, int d, co
  * wide loads: d a multiple of 4, n_rot a multiple of 8 (a four never
  * straddles the end of the rotated part, and in the halves convention its
  * partners are the four half a rotation away), x and cs 16-byte aligned.
- * Sixteen scalar loads a four made the fused decode attention's query
- * read its slowest part (issue rate, not bytes). */
+ * Every load is made whatever the case (indices clamped into the table,
+ * the result chosen after), so that an unrolled loop of these issues all
+ * its loads at once: the fused decode attention's query read, per lane
+ * 16-32 elements a scalar load and a branch at a time, was a chain of
+ * dependent L2 round trips at the head of the kernel (PERF-NOTES, GPU
+ * round 20). */
 static __device__ __forceinline__ float4 tela_rope4(const float *x, int d, const float *cs, int n_rot, int adjacent) {
+    const int half = n_rot / 2;
+    const bool rot = d < n_rot, lo = d < half;
+    /* the four's first pair: adjacent d / 2; halves d or d - half; 0 where nothing rotates */
+    const int f = !rot ? 0 : adjacent ? d / 2 : lo ? d : d - half;
     const float4 a = *(const float4 *)(x + d);
-    if (d >= n_rot) return a;
-    if (adjacent) { /* pairs (d, d+1), (d+2, d+3): tables d/2 and d/2 + 1 */
-        const float4 c = *(const float4 *)(cs + d);
-        const float2 r0 = tela_rope_pair(a.x, a.y, c.x, c.y), r1 = tela_rope_pair(a.z, a.w, c.z, c.w);
+    const float4 b = *(const float4 *)(x + (!rot || adjacent ? d : lo ? d + half : d - half));
+    const float4 c0 = *(const float4 *)(cs + 2 * f);                     /* pairs f, f + 1 */
+    const float4 c1 = *(const float4 *)(cs + 2 * f + (adjacent ? 0 : 4)); /* pairs f + 2, f + 3 (halves) */
+    if (!rot) return a;
+    if (adjacent) {
+        const float2 r0 = tela_rope_pair(a.x, a.y, c0.x, c0.y), r1 = tela_rope_pair(a.z, a.w, c0.z, c0.w);
         return make_float4(r0.x, r0.y, r1.x, r1.y);
     }
-    const int half = n_rot / 2, lo = d < half, f = lo ? d : d - half;
-    const float4 b = *(const float4 *)(x + (lo ? d + half : d - half));
-    const float4 c0 = *(const float4 *)(cs + 2 * f), c1 = *(const float4 *)(cs + 2 * f + 4);
-    if (lo) /* the first of each pair: partner b */
+    if (lo) /* the first of each pair; its partner in b */
         return make_float4(tela_rope_pair(a.x, b.x, c0.x, c0.y).x, tela_rope_pair(a.y, b.y, c0.z, c0.w).x,
                            tela_rope_pair(a.z, b.z, c1.x, c1.y).x, tela_rope_pair(a.w, b.w, c1.z, c1.w).x);
     return make_float4(tela_rope_pair(b.x, a.x, c0.x, c0.y).y, tela_rope_pair(b.y, a.y, c0.z, c0.w).y,
