@@ -804,11 +804,6 @@ static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, i
     for (int st = 0; st < steps; st++) {
         const int32_t P = pos0 + st;
         float *q = rand_floats((size_t)qd, 1.0f), *k = rand_floats((size_t)kvd, 1.0f), *v = rand_floats((size_t)kvd, 1.0f);
-        CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, 1, P));
-        tela_exec_rope_table(cx, ccs, &cb, inv, n_rot);
-        tela_exec_rope_attention(cx, ck, 1, q, qd, n_head, k, kvd, v, kvd, &cb, ccs, n_rot, (tela_rope_mode)mode, cout,
-                                 qd, scale);
-        CHECK_OK(tela_exec_sync(cx));
         int launches[2];
         for (int e = 0; e < 2; e++) {
             tela_exec *x = e ? ux : fx;
@@ -827,6 +822,12 @@ static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, i
             launches[e] = (int)(tela_exec_kernel_launches(x) - n0);
             down_on(x, e ? got_u : got, xo, (size_t)qd * 4);
         }
+        /* the CPU's last: its RoPE rotates q and k in place (the GPU's took copies) */
+        CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, 1, P));
+        tela_exec_rope_table(cx, ccs, &cb, inv, n_rot);
+        tela_exec_rope_attention(cx, ck, 1, q, qd, n_head, k, kvd, v, kvd, &cb, ccs, n_rot, (tela_rope_mode)mode, cout,
+                                 qd, scale);
+        CHECK_OK(tela_exec_sync(cx));
         same = same && !memcmp(got, got_u, (size_t)qd * 4);
         fewer = fewer && launches[0] == launches[1] - (fused ? 1 : 0);
         for (int64_t i = 0; i < qd; i++) ref[i] = cout[i];
