@@ -116,10 +116,9 @@ static bool float_gemm(tela_type type, int n_tok) {
  * and several take its several-token form (the output heads' route). */
 static bool same_bits_expected(tela_type type, bool swiglu) {
     const char *fm = getenv("TELA_CUDA_GEMV_FM"), *rows = getenv("TELA_CUDA_GEMV_ROWS");
-    const char *st = getenv("TELA_CUDA_GEMV_STREAM"), *gb = getenv("TELA_CUDA_FLOAT_GEMM_BYTES");
-    /* opt-in experiments where one token takes another kernel than several:
-     * the streamed one-token kernels, and cuBLAS for several F32 tokens */
-    if (st && (!strcmp(st, "1") || !strcmp(st, "2"))) return false;
+    const char *gb = getenv("TELA_CUDA_FLOAT_GEMM_BYTES");
+    /* an opt-in setting where one token takes another kernel than several:
+     * cuBLAS for several F32 tokens */
     if (type == TELA_TYPE_F32 && gb && !strcmp(gb, "0")) return false;
     if (type != TELA_TYPE_F16 && type != TELA_TYPE_BF16) return true;
     if (fm && !strcmp(fm, "1")) return true;
@@ -432,10 +431,7 @@ static void test_matmul(void) {
      * quantized ones take several rounds of units, the last one partial */
     const int few[] = {1, 3};
     test_matmul_shape(45, 4352, few, sizeof few / sizeof few[0]);
-    /* one token on a taller matrix: the streamed kernel's CTAs take
-     * several stages each (with TELA_CUDA_GEMV_STREAM=2 its two-stage
-     * rings wrap), and every array of the Q6_K layout is a multiple of 16
-     * bytes, as its bulk copies need */
+    /* one token on a taller matrix, whose last block of rows is partial */
     const int one[] = {1};
     test_matmul_shape(1000, 2048, one, 1);
     test_matmul_chain();
@@ -959,11 +955,10 @@ static void test_preq_on(void) {
             tela_mat *list[1] = {&w.m};
             tela_mat_use uses[1] = {TELA_MAT_MATMUL};
             CHECK_OK(tela_backend_prepare_mats(gpu, list, uses, 1, 0));
-            /* launches saved: none where the opt-in experiments take over (the
-             * streamed products, which quantize nothing; the first decode
-             * attention, which does not quantize its output) */
-            const char *st = getenv("TELA_CUDA_GEMV_STREAM"), *av = getenv("TELA_CUDA_ATTN");
-            const int saved = (st && (!strcmp(st, "1") || !strcmp(st, "2"))) || (which <= 2 && av && !strcmp(av, "1")) ? 0 : 1;
+            /* launches saved: none where the first decode attention takes
+             * over (TELA_CUDA_ATTN=1: it does not quantize its output) */
+            const char *av = getenv("TELA_CUDA_ATTN");
+            const int saved = which <= 2 && av && !strcmp(av, "1") ? 0 : 1;
             const int n1 = preq_run(which, false, &w.m, kv, &b, dq, dx, x0, dgate, dstate, state0, dgdn, dy, K, y1);
             const int n2 = preq_run(which, true, &w.m, kv, &b, dq, dx, x0, dgate, dstate, state0, dgdn, dy, K, y2);
             CHECK_MSG(!memcmp(y1, y2, (size_t)R * 4), "%s, then a %s product: other bits when it quantizes its output",

@@ -287,13 +287,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_split_sw = gss && !strcmp(gss, "1");
     const char *gsw = getenv("TELA_CUDA_GEMV_SPLIT_WAVES");
     ex->gemv_split_waves = gsw && !strcmp(gsw, "1");
-    const char *gt = getenv("TELA_CUDA_GEMV_STREAM");
-    /* opt-in: measured slower than the early-load kernels (docs/PERF-NOTES.md, GPU round 5) */
-    ex->gemv_stream = b->cc_major >= 9 && gt && (!strcmp(gt, "1") || !strcmp(gt, "2")) ? atoi(gt) : 0;
-    const char *sc = getenv("TELA_CUDA_STREAM");
-    if (sc) sscanf(sc, "%d,%d,%d", &ex->stream_stage_kb, &ex->stream_ring_kb, &ex->stream_cps);
-    const char *co = getenv("TELA_CUDA_CARVEOUT");
-    ex->carveout = ex->gemv_stream && !(co && !strcmp(co, "0"));
     const char *go = getenv("TELA_CUDA_GEMV_ORDER");
     ex->gemv_order = go && (!strcmp(go, "0") || !strcmp(go, "2")) ? atoi(go) : 1;
     const char *gw = getenv("TELA_CUDA_GEMV_WPR");
@@ -315,8 +308,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_fm_one = fm && !strcmp(fm, "1");
     const char *fn = getenv("TELA_CUDA_GEMV_FRN");
     ex->gemv_frn = !(fn && !strcmp(fn, "0"));
-    const char *f2 = getenv("TELA_CUDA_FM2");
-    ex->gemv_fm2 = f2 && !strcmp(f2, "1"); /* opt-in: measured slower (docs/PERF-NOTES.md, GPU round 10) */
     const char *fr = getenv("TELA_CUDA_FM_RB");
     ex->fm_rb = fr && (!strcmp(fr, "1") || !strcmp(fr, "2") || !strcmp(fr, "4")) ? atoi(fr) : 0;
     const char *gl = getenv("TELA_CUDA_GDN_LANES");
@@ -354,7 +345,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
         return tela_errorf(TELA_ERR_INTERNAL, "cuda:%d: cannot initialize cuBLAS", b->device);
     }
     cublasSetMathMode(ex->cublas, CUBLAS_DEFAULT_MATH);
-    tela_cuda_fm2_init(ex);
     *out = &ex->head;
     return TELA_OK;
 }

@@ -146,11 +146,6 @@ typedef struct cuda_exec {
                                     (TELA_CUDA_GEMV_SPLIT_SW=1; cuda_matvec.cu gemv3_split) */
     bool gemv_split_waves;       /* TELA_CUDA_GEMV_SPLIT_WAVES=1: the products' split by round 11's count of waves */
     int gemv_order;              /* TELA_CUDA_GEMV_ORDER: early loads' order against the PDL wait (cuda_matvec.cu) */
-    int gemv_stream;             /* one-token products streamed through shared memory (sm_90, opt-in: TELA_CUDA_GEMV_STREAM=1;
-                                    2: the smallest stages and ring, for tests) */
-    int stream_stage_kb, stream_ring_kb, stream_cps; /* TELA_CUDA_STREAM=stage KB,ring KB,CTAs an SM (0: 16, 96, 1) */
-    bool carveout;               /* with the streamed products: kernels launched with the largest shared-memory carveout
-                                    (TELA_CUDA_CARVEOUT=0: not) */
     int gemv_depth;              /* TELA_CUDA_GEMV_DEPTH=1|2: rounds of loads in flight of the quantized ones, 0 auto */
     int gemv_split;              /* TELA_CUDA_GEMV_SPLIT=1|2: warps a row of the quantized ones with early loads, 0 auto */
     int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of gemv_fs_kernel (TELA_CUDA_GEMV_FX=0), 0 auto */
@@ -163,8 +158,6 @@ typedef struct cuda_exec {
                                     pass, one-token products ~35% slower on the H200) */
     bool gemv_frn;               /* float products of 2-8 tokens with the heads' 4-rows-a-warp kernel, the bits of its
                                     one-token form (default; TELA_CUDA_GEMV_FRN=0: the tensor-core kernel) */
-    bool gemv_fm2;               /* ... with the weights streamed through shared memory where K % 128 == 0 (opt-in,
-                                    TELA_CUDA_FM2=1: measured slower on the H100, docs/PERF-NOTES.md round 10) */
     int fm_slices, fm_rb;        /* TELA_CUDA_FM_SLICES=1|2|4|8, TELA_CUDA_FM_RB=1|2|4: their shape, 0 auto */
     int gdn_lanes;               /* TELA_CUDA_GDN_LANES=4|8: lanes a column of the delta-rule scan, 0 auto */
     bool pdl;                    /* programmatic dependent launches (sm_90 and newer; TELA_CUDA_PDL=0: off) */
@@ -274,21 +267,12 @@ void tela_cuda_comm_allreduce(void *comm, tela_exec *const *ex, float *const *bu
 /* Destroys the captured graphs (they are captured again on next use). */
 void tela_cuda_drop_graphs(cuda_exec *ex);
 
-/* Asks that the kernel run with the largest shared-memory carveout (once
- * per kernel). An SM holds CTAs of different kernels at once only in one
- * carveout, so the decode products that stream their weights through
- * ~100 KB of shared memory (cuda_matvec.cu) and the kernels around them
- * must agree for the next kernel's CTAs to start beside the running ones
- * (TELA_CUDA_CARVEOUT=0: the driver's choice). */
-void tela_cuda_prefer_shared(const void *kernel);
-
 /* Launches kernel<<<grid, block, smem, ex->stream>>>(args...), with the
  * programmatic-dependent-launch attribute when the exec uses it (ex->pdl).
  * Errors are read by tela_cuda_launched, as for <<<>>>. */
 template <typename... P, typename... A>
 static inline void tela_cuda_launch(cuda_exec *ex, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                                     A &&...args) {
-    if (ex->carveout) tela_cuda_prefer_shared((const void *)kernel);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -337,10 +321,6 @@ typedef struct preq_out {
 } preq_out;
 
 /* ---- launchers (cuda_matvec.cu) ---- */
-
-/* Prepares the streamed tensor-core products for this exec's device (their
- * shared memory), or turns them off where it cannot (cuda_matvec.cu). */
-void tela_cuda_fm2_init(cuda_exec *ex);
 
 /* Products y[t] (+)= W x[t] for t < n_tok, n_tok <= TELA_CUDA_GEMV_MAX_TOK,
  * weights in the GPU layout; x is quantized to 8 bits per 32 (quantized

@@ -5,8 +5,6 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "util/error.h"
 
-#include <pthread.h>
-
 bool tela_cuda_check(cuda_exec *ex, cudaError_t err, const char *what) {
     if (err == cudaSuccess) return true;
     if (ex->failed == TELA_OK)
@@ -56,24 +54,3 @@ void *tela_cuda_aux(cuda_exec *ex, size_t bytes) { return grow(ex, &ex->aux, &ex
 
 void *tela_cuda_act(cuda_exec *ex, size_t bytes) { return grow(ex, &ex->act, &ex->act_bytes, bytes); }
 
-/* Kernels whose shared-memory carveout is already set (a small open-addressed
- * set of function addresses, behind a lock: execs may launch from several
- * threads). */
-#define CARVEOUT_SLOTS 1024
-static const void *carveout_set[CARVEOUT_SLOTS];
-static pthread_mutex_t carveout_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void tela_cuda_prefer_shared(const void *kernel) {
-    size_t h = ((uintptr_t)kernel >> 4) * 0x9E3779B97F4A7C15ull >> 54; /* 10 bits */
-    pthread_mutex_lock(&carveout_lock);
-    for (int n = 0; n < CARVEOUT_SLOTS; n++, h = (h + 1) % CARVEOUT_SLOTS) {
-        if (carveout_set[h] == kernel) break;
-        if (!carveout_set[h]) {
-            carveout_set[h] = kernel;
-            cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-            cudaGetLastError(); /* a hint: a refusal changes nothing else */
-            break;
-        }
-    }
-    pthread_mutex_unlock(&carveout_lock);
-}
