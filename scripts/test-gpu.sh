@@ -49,11 +49,6 @@ if [ "$part" != 2 ]; then
 (cd build-cuda && ctest --output-on-failure -R '^test_cuda' 2>&1 | tee /tmp/tela-ctest-gpu.log)
 grep -hE '^[0-9]+ passed, [0-9]+ failed|^type |^device:|^out of memory|^note' build-cuda/Testing/Temporary/LastTest.log
 note "GPU tests: $(grep -E 'tests passed|tests failed' /tmp/tela-ctest-gpu.log | tail -1); checks: $(grep -hE '^[0-9]+ passed, [0-9]+ failed' build-cuda/Testing/Temporary/LastTest.log | tr '\n' ' ')"
-# the Llama model tests again with the RoPE and store inside the decode
-# attention (opt-in until measured: docs/PERF-NOTES.md GPU round 19)
-if TELA_CUDA_FUSE_ROPE=1 TELA_SOURCE_DIR=$PWD TELA_SHARED_DIR=${TELA_SHARED_DIR:-$PWD/../shared} \
-    ./build-cuda/tests/test_cuda_llama > /tmp/tela-llama-fuse.log 2>&1; then r=ok; else r="FAILED (rc $?)"; fi
-note "test_cuda_llama TELA_CUDA_FUSE_ROPE=1: $r ($(grep -E '^[0-9]+ passed, [0-9]+ failed' /tmp/tela-llama-fuse.log | tail -1))"
 fi
 # the op tests again on each variant of the decode products and attention
 # (TELA_GPU_VARIANTS=0: not)

@@ -18,8 +18,6 @@
  *     contexts (several splits), short prefills, and the flash kernel
  *     (head_dim 64 and 128), against the CPU backend's f32 attention;
  *   - KV cache snapshot images: save, clear, load, same results;
- *   - the RoPE and store inside the decode attention
- *     (tela_exec_rope_attention): the bits of the two launches it replaces;
  *   - kernels that quantize their output for the product after them
  *     (tela_exec_next_input_of): the same bits as the product's own
  *     quantization, in one launch fewer.
@@ -741,147 +739,6 @@ static void test_rope_store(void) {
     free(kw);
 }
 
-/* tela_exec_rope_attention: decode steps (one token each, after pos0
- * cached positions) through a GPU exec whose decode attention does the
- * RoPE and store itself (TELA_CUDA_FUSE_ROPE=1), through one that
- * launches the two (=0), and through the CPU backend (f32 cache). The
- * first two must agree to the bit, in their outputs and in what they
- * stored (the caches' images), with one launch fewer where the shape is
- * taken (f16 caches of head size 64 and 128, up to eight heads a group);
- * both against the CPU within the f16 cache's bound. */
-static void check_rope_attention(int n_head, int n_kv_head, int hd, int n_rot, int mode, int32_t pos0, int steps,
-                                 tela_kv_dtype dtype, bool fused) {
-    const int32_t total = pos0 + steps, n_ctx = total + 5;
-    const tela_kv_shape shape = {2, n_ctx, n_kv_head, hd, hd, dtype, 0, n_ctx};
-    const tela_kv_shape cshape = {2, n_ctx, n_kv_head, hd, hd, TELA_KV_DTYPE_F32, 0, n_ctx};
-    tela_exec *fx = NULL, *ux = NULL; /* the RoPE inside the attention where it can; never */
-    setenv("TELA_CUDA_FUSE_ROPE", "1", 1);
-    CHECK_OK(tela_exec_create(gpu, 0, &fx));
-    setenv("TELA_CUDA_FUSE_ROPE", "0", 1);
-    CHECK_OK(tela_exec_create(gpu, 0, &ux));
-    unsetenv("TELA_CUDA_FUSE_ROPE");
-    tela_kv_cache *gk = NULL, *uk = NULL, *ck = NULL;
-    if (fx) CHECK_OK(tela_kv_create(fx, &shape, &gk));
-    if (ux) CHECK_OK(tela_kv_create(ux, &shape, &uk));
-    CHECK_OK(tela_kv_create(cx, &cshape, &ck));
-    if (!fx || !ux || !gk || !uk || !ck) return;
-    const int64_t kvd = (int64_t)n_kv_head * hd, qd = (int64_t)n_head * hd;
-    double inv[64];
-    for (int i = 0; i < n_rot / 2; i++) inv[i] = pow(500000.0, -2.0 * i / n_rot) * (i % 3 == 0 ? 0.25 : 1.0);
-    const double *dinv = NULL;
-    CHECK_OK(tela_backend_const(gpu, inv, sizeof inv, (const void **)&dinv));
-    /* the history: stored as they are (already rotated) by each */
-    float *hk = rand_floats((size_t)(pos0 + 1) * kvd, 1.0f), *hv = rand_floats((size_t)(pos0 + 1) * kvd, 1.0f);
-    int32_t *ids = calloc((size_t)total + 1, sizeof(int32_t)), *cpos = malloc(sizeof(int32_t) * ((size_t)total + 1));
-    int32_t *ctok = malloc(sizeof(int32_t) * ((size_t)total + 1));
-    int32_t *dpos = dmalloc(sizeof(int32_t) * ((size_t)total + 1)), *dtok = dmalloc(sizeof(int32_t) * ((size_t)total + 1));
-    int32_t *upos = dmalloc(sizeof(int32_t) * ((size_t)total + 1)), *utok = dmalloc(sizeof(int32_t) * ((size_t)total + 1));
-    float *dhk = dmalloc((size_t)(pos0 + 1) * kvd * 4), *dhv = dmalloc((size_t)(pos0 + 1) * kvd * 4);
-    up_on(fx, dhk, hk, (size_t)(pos0 + 1) * kvd * 4); /* (both execs read them: in place before either runs) */
-    up_on(fx, dhv, hv, (size_t)(pos0 + 1) * kvd * 4);
-    CHECK_OK(tela_exec_sync(fx));
-    tela_batch cb, gb, ub;
-    if (pos0 > 0) {
-        CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, pos0, 0));
-        tela_exec_kv_store(cx, ck, 1, hk, kvd, hv, kvd, &cb);
-        CHECK_OK(tela_exec_set_batch(fx, &gb, dtok, dpos, ids, pos0, 0));
-        tela_exec_kv_store(fx, gk, 1, dhk, kvd, dhv, kvd, &gb);
-        CHECK_OK(tela_exec_set_batch(ux, &ub, utok, upos, ids, pos0, 0));
-        tela_exec_kv_store(ux, uk, 1, dhk, kvd, dhv, kvd, &ub);
-    }
-    float *dq = dmalloc((size_t)qd * 4), *dk = dmalloc((size_t)kvd * 4), *dv = dmalloc((size_t)kvd * 4);
-    float *uq = dmalloc((size_t)qd * 4), *uk_in = dmalloc((size_t)kvd * 4), *uv = dmalloc((size_t)kvd * 4);
-    float *dcs = dmalloc((size_t)n_rot * 4), *ucs = dmalloc((size_t)n_rot * 4), *ccs = malloc((size_t)n_rot * 4);
-    float *dout = dmalloc((size_t)qd * 4), *uout = dmalloc((size_t)qd * 4);
-    float *cout = malloc((size_t)qd * 4), *got = malloc((size_t)qd * 4), *got_u = malloc((size_t)qd * 4);
-    double *ref = malloc((size_t)qd * 8), worst = 0.0;
-    const float scale = 1.0f / sqrtf((float)hd);
-    bool same = true, fewer = true;
-    for (int st = 0; st < steps; st++) {
-        const int32_t P = pos0 + st;
-        float *q = rand_floats((size_t)qd, 1.0f), *k = rand_floats((size_t)kvd, 1.0f), *v = rand_floats((size_t)kvd, 1.0f);
-        int launches[2];
-        for (int e = 0; e < 2; e++) {
-            tela_exec *x = e ? ux : fx;
-            tela_kv_cache *kc = e ? uk : gk;
-            float *xq = e ? uq : dq, *xk = e ? uk_in : dk, *xv = e ? uv : dv, *xcs = e ? ucs : dcs, *xo = e ? uout : dout;
-            tela_batch *xb = e ? &ub : &gb;
-            CHECK_OK(tela_exec_set_batch(x, xb, e ? utok : dtok, e ? upos : dpos, ids, 1, P));
-            up_on(x, xq, q, (size_t)qd * 4);
-            up_on(x, xk, k, (size_t)kvd * 4);
-            up_on(x, xv, v, (size_t)kvd * 4);
-            tela_exec_rope_table(x, xcs, xb, dinv, n_rot);
-            poison_on(x, xo, (size_t)qd);
-            const uint64_t n0 = tela_exec_kernel_launches(x);
-            tela_exec_rope_attention(x, kc, 1, xq, qd, n_head, xk, kvd, xv, kvd, xb, xcs, n_rot, (tela_rope_mode)mode,
-                                     xo, qd, scale);
-            launches[e] = (int)(tela_exec_kernel_launches(x) - n0);
-            down_on(x, e ? got_u : got, xo, (size_t)qd * 4);
-        }
-        /* the CPU's last: its RoPE rotates q and k in place (the GPU's took copies) */
-        CHECK_OK(tela_exec_set_batch(cx, &cb, ctok, cpos, ids, 1, P));
-        tela_exec_rope_table(cx, ccs, &cb, inv, n_rot);
-        tela_exec_rope_attention(cx, ck, 1, q, qd, n_head, k, kvd, v, kvd, &cb, ccs, n_rot, (tela_rope_mode)mode, cout,
-                                 qd, scale);
-        CHECK_OK(tela_exec_sync(cx));
-        same = same && !memcmp(got, got_u, (size_t)qd * 4);
-        fewer = fewer && launches[0] == launches[1] - (fused ? 1 : 0);
-        for (int64_t i = 0; i < qd; i++) ref[i] = cout[i];
-        const double e = rel_err(got, ref, (size_t)qd);
-        if (e > worst) worst = e;
-        free(q);
-        free(k);
-        free(v);
-    }
-    const double tol = dtype == TELA_KV_DTYPE_F16 ? 3e-3 : 1e-5;
-    const char *dn = dtype == TELA_KV_DTYPE_F16 ? "f16" : "f32";
-    CHECK_MSG(worst <= tol, "rope_attention heads %d/%d dim %d rot %d mode %d pos0 %d %s: rel err %.3g", n_head,
-              n_kv_head, hd, n_rot, mode, pos0, dn, worst);
-    CHECK_MSG(same, "rope_attention heads %d/%d dim %d pos0 %d %s: in one kernel, other bits than in two", n_head,
-              n_kv_head, hd, pos0, dn);
-    CHECK_MSG(fewer, "rope_attention heads %d/%d dim %d %s: %s", n_head, n_kv_head, hd, dn,
-              fused ? "not one launch fewer in one kernel" : "launches differ where the shape is not taken");
-    /* what each stored: the same bytes */
-    const size_t ib = tela_kv_image_bytes(gk, total);
-    unsigned char *ia = malloc(ib), *iu = malloc(ib);
-    CHECK_OK(tela_kv_save(fx, gk, total, ia));
-    CHECK_OK(tela_kv_save(ux, uk, total, iu));
-    CHECK_MSG(!memcmp(ia, iu, ib), "rope_attention heads %d/%d dim %d %s: the caches differ", n_head, n_kv_head, hd, dn);
-    free(ia);
-    free(iu);
-    float *bufs[] = {dq, dk, dv, uq, uk_in, uv, dcs, ucs, dout, uout, dhk, dhv};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tela_backend_free_mem(gpu, bufs[i]);
-    int32_t *ibufs[] = {dpos, dtok, upos, utok};
-    for (size_t i = 0; i < 4; i++) tela_backend_free_mem(gpu, ibufs[i]);
-    tela_kv_free(gk);
-    tela_kv_free(uk);
-    tela_kv_free(ck);
-    tela_exec_free(ux);
-    tela_exec_free(fx);
-    free(hk);
-    free(hv);
-    free(ids);
-    free(cpos);
-    free(ctok);
-    free(ccs);
-    free(cout);
-    free(got);
-    free(got_u);
-    free(ref);
-}
-
-static void test_rope_attention(void) {
-    const tela_kv_dtype F16 = TELA_KV_DTYPE_F16, F32 = TELA_KV_DTYPE_F32;
-    check_rope_attention(32, 8, 64, 64, 0, 0, 3, F16, true);     /* Llama-3.2-1B's heads, the first tokens, adjacent pairs */
-    check_rope_attention(32, 8, 64, 64, 1, 40, 3, F16, true);    /* halves (Hugging Face checkpoints) */
-    check_rope_attention(32, 8, 128, 128, 0, 700, 2, F16, true); /* the 8B's, several splits */
-    check_rope_attention(16, 2, 128, 96, 1, 300, 2, F16, true);  /* eight heads a group, partial rotation */
-    check_rope_attention(8, 8, 64, 32, 0, 5, 2, F16, true);      /* one head a group */
-    check_rope_attention(24, 2, 128, 128, 0, 20, 2, F16, false); /* twelve a group: the two launches */
-    check_rope_attention(4, 2, 32, 16, 0, 9, 2, F16, false);     /* head size 32: the two launches */
-    check_rope_attention(32, 8, 64, 64, 0, 30, 2, F32, false);   /* an f32 cache: the two launches */
-}
-
 /* Kernels that quantize their own output for the product after them
  * (tela_exec_next_input_of): the attention (head sizes 64 and 128: the
  * tensor-core decode kernel; 256: the second variant), the output gate
@@ -1041,7 +898,6 @@ int main(void) {
     gx = v1;
     test_small_ops();
     test_rope_store();
-    test_rope_attention();
     test_attention();
     test_preq();
     tela_exec_free(gx);

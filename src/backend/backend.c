@@ -464,22 +464,6 @@ void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, cons
             b->n_tok > 1 ? "attention (prefill)" : "attention (decode)", false, -1, 0, 0);
 }
 
-void tela_exec_rope_attention(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
-                              float *k, int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b,
-                              const float *cs, int n_rot, tela_rope_mode mode, float *out, int64_t out_stride,
-                              float scale) {
-    if (kv->ops->rope_attention) {
-        PROF_OP(ex,
-                kv->ops->rope_attention(ex, kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b, cs, n_rot,
-                                        mode, out, out_stride, scale),
-                b->n_tok > 1 ? "RoPE + KV store + attention (prefill)" : "RoPE + KV store + attention (decode)", false,
-                -1, 0, 0);
-        return;
-    }
-    tela_exec_rope_store(ex, kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b, cs, n_rot, mode);
-    tela_exec_attention(ex, kv, layer, q, q_stride, out, out_stride, b, n_head, scale);
-}
-
 void tela_exec_zero(tela_exec *ex, void *p, size_t bytes) {
     if (bytes) PROF_OP(ex, ex->ops->zero(ex, p, bytes), "state clear", false, -1, 0, 0);
 }

@@ -364,16 +364,6 @@ void tela_exec_norm_rope_store(tela_exec *ex, const tela_head_norms *norms, tela
 void tela_exec_attention(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                          float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale);
 
-/* tela_exec_rope_store, then tela_exec_attention of the same queries into
- * out: one operation, so that a backend may do both in one pass (the CUDA
- * decode attention rotates the query as it reads it and stores the
- * token's key and value itself). The values are those of the two calls;
- * what q and k hold afterwards is unspecified (rotated or not). */
-void tela_exec_rope_attention(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
-                              float *k, int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b,
-                              const float *cs, int n_rot, tela_rope_mode mode, float *out, int64_t out_stride,
-                              float scale);
-
 /* dst row i = src row rows[i] (rows: host memory), n rows of `width`
  * floats: the rows of a batched step that need logits, gathered. */
 void tela_exec_copy_rows(tela_exec *ex, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,

@@ -70,12 +70,6 @@ struct tela_backend_ops {
                        int n_rot, tela_rope_mode mode, const tela_head_norms *norms);
     void (*attention)(tela_exec *ex, const tela_kv_cache *kv, int layer, const float *q, int64_t q_stride,
                       float *out, int64_t out_stride, const tela_batch *b, int n_head, float scale);
-    /* tela_exec_rope_attention (NULL: backend.c calls rope_store, then
-     * attention) */
-    void (*rope_attention)(tela_exec *ex, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
-                           float *k, int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b,
-                           const float *cs, int n_rot, tela_rope_mode mode, float *out, int64_t out_stride,
-                           float scale);
 
     /* Gated DeltaNet layers (Qwen3.5) */
     void (*zero)(tela_exec *ex, void *p, size_t bytes);

@@ -616,9 +616,10 @@ static void layer(const llama_model *L, llama_state *s, int l, int kl) {
         const tela_norm_in norm = {ly->attn_norm_b, L->eps, a->xb};
         const tela_matmul_target qkv[3] = {{&ly->wq, a->q, q_dim}, {&ly->wk, a->k, k_dim}, {&ly->wv, a->v, v_dim}};
         tela_exec_norm_matmul_many(ex, &norm, qkv, 3, a->x, E, nt);
+        tela_exec_rope_store(ex, s->kv[r], kl, a->q, q_dim, L->r_head, a->k, k_dim, a->v, v_dim, b, a->cs, L->n_rot,
+                             L->rope_mode);
         tela_exec_next_input_of(ex, &ly->wo); /* (a hint: the attention may prepare wo's input) */
-        tela_exec_rope_attention(ex, s->kv[r], kl, a->q, q_dim, L->r_head, a->k, k_dim, a->v, v_dim, b, a->cs,
-                                 L->n_rot, L->rope_mode, a->att, att_dim, scale);
+        tela_exec_attention(ex, s->kv[r], kl, a->q, q_dim, a->att, att_dim, b, L->r_head, scale);
         tela_exec_matmul(ex, &ly->wo, a->att, att_dim, split ? a->part : a->x, E, nt, !split || (shared && r > 0));
     }
     if (split) {

@@ -50,7 +50,6 @@ static __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
     return *(const uint32_t *)&h;
 }
 
-
 struct dec_params {
     const float *q;
     int64_t q_stride;
@@ -68,14 +67,6 @@ struct dec_params {
     int64_t out_stride;
     preq_out pq;                 /* variants 2 and 3, one token, no splits: the output quantized for the product after
                                     it (cuda_act.cuh), else pq.xq NULL */
-    /* variant 3, one token (tela_cuda_rope_attention): the RoPE and store
-     * done here. The query is rotated as it is read (q itself is left as
-     * it was) and the block whose keys hold the token's position writes
-     * the token's key (rotated) and value into the cache before it reads
-     * them; rk: the unrotated keys (the KV heads' rows), rv: the values. */
-    const float *rk, *rv;
-    const float *cs;             /* the token's table: cos and sin of each pair */
-    int n_rot, adjacent;
 };
 
 /* The cache row of position j: j itself, or through the sequence's block
@@ -401,7 +392,6 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode2_kernel(con
     }
 }
 
-
 /* Decode, variant 3 (the default for f16 caches of head dimension 64 or
  * 128): the group's query heads (up to 8) as the N side of m16n8k16
  * tensor-core products, so a warp takes 16 keys a step with no per-key
@@ -421,7 +411,7 @@ static __device__ __forceinline__ uint32_t pair_lo(uint32_t a, uint32_t b, int h
     return __byte_perm(a, b, hi ? 0x7632 : 0x5410);
 }
 
-template <int DT, bool ROPE>
+template <int DT>
 static __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode3_kernel(const dec_params p) {
     TELA_PDL_ENTRY();
     constexpr int QW = DT / 4;  /* halves of a key row a lane supplies */
@@ -444,32 +434,16 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, 3) attn_decode3_kernel(
     uint32_t qf[NS][2];
     {
         const bool ok = gid < nh;
-        const float *qh = p.q + (size_t)t * p.q_stride + (size_t)(h0 + (ok ? gid : 0)) * DT;
-        const float *qp = qh + tq * QW;
+        const float *qp = p.q + (size_t)t * p.q_stride + (size_t)(h0 + (ok ? gid : 0)) * DT + tq * QW;
 #pragma unroll
         for (int ks = 0; ks < NS; ks++) {
-            float4 v;
-            if (ROPE) v = tela_rope4(qh, tq * QW + 4 * ks, p.cs, p.n_rot, p.adjacent);
-            else v = *(const float4 *)(qp + 4 * ks);
+            const float4 v = *(const float4 *)(qp + 4 * ks);
             qf[ks][0] = ok ? pack_half2(v.x * p.qscale, v.y * p.qscale) : 0u;
             qf[ks][1] = ok ? pack_half2(v.z * p.qscale, v.w * p.qscale) : 0u;
         }
     }
     const __half *kc = (const __half *)p.k + (size_t)g * p.n_ctx * DT;
     const __half *vc = (const __half *)p.v + (size_t)g * p.n_ctx * DT;
-    if (ROPE) {
-        /* the token's key and value (rope_store_kernel's values) where this
-         * block reads them; the barrier makes them visible to its warps */
-        if (n_kv - 1 >= k0 && n_kv - 1 < k1) {
-            const size_t row = (size_t)kv_row(tt, n_kv - 1, p.shift) * DT;
-            const float *kr = p.rk + (size_t)g * DT, *vr = p.rv + (size_t)g * DT;
-            for (int d = threadIdx.x; d < DT; d += blockDim.x) {
-                ((__half *)kc)[row + d] = __float2half(tela_rope_elem(kr, d, p.cs, p.n_rot, p.adjacent));
-                ((__half *)vc)[row + d] = __float2half(vr[d]);
-            }
-        }
-        __syncthreads();
-    }
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* heads 2 tq and 2 tq + 1 */
     float o[NS][4];
 #pragma unroll
@@ -584,21 +558,9 @@ static dec_kernel_fn dec_pick(int dmax, bool vec) {
     return NULL;
 }
 
-/* The RoPE and store that the decode attention does itself (one token,
- * variant 3): the token's unrotated keys and its values (the KV heads'
- * rows), its table. */
-struct dec_rope {
-    const float *k, *v, *cs;
-    int n_rot, adjacent;
-};
-
-/* rope: NULL, or the RoPE and store for the kernel to do (one token):
- * false where the kernel chosen for the shape would not (variant 3 with
- * one block a KV head's group), before anything is launched. */
-static bool attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
+static void attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
                              float *out, int64_t out_stride, const int32_t *pos, int n_tok, int n_head, float scale,
-                             int32_t max_len, const int32_t *tbl, const int32_t *tok_tbl, int shift,
-                             const dec_rope *rope) {
+                             int32_t max_len, const int32_t *tbl, const int32_t *tok_tbl, int shift) {
     const tela_kv_shape *s = &kv->head.shape;
     dec_params p;
     p.q = q;
@@ -623,7 +585,6 @@ static bool attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     /* variant 1 for f32 caches, other head dimensions and groups over 8 */
     dec_kernel_fn fn = kv->elt == 2 ? dec_pick<__half>(dmax, vec) : dec_pick<float>(dmax, vec);
     bool quantizes = false; /* a kernel that can quantize its output (p.pq) */
-    bool roped = false;     /* the kernel does the RoPE and store (rope) */
     int per_sm = 8; /* blocks an SM that the splits aim at */
     if (ex->attn_variant >= 2 && kv->elt == 2 && s->k_dim == s->v_dim && p.hpb <= 8 && q_stride % 4 == 0 &&
         ((uintptr_t)q & 15) == 0) {
@@ -633,22 +594,14 @@ static bool attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
         else if (s->k_dim == 256) fn = nh4 ? attn_decode2_kernel<256, 4> : attn_decode2_kernel<256, 8>;
         quantizes = s->k_dim == 64 || s->k_dim == 128 || s->k_dim == 256;
         if (ex->attn_variant == 3 && (s->k_dim == 64 || s->k_dim == 128)) {
-            if (rope) fn = s->k_dim == 64 ? attn_decode3_kernel<64, true> : attn_decode3_kernel<128, true>;
-            else fn = s->k_dim == 64 ? attn_decode3_kernel<64, false> : attn_decode3_kernel<128, false>;
-            roped = rope != NULL && p.n_sub == 1;
+            fn = s->k_dim == 64 ? attn_decode3_kernel<64> : attn_decode3_kernel<128>;
             per_sm = s->k_dim == 64 ? 5 : 3; /* 88 and 144 registers a thread */
         }
     }
-    if (rope && (!roped || n_tok != 1)) return false;
     if (!fn) {
         tela_cuda_check(ex, cudaErrorNotSupported, "attention: head dimensions above 256");
-        return true;
+        return;
     }
-    p.rk = rope ? rope->k : NULL;
-    p.rv = rope ? rope->v : NULL;
-    p.cs = rope ? rope->cs : NULL;
-    p.n_rot = rope ? rope->n_rot : 0;
-    p.adjacent = rope ? rope->adjacent : 0;
     /* splits: eight blocks of four warps per multiprocessor (variant 3:
      * three, what its registers let reside), at least 64 keys a split; none for lengths up to
      * ex->attn_short keys (no partials, no combine kernel: at short contexts
@@ -664,7 +617,7 @@ static bool attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     p.part = NULL;
     if (n_split > 1) {
         p.part = (float *)tela_cuda_scratch(ex, (size_t)n_tok * n_head * n_split * (size_t)(s->v_dim + 2) * 4);
-        if (!p.part) return true;
+        if (!p.part) return;
     }
     p.out = out;
     p.out_stride = out_stride;
@@ -672,14 +625,13 @@ static bool attention_decode(cuda_exec *ex, const cuda_kv *kv, int layer, const 
     if (quantizes && n_tok == 1 && n_split == 1) tela_cuda_preq_begin(ex, 1, (int64_t)n_head * s->v_dim, &p.pq);
     dim3 grid((unsigned)(s->n_kv_head * p.n_sub), (unsigned)n_split, (unsigned)n_tok);
     tela_cuda_launch(ex, fn, grid, DEC_WARPS * 32, 0, p);
-    if (!tela_cuda_launched(ex, "attention (decode)")) return true;
+    if (!tela_cuda_launched(ex, "attention (decode)")) return;
     tela_cuda_preq_done(ex, out, &p.pq);
     if (n_split > 1) {
         tela_cuda_launch(ex, attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), 128, 0,
             p.part, n_head, (int)n_split, s->v_dim, out, out_stride);
         tela_cuda_launched(ex, "attention (combine)");
     }
-    return true;
 }
 
 /* ------------------------------------------------------- prefill (flash) */
@@ -909,7 +861,7 @@ static void attention_paged(cuda_exec *ex, const cuda_kv *kv, int layer, const f
         }
         if (n > 0)
             attention_decode(ex, kv, layer, q + t0 * q_stride, q_stride, out + t0 * out_stride, out_stride, pos + t0, n,
-                             n_head, scale, longest, pg->flat, pg->tok_tbl + t0, pg->shift, NULL);
+                             n_head, scale, longest, pg->flat, pg->tok_tbl + t0, pg->shift);
         i = j;
     }
 }
@@ -925,29 +877,8 @@ void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const floa
         /* steps that may be captured (TELA_GRAPH_MAX_TOK) are sized by their
          * length bucket, so the graph serves the whole bucket */
         attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, n_tok, n_head, scale,
-                         n_tok <= TELA_GRAPH_MAX_TOK ? bucket_len : pos0 + n_tok, NULL, NULL, 0, NULL);
+                         n_tok <= TELA_GRAPH_MAX_TOK ? bucket_len : pos0 + n_tok, NULL, NULL, 0);
         return;
     }
     attention_flash(ex, kv, layer, q, q_stride, out, out_stride, pos, n_tok, n_head, scale, NULL, 0);
-}
-
-/* tela_exec_rope_attention for one token where the decode attention's
- * variant 3 takes it (an f16 cache of head size 64 or 128, not paged,
- * groups of up to eight heads, the query aligned for it): one kernel
- * instead of the RoPE and store's and the attention's. The values are
- * theirs: the same rotation (tela_rope_elem), the same conversions, the
- * same kernel otherwise (test_cuda_ops compares the bits). False: not
- * taken (unless TELA_CUDA_FUSE_ROPE=1, or where attention_decode's kernel
- * for the shape is not variant 3's one block a group), nothing launched.
- * The caller has checked that the cache is not paged. */
-bool tela_cuda_rope_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
-                              const float *k, const float *v, const float *cs, int n_rot, tela_rope_mode mode,
-                              float *out, int64_t out_stride, const int32_t *pos, int n_head, float scale,
-                              int32_t bucket_len) {
-    /* (tela_rope4's conditions: rotations of a multiple of 8, an aligned table) */
-    if (!ex->fuse_rope || n_rot % 8 != 0 || n_rot <= 0 || n_rot > kv->head.shape.k_dim || ((uintptr_t)cs & 15))
-        return false;
-    const dec_rope rope = {k, v, cs, n_rot, mode == TELA_ROPE_ADJACENT};
-    return attention_decode(ex, kv, layer, q, q_stride, out, out_stride, pos, 1, n_head, scale, bucket_len, NULL, NULL,
-                            0, &rope);
 }

@@ -316,8 +316,6 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gdn_step = !(gs && !strcmp(gs, "0"));
     const char *nr = getenv("TELA_CUDA_NORM_ROPE");
     ex->norm_rope = !(nr && !strcmp(nr, "0"));
-    const char *fr2 = getenv("TELA_CUDA_FUSE_ROPE");
-    ex->fuse_rope = fr2 && !strcmp(fr2, "1"); /* opt-in until measured (docs/PERF-NOTES.md, GPU round 19) */
     const char *es = getenv("TELA_CUDA_EARLY_STATE");
     ex->early_state = !(es && !strcmp(es, "0"));
     const char *pq = getenv("TELA_CUDA_PREQ");
@@ -871,28 +869,6 @@ static void cuda_attention(tela_exec *e, const tela_kv_cache *kv, int layer, con
                         n_head, scale, bucket_len, pg);
 }
 
-
-/* One token over a plain cache: the decode attention does the RoPE and
- * store itself where it can; otherwise the two operations, the hint for
- * the product after the attention (tela_exec_next_input_of) kept for the
- * attention's launch. */
-static void cuda_rope_attention(tela_exec *e, tela_kv_cache *kv, int layer, float *q, int64_t q_stride, int n_head,
-                                float *k, int64_t k_stride, const float *v, int64_t v_stride, const tela_batch *b,
-                                const float *cs, int n_rot, tela_rope_mode mode, float *out, int64_t out_stride,
-                                float scale) {
-    cuda_exec *ex = as_ex(e);
-    if (b->n_tok == 1 && kv->shape.block_size <= 0) {
-        const int32_t bucket_len = tela_cuda_bucket_len(tela_cuda_length_bucket(b->pos0 + b->n_tok));
-        if (tela_cuda_rope_attention(ex, (const cuda_kv *)kv, layer, q, q_stride, k, v, cs, n_rot, mode, out,
-                                     out_stride, b->pos, n_head, scale, bucket_len))
-            return;
-    }
-    const tela_mat *hint = ex->preq_hint;
-    cuda_rope_store(e, kv, layer, q, q_stride, n_head, k, k_stride, v, v_stride, b, cs, n_rot, mode, NULL);
-    ex->preq_hint = hint;
-    cuda_attention(e, kv, layer, q, q_stride, out, out_stride, b, n_head, scale);
-}
-
 /* ------------------------------------------------ Gated DeltaNet layers */
 
 static void cuda_zero(tela_exec *e, void *p, size_t bytes) {
@@ -1012,7 +988,6 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_kv_store,
     cuda_rope_store,
     cuda_attention,
-    cuda_rope_attention,
     cuda_zero,
     cuda_sigmoid_gate,
     cuda_conv1d_silu,

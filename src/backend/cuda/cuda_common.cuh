@@ -29,8 +29,8 @@ static inline __host__ __device__ size_t tela_cuda_align(size_t n) { return (n +
 
 /* The RoPE rotation of a pair (x0, x1) by cos c and sin s. The products
  * are rounded explicitly, so every kernel that rotates (the RoPE, the RoPE
- * and store, the decode attention that does it itself) gives the same
- * bits whatever the compiler would contract. tela_rope_elem: element d of
+ * and store, with or without the head norms) gives the same bits whatever
+ * the compiler would contract. tela_rope_elem: element d of
  * a head x rotated by a token's table cs (cos and sin of each pair; the
  * first n_rot elements rotate, the rest are as they are). */
 static __device__ __forceinline__ float2 tela_rope_pair(float x0, float x1, float c, float s) {
@@ -44,37 +44,6 @@ static __device__ __forceinline__ float tela_rope_elem(const float *x, int d, co
     const float c = cs[2 * f], s = cs[2 * f + 1];
     const float2 r = tela_rope_pair(x[i0], x[i1], c, s);
     return d == i0 ? r.x : r.y;
-}
-
-/* Elements d..d+3 of x rotated, as tela_rope_elem gives them, from four-
- * wide loads: d a multiple of 4, n_rot a multiple of 8 (a four never
- * straddles the end of the rotated part, and in the halves convention its
- * partners are the four half a rotation away), x and cs 16-byte aligned.
- * Every load is made whatever the case (indices clamped into the table,
- * the result chosen after), so that an unrolled loop of these issues all
- * its loads at once: the fused decode attention's query read, per lane
- * 16-32 elements a scalar load and a branch at a time, was a chain of
- * dependent L2 round trips at the head of the kernel (PERF-NOTES, GPU
- * round 20). */
-static __device__ __forceinline__ float4 tela_rope4(const float *x, int d, const float *cs, int n_rot, int adjacent) {
-    const int half = n_rot / 2;
-    const bool rot = d < n_rot, lo = d < half;
-    /* the four's first pair: adjacent d / 2; halves d or d - half; 0 where nothing rotates */
-    const int f = !rot ? 0 : adjacent ? d / 2 : lo ? d : d - half;
-    const float4 a = *(const float4 *)(x + d);
-    const float4 b = *(const float4 *)(x + (!rot || adjacent ? d : lo ? d + half : d - half));
-    const float4 c0 = *(const float4 *)(cs + 2 * f);                     /* pairs f, f + 1 */
-    const float4 c1 = *(const float4 *)(cs + 2 * f + (adjacent ? 0 : 4)); /* pairs f + 2, f + 3 (halves) */
-    if (!rot) return a;
-    if (adjacent) {
-        const float2 r0 = tela_rope_pair(a.x, a.y, c0.x, c0.y), r1 = tela_rope_pair(a.z, a.w, c0.z, c0.w);
-        return make_float4(r0.x, r0.y, r1.x, r1.y);
-    }
-    if (lo) /* the first of each pair; its partner in b */
-        return make_float4(tela_rope_pair(a.x, b.x, c0.x, c0.y).x, tela_rope_pair(a.y, b.y, c0.z, c0.w).x,
-                           tela_rope_pair(a.z, b.z, c1.x, c1.y).x, tela_rope_pair(a.w, b.w, c1.z, c1.w).x);
-    return make_float4(tela_rope_pair(b.x, a.x, c0.x, c0.y).y, tela_rope_pair(b.y, a.y, c0.z, c0.w).y,
-                       tela_rope_pair(b.z, a.z, c1.x, c1.y).y, tela_rope_pair(b.w, a.w, c1.z, c1.w).y);
 }
 
 /* The GPU layout's total bytes for a matrix (0: type not supported). */
@@ -178,9 +147,6 @@ typedef struct cuda_exec {
     uint64_t ordered_at;         /* launches after the last launch of an ordered kernel (tela_cuda_after_ordered) */
     bool norm_rope;              /* Qwen3.5's q/k head norms inside the RoPE and store (default; TELA_CUDA_NORM_ROPE=0:
                                     two rmsnorm launches before it) */
-    bool fuse_rope;              /* a decode step's RoPE and store inside the decode attention where it can
-                                    (tela_cuda_rope_attention; opt-in, TELA_CUDA_FUSE_ROPE=1, until measured on a
-                                    GPU: docs/PERF-NOTES.md GPU round 19) */
     bool early_state;            /* the conv and the delta rule's step read their states before their PDL wait where
                                     that is safe (default; TELA_CUDA_EARLY_STATE=0: not) */
     int float_gemm_min;          /* float weights: cuBLAS from this many tokens on (3; TELA_CUDA_FLOAT_GEMM=N, 9: never below the prefill's) */
@@ -398,13 +364,6 @@ void tela_cuda_gdn_delta(cuda_exec *ex, const tela_gdn_args *a);
 void tela_cuda_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride, float *out,
                          int64_t out_stride, const int32_t *pos, int n_tok, int32_t pos0, int n_head, float scale,
                          int32_t bucket_len, const cuda_paging *pg);
-/* tela_exec_rope_attention of one token in the decode attention's kernel
- * (k, v: the token's unrotated keys and its values); false where that
- * kernel does not take the shape (the caller then launches the two). */
-bool tela_cuda_rope_attention(cuda_exec *ex, const cuda_kv *kv, int layer, const float *q, int64_t q_stride,
-                              const float *k, const float *v, const float *cs, int n_rot, tela_rope_mode mode,
-                              float *out, int64_t out_stride, const int32_t *pos, int n_head, float scale,
-                              int32_t bucket_len);
 /* The decode graphs' length buckets: steps with n_kv in one bucket share
  * one captured graph (tela_exec_length_bucket). */
 uint32_t tela_cuda_length_bucket(int32_t n_kv);
