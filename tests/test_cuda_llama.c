@@ -91,6 +91,35 @@ static void check_types(const char *tmp) {
 }
 
 /* Cached decode vs one prefill; graphs vs eager; snapshots. */
+/* Decode steps whose logits come through the session's page-locked buffer
+ * (tela_session_eval_view: the copy from the device lands there directly)
+ * give the bits of steps copied out through the staging buffer into the
+ * caller's (tela_session_eval). */
+static void check_eval_view(tela_model *m, const int32_t *ids, int n) {
+    const int V = tela_model_get_info(m)->n_vocab;
+    tela_session *a = NULL, *b = NULL;
+    CHECK_OK(tela_session_create(m, NULL, &a));
+    CHECK_OK(tela_session_create(m, NULL, &b));
+    float *buf = malloc(sizeof(float) * (size_t)V);
+    if (a && b && buf) {
+        CHECK_OK(tela_session_eval(a, ids, n - 4, NULL, 0));
+        CHECK_OK(tela_session_eval(b, ids, n - 4, NULL, 0));
+        const float *v = NULL;
+        for (int i = n - 4; i < n; i++) {
+            CHECK_OK(tela_session_eval(a, ids + i, 1, buf, 0));
+            CHECK_OK(tela_session_eval_view(b, ids + i, 1, &v));
+            CHECK_MSG(v && !memcmp(v, buf, sizeof(float) * (size_t)V),
+                      "decode step %d: other logits through the session's buffer than copied out", i);
+        }
+        const float *again = NULL;
+        CHECK_OK(tela_session_eval_view(b, NULL, 0, &again));
+        CHECK_MSG(again == v, "eval_view with no tokens: not the logits the session holds");
+    }
+    free(buf);
+    tela_session_free(a);
+    tela_session_free(b);
+}
+
 static void check_session(const char *tmp) {
     char path[1200];
     snprintf(path, sizeof path, "%s/tiny-Q4_K_M.gguf", tmp);
@@ -105,6 +134,7 @@ static void check_session(const char *tmp) {
         float *full = eval_all(m, ids, N);
         check_decode_steps(m, ids, N, full, 29, exact ? 1e-5 : 2e-2, exact ? "cuda llama exact" : "cuda llama fast");
         free(full);
+        check_eval_view(m, ids, N);
     }
     tela_ops_set_exact_matmul(false);
     /* a context whose KV cache cannot fit: an error with the numbers; the

@@ -103,6 +103,29 @@ static void check_model(const char *gguf, const char *ref_name, double tol, int 
         CHECK_MSG(worst <= tol, "%s prompt %d: logits at position %d off by %g of the range (tolerance %g)", gguf, pi,
                   worst_row, worst, tol);
 
+        /* the last position again as a decode step whose logits stay in the
+         * session (tela_session_eval_view), against the reference */
+        tela_session_reset(s);
+        CHECK_OK(tela_session_eval(s, ids, n_ids - 1, NULL, 0));
+        const float *view = NULL, *held = NULL;
+        CHECK_OK(tela_session_eval_view(s, ids + n_ids - 1, 1, &view));
+        CHECK_OK(tela_session_eval_view(s, NULL, 0, &held));
+        CHECK_MSG(view && held == view, "%s prompt %d: eval_view gave %p, then %p", gguf, pi, (const void *)view,
+                  (const void *)held);
+        if (view) {
+            const float *rl = r + (size_t)(n_ids - 1) * V;
+            double mx = -INFINITY, mn = INFINITY, d = 0;
+            for (int i = 0; i < V; i++) {
+                mx = rl[i] > mx ? rl[i] : mx;
+                mn = rl[i] < mn ? rl[i] : mn;
+                const double e = fabs((double)view[i] - rl[i]);
+                if (!(e <= d)) d = e;
+            }
+            CHECK_MSG(d / (mx - mn) <= tol, "%s prompt %d: the decode step's logits through eval_view off by %g of the range",
+                      gguf, pi, d / (mx - mn));
+        }
+        CHECK_EQ_INT(tela_session_eval_view(s, NULL, 0, NULL), TELA_ERR_ARG);
+
         tela_generate_params gp = tela_generate_default_params();
         gp.sampler.temperature = 0.0f;
         gp.max_tokens = n_greedy;

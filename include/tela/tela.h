@@ -218,6 +218,14 @@ TELA_API void tela_session_reset(tela_session *session);
 TELA_API tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int32_t n,
                                        float *logits, int all_logits);
 
+/* tela_session_eval that leaves the last position's logits where the
+ * session keeps them instead of copying them out: *logits points at them
+ * (n_vocab floats of host memory, page-locked on a GPU so that the copy
+ * from the device is the only one) until the session's next call. With
+ * n == 0, the logits the session holds (NULL when it holds none). */
+TELA_API tela_status tela_session_eval_view(tela_session *session, const int32_t *tokens, int32_t n,
+                                            const float **logits);
+
 /* Called with the hidden state of the last position of an evaluation (n_embd
  * floats, host memory, valid during the call): after the token embedding
  * (layer -1) and after each decoder layer (a skipped layer passes it on

@@ -178,6 +178,17 @@ void tela_backend_free_mem(tela_backend *be, void *p) {
     if (p) be->ops->free_mem(be, p);
 }
 
+void *tela_backend_host_alloc(tela_backend *be, size_t bytes) {
+    if (!be->ops->host_alloc) return calloc(1, bytes ? bytes : 1);
+    return be->ops->host_alloc(be, bytes);
+}
+
+void tela_backend_host_free(tela_backend *be, void *p) {
+    if (!p) return;
+    if (!be->ops->host_free) free(p);
+    else be->ops->host_free(be, p);
+}
+
 tela_status tela_backend_const(tela_backend *be, const void *host, size_t bytes, const void **out) {
     *out = NULL;
     if (!host) return TELA_OK;

@@ -173,6 +173,12 @@ size_t tela_backend_mats_bytes(const tela_backend *be, tela_mat *const *mats, si
  * A failure names `what` and the bytes asked for. */
 tela_status tela_backend_alloc(tela_backend *be, size_t bytes, const char *what, void **out);
 void tela_backend_free_mem(tela_backend *be, void *p);
+/* Host memory that downloads reach fastest (page-locked on a GPU: the
+ * copy from the device lands there directly, with no staging copy; plain
+ * memory on the CPU), zeroed; NULL when there is not enough. Freed with
+ * tela_backend_host_free. */
+void *tela_backend_host_alloc(tela_backend *be, size_t bytes);
+void tela_backend_host_free(tela_backend *be, void *p);
 /* A copy in backend memory of host data that the forward pass reads (norm
  * weights, RoPE frequencies); owned by the backend until it is freed. On
  * the CPU this is the host pointer itself. NULL for NULL. */

@@ -22,6 +22,9 @@ struct tela_backend_ops {
     tela_status (*alloc)(tela_backend *be, size_t bytes, const char *what, void **out);
     void (*free_mem)(tela_backend *be, void *p);
     tela_status (*make_const)(tela_backend *be, const void *host, size_t bytes, const void **out);
+    /* host memory for downloads (NULL, NULL: calloc and free) */
+    void *(*host_alloc)(tela_backend *be, size_t bytes);
+    void (*host_free)(tela_backend *be, void *p);
 
     tela_status (*exec_create)(tela_backend *be, int n_threads, tela_exec **out);
     void (*exec_free)(tela_exec *ex);

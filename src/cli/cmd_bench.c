@@ -119,16 +119,19 @@ static const char *compiler(void) {
 
 /* One run of a test: seconds for a prefill of n_prompt tokens, or for
  * n_gen single-token steps, after `depth` untimed tokens; -1 after printing
- * an error. */
-static double run_once(tela_session *s, const int32_t *ids, int depth, int n_prompt, int n_gen, float *logits) {
+ * an error. Each test's last position's logits come to host memory, as
+ * llama-bench's do: where the session keeps them (tela_session_eval_view:
+ * on a GPU the copy over the bus, no copy on the host after it). */
+static double run_once(tela_session *s, const int32_t *ids, int depth, int n_prompt, int n_gen) {
     tela_session_reset(s);
     if (depth > 0 && tela_session_eval(s, ids, depth, NULL, 0) != TELA_OK) goto fail;
+    const float *logits = NULL;
     double t0 = cli_now();
     if (n_prompt > 0) {
-        if (tela_session_eval(s, ids + depth, n_prompt, logits, 0) != TELA_OK) goto fail;
+        if (tela_session_eval_view(s, ids + depth, n_prompt, &logits) != TELA_OK) goto fail;
     } else {
         for (int i = 0; i < n_gen; i++)
-            if (tela_session_eval(s, ids + depth + i, 1, logits, 0) != TELA_OK) goto fail;
+            if (tela_session_eval_view(s, ids + depth + i, 1, &logits) != TELA_OK) goto fail;
     }
     return cli_now() - t0;
 fail:
@@ -273,11 +276,8 @@ int tela_cmd_bench(int argc, char **argv) {
     }
     int threads = n_threads > 0 ? (int)n_threads : tela_cpu_count();
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)ctx);
-    float *logits = malloc(sizeof(float) * (size_t)info->n_vocab);
-    if (!ids || !logits) {
+    if (!ids) {
         fprintf(stderr, "tela bench: out of memory\n");
-        free(ids);
-        free(logits);
         tela_session_free(s);
         tela_model_free(m);
         return 1;
@@ -321,7 +321,7 @@ int tela_cmd_bench(int argc, char **argv) {
             const int n_tok = np ? np : ng;
             double sum = 0, sum2 = 0;
             for (long long r = -1; r < reps; r++) { /* r = -1: warm-up */
-                double sec = run_once(s, ids, d, np, ng, logits);
+                double sec = run_once(s, ids, d, np, ng);
                 if (sec < 0) {
                     rc = 1;
                     break;
@@ -346,7 +346,6 @@ int tela_cmd_bench(int argc, char **argv) {
     }
     if (profile && s) cli_print_profile(s, profile);
     free(ids);
-    free(logits);
     if (s) tela_session_free(s);
     tela_model_free(m);
     return rc;

@@ -965,9 +965,13 @@ static void step(tela_engine *e) {
     }
     if (n_runs == 0) return;
     if (rows > e->logit_rows) { /* verification runs want a row per token */
-        float *l = realloc(e->logits, (size_t)rows * (size_t)e->n_vocab * sizeof(float));
+        /* (host memory the device's copies reach directly: page-locked on a GPU) */
+        float *l = tela_backend_host_alloc(e->model->be, (size_t)rows * (size_t)e->n_vocab * sizeof(float));
         int32_t *pk = l ? realloc(e->picks, (size_t)rows * sizeof *pk) : NULL;
-        if (l) e->logits = l;
+        if (l) {
+            tela_backend_host_free(e->model->be, e->logits);
+            e->logits = l;
+        }
         if (pk) e->picks = pk;
         if (!l || !pk) {
             for (int j = 0; j < n_runs; j++) {
@@ -1122,7 +1126,7 @@ void tela_engine_free(tela_engine *e) {
     if (e->ex) tela_exec_free(e->ex);
     tela_kv_pool_free(e->pool);
     free(e->image);
-    free(e->logits);
+    if (e->logits) tela_backend_host_free(e->model->be, e->logits);
     free(e->picks);
     free(e->jobs);
     for (int i = 0; i < e->n_scratch; i++) free(e->scratch[i]);
@@ -1254,7 +1258,7 @@ tela_status tela_engine_create(tela_model *model, const tela_engine_params *para
     if (st == TELA_OK) {
         e->pool = tela_kv_pool_create((int32_t)n_blocks, ENGINE_BLOCK, e->image_bytes, e->n_vocab, ckpt_budget);
         e->image = e->image_bytes ? malloc(e->image_bytes) : NULL;
-        e->logits = malloc((size_t)n_parallel * (size_t)e->n_vocab * sizeof(float));
+        e->logits = tela_backend_host_alloc(e->model->be, (size_t)n_parallel * (size_t)e->n_vocab * sizeof(float));
         e->picks = malloc((size_t)n_parallel * sizeof *e->picks);
         e->jobs = malloc((size_t)n_parallel * sizeof *e->jobs);
         e->logit_rows = n_parallel;

@@ -101,10 +101,13 @@ tela_status tela_session_create(tela_model *model, const tela_session_params *pa
     s->mark_pos = -1;
     s->keep_pos = -1;
     s->tokens = calloc((size_t)n_ctx, sizeof *s->tokens);
-    s->logits = calloc((size_t)model->info.n_vocab, sizeof *s->logits);
+    /* where a GPU's downloads land directly (tela_backend_host_alloc) */
+    s->logits = tela_backend_host_alloc(model->be, (size_t)model->info.n_vocab * sizeof *s->logits);
     if (!s->tokens || !s->logits) {
+        const size_t lb = (size_t)model->info.n_vocab * sizeof *s->logits;
         tela_session_free(s);
-        return tela_errorf(TELA_ERR_NOMEM, "session: out of memory");
+        return tela_errorf(TELA_ERR_NOMEM, "session: out of host memory (%zu bytes for the logits, %zu for the tokens)",
+                           lb, (size_t)n_ctx * sizeof(int32_t));
     }
     tela_status st = tela_exec_create(model->be, n_threads, &s->ex);
     if (st == TELA_OK) st = model->arch->state_create(model, s->ex, &sp, &s->state);
@@ -121,7 +124,7 @@ void tela_session_free(tela_session *session) {
     if (session->state) session->model->arch->state_free(session->state);
     tela_exec_free(session->ex);
     free(session->tokens);
-    free(session->logits);
+    tela_backend_host_free(session->model->be, session->logits);
     free(session->mark_state);
     free(session);
 }
@@ -161,8 +164,10 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
     TELA_TRY(check_eval(s, tokens, n));
     if (n == 0) return TELA_OK;
     const int32_t n_vocab = s->model->info.n_vocab;
-    float *dst = logits;
-    if (!dst && store_last) {
+    /* the last position's logits land in the session's buffer (on a GPU
+     * straight from the device), and from there in the caller's */
+    float *dst = logits && all_logits ? logits : NULL;
+    if (!dst && (logits || store_last)) {
         dst = s->logits;
         all_logits = 0;
     }
@@ -175,6 +180,7 @@ tela_status tela_session_eval_internal(tela_session *s, const int32_t *tokens, i
     if (dst) {
         const float *last = all_logits ? dst + (size_t)(n - 1) * n_vocab : dst;
         if (last != s->logits) memcpy(s->logits, last, (size_t)n_vocab * sizeof(float));
+        if (logits && !all_logits) memcpy(logits, s->logits, (size_t)n_vocab * sizeof(float));
         s->has_logits = true;
     }
     return TELA_OK;
@@ -210,6 +216,14 @@ tela_status tela_session_eval_probe(tela_session *s, const int32_t *tokens, int3
 tela_status tela_session_eval(tela_session *session, const int32_t *tokens, int32_t n, float *logits,
                               int all_logits) {
     return tela_session_eval_internal(session, tokens, n, logits, all_logits, false);
+}
+
+tela_status tela_session_eval_view(tela_session *session, const int32_t *tokens, int32_t n, const float **logits) {
+    if (!logits) return tela_errorf(TELA_ERR_ARG, "tela_session_eval_view: logits is NULL");
+    *logits = NULL;
+    TELA_TRY(tela_session_eval_internal(session, tokens, n, NULL, 0, true));
+    if (session->has_logits) *logits = session->logits;
+    return TELA_OK;
 }
 
 bool tela_session_has_recurrent(const tela_session *s) { return s->model->arch->slot_bytes(s->model) > 0; }

@@ -210,6 +210,23 @@ static void cuda_free_mem(tela_backend *be, void *p) {
     cudaFree(p);
 }
 
+/* Page-locked host memory: cuda_download copies into it directly. */
+static void *cuda_host_alloc(tela_backend *be, size_t bytes) {
+    cudaSetDevice(as_be(be)->device);
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cuda_host_free(tela_backend *be, void *p) {
+    (void)be;
+    cudaFreeHost(p);
+}
+
 static tela_status cuda_make_const(tela_backend *be, const void *host, size_t bytes, const void **out) {
     cuda_backend *b = as_be(be);
     cudaSetDevice(b->device);
@@ -391,9 +408,22 @@ static tela_status cuda_upload(tela_exec *e, void *dst, const void *src, size_t 
     return TELA_OK;
 }
 
+/* Device -> host. Into page-locked memory (tela_backend_host_alloc's: a
+ * session's logits) the copy goes straight there; into pageable memory
+ * through the exec's pinned staging buffer and a memcpy, which at a
+ * vocabulary's row (0.5-1 MB) costs about as much as the copy over the
+ * bus. */
 static tela_status cuda_download(tela_exec *e, void *dst, const void *src, size_t bytes) {
     cuda_exec *ex = as_ex(e);
     ex->after_copy = true;
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, dst) == cudaSuccess && at.type == cudaMemoryTypeHost) {
+        tela_cuda_check(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ex->stream), "download");
+        tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "download");
+        ex->ring_used = 0;
+        return take_failure(ex);
+    }
+    cudaGetLastError(); /* (older drivers fail on pointers they do not know: not an error here) */
     if (bytes > ex->pinned_bytes) {
         cudaStreamSynchronize(ex->stream);
         cudaFreeHost(ex->pinned);
@@ -958,6 +988,8 @@ const tela_backend_ops tela_cuda_ops_table = {
     cuda_alloc,
     cuda_free_mem,
     cuda_make_const,
+    cuda_host_alloc,
+    cuda_host_free,
     cuda_exec_create,
     cuda_exec_free,
     cuda_preferred_batch,
