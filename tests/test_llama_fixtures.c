@@ -113,16 +113,9 @@ static void check_model(const char *gguf, const char *ref_name, double tol, int 
         CHECK_MSG(view && held == view, "%s prompt %d: eval_view gave %p, then %p", gguf, pi, (const void *)view,
                   (const void *)held);
         if (view) {
-            const float *rl = r + (size_t)(n_ids - 1) * V;
-            double mx = -INFINITY, mn = INFINITY, d = 0;
-            for (int i = 0; i < V; i++) {
-                mx = rl[i] > mx ? rl[i] : mx;
-                mn = rl[i] < mn ? rl[i] : mn;
-                const double e = fabs((double)view[i] - rl[i]);
-                if (!(e <= d)) d = e;
-            }
-            CHECK_MSG(d / (mx - mn) <= tol, "%s prompt %d: the decode step's logits through eval_view off by %g of the range",
-                      gguf, pi, d / (mx - mn));
+            const double e = test_row_err(view, r + (size_t)(n_ids - 1) * V, V);
+            CHECK_MSG(e <= tol, "%s prompt %d: the decode step's logits through eval_view off by %g of the range", gguf,
+                      pi, e);
         }
         CHECK_EQ_INT(tela_session_eval_view(s, NULL, 0, NULL), TELA_ERR_ARG);
 
