@@ -256,15 +256,22 @@ void tela_exec_graphs_drop(tela_exec *ex) {
 
 tela_status tela_exec_set_batch(tela_exec *ex, tela_batch *batch, int32_t *tok_mem, int32_t *pos_mem,
                                 const int32_t *tokens, int n, int32_t pos0) {
-    /* Positions in chunks through a small host buffer. */
     int32_t buf[256];
-    for (int done = 0; done < n;) {
-        int k = n - done < 256 ? n - done : 256;
-        for (int i = 0; i < k; i++) buf[i] = pos0 + done + i;
-        TELA_TRY(tela_exec_upload(ex, pos_mem + done, buf, (size_t)k * sizeof(int32_t)));
-        done += k;
+    if (!pos_mem && n <= 128) { /* ids then positions in tok_mem: a decode step's inputs in one copy */
+        memcpy(buf, tokens, (size_t)n * sizeof(int32_t));
+        for (int i = 0; i < n; i++) buf[n + i] = pos0 + i;
+        TELA_TRY(tela_exec_upload(ex, tok_mem, buf, (size_t)2 * (size_t)n * sizeof(int32_t)));
+        pos_mem = tok_mem + n;
+    } else {
+        if (!pos_mem) pos_mem = tok_mem + n;
+        for (int done = 0; done < n;) { /* positions in chunks through the small host buffer */
+            int k = n - done < 256 ? n - done : 256;
+            for (int i = 0; i < k; i++) buf[i] = pos0 + done + i;
+            TELA_TRY(tela_exec_upload(ex, pos_mem + done, buf, (size_t)k * sizeof(int32_t)));
+            done += k;
+        }
+        TELA_TRY(tela_exec_upload(ex, tok_mem, tokens, (size_t)n * sizeof(int32_t)));
     }
-    TELA_TRY(tela_exec_upload(ex, tok_mem, tokens, (size_t)n * sizeof(int32_t)));
     batch->n_tok = n;
     batch->pos0 = pos0;
     batch->tokens = tok_mem;

@@ -234,7 +234,10 @@ void tela_exec_graphs_drop(tela_exec *ex);
 #define TELA_GRAPH_MAX_TOK 8
 
 /* Fills batch with n tokens at positions pos0.., uploading the ids (host)
- * and positions into tok_mem and pos_mem (backend memory of >= n int32). */
+ * and positions into tok_mem and pos_mem (backend memory of >= n int32).
+ * With pos_mem NULL the positions follow the ids in tok_mem (>= 2n int32),
+ * and a step of up to 128 tokens takes one copy instead of two; its batch's
+ * positions then sit at tok_mem + n (one address per step length). */
 tela_status tela_exec_set_batch(tela_exec *ex, tela_batch *batch, int32_t *tok_mem, int32_t *pos_mem,
                                 const int32_t *tokens, int n, int32_t pos0);
 

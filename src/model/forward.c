@@ -16,8 +16,10 @@ tela_status tela_model_io_init(tela_model_io *io, tela_exec *ex, int n_vocab, in
     io->n_embd = n_embd;
     io->n_batch = n_batch;
     tela_backend *be = tela_exec_backend(ex);
-    TELA_TRY(tela_backend_alloc(be, (size_t)n_batch * sizeof(int32_t), "token ids", (void **)&io->tok));
-    TELA_TRY(tela_backend_alloc(be, (size_t)n_batch * sizeof(int32_t), "positions", (void **)&io->pos));
+    /* ids then positions, one block: a step's inputs take one copy */
+    TELA_TRY(tela_backend_alloc(be, (size_t)2 * (size_t)n_batch * sizeof(int32_t), "token ids and positions",
+                                (void **)&io->tok));
+    io->pos = io->tok + n_batch;
     TELA_TRY(tela_backend_alloc(be, (size_t)n_vocab * sizeof(float), "logits", (void **)&io->logits1));
     TELA_TRY(tela_backend_alloc(be, sizeof(int32_t), "the greedy pick", (void **)&io->pick));
     return TELA_OK;
@@ -45,7 +47,6 @@ void tela_model_io_free(tela_model_io *io) {
     if (!io->ex) return;
     tela_backend *be = tela_exec_backend(io->ex);
     tela_backend_free_mem(be, io->tok);
-    tela_backend_free_mem(be, io->pos);
     tela_backend_free_mem(be, io->pos_prev);
     tela_backend_free_mem(be, io->logits1);
     tela_backend_free_mem(be, io->logits);
@@ -106,7 +107,7 @@ tela_status tela_model_run_steps(const tela_model *m, void *state, tela_model_st
         float *host_dst = out->logits ? out->logits + (out->all_logits ? (size_t)done * io->n_vocab : 0) : NULL;
         if (step.rows && host && host_dst) step.logits = host_dst; /* the CPU writes straight to the caller */
         else if (step.rows) TELA_TRY(io_logits(io, step.rows, &step.logits));
-        TELA_TRY(tela_exec_set_batch(ex, &io->batch, io->tok, io->pos, tokens + done, nt, n_past + done));
+        TELA_TRY(tela_exec_set_batch(ex, &io->batch, io->tok, NULL, tokens + done, nt, n_past + done));
         if (io->pos_prev) {
             for (int i = 0; i < nt; i++) io->pos_prev_host[i] = n_past + done + i - 1;
             TELA_TRY(tela_exec_upload(ex, io->pos_prev, io->pos_prev_host, (size_t)nt * sizeof(int32_t)));

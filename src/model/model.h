@@ -287,7 +287,7 @@ tela_status tela_model_const_ranks(tela_model *m, const void *host, size_t bytes
 typedef struct tela_model_io {
     tela_exec *ex;
     int n_vocab, n_embd, n_batch;
-    int32_t *tok, *pos;          /* [n_batch] */
+    int32_t *tok, *pos;          /* [n_batch] each, one block (pos = tok + n_batch) */
     tela_batch batch;
     float *logits1;              /* [n_vocab]: one row, at a fixed address (captured decode steps) */
     float *logits;               /* [logit_rows][n_vocab] for all-logits steps, grown as needed */

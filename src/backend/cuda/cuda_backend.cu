@@ -412,30 +412,36 @@ static tela_status cuda_upload(tela_exec *e, void *dst, const void *src, size_t 
  * session's logits) the copy goes straight there; into pageable memory
  * through the exec's pinned staging buffer and a memcpy, which at a
  * vocabulary's row (0.5-1 MB) costs about as much as the copy over the
- * bus. */
-static tela_status cuda_download(tela_exec *e, void *dst, const void *src, size_t bytes) {
-    cuda_exec *ex = as_ex(e);
-    ex->after_copy = true;
-    cudaPointerAttributes at;
-    if (cudaPointerGetAttributes(&at, dst) == cudaSuccess && at.type == cudaMemoryTypeHost) {
-        tela_cuda_check(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ex->stream), "download");
-        tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "download");
-        ex->ring_used = 0;
-        return take_failure(ex);
+ * bus. Small copies (a greedy pick) always go through the staging buffer:
+ * their memcpy costs less than asking the driver what dst is. */
+#define DOWNLOAD_DIRECT_MIN_BYTES 4096
+
+static void *download_landing(cuda_exec *ex, void *dst, size_t bytes) {
+    if (bytes >= DOWNLOAD_DIRECT_MIN_BYTES) {
+        cudaPointerAttributes at;
+        if (cudaPointerGetAttributes(&at, dst) == cudaSuccess && at.type == cudaMemoryTypeHost) return dst;
+        cudaGetLastError(); /* (older drivers fail on pointers they do not know: not an error here) */
     }
-    cudaGetLastError(); /* (older drivers fail on pointers they do not know: not an error here) */
     if (bytes > ex->pinned_bytes) {
         cudaStreamSynchronize(ex->stream);
         cudaFreeHost(ex->pinned);
         ex->pinned = NULL;
         ex->pinned_bytes = 0;
-        if (tela_cuda_check(ex, cudaMallocHost(&ex->pinned, bytes), "pinned host memory")) ex->pinned_bytes = bytes;
+        if (!tela_cuda_check(ex, cudaMallocHost(&ex->pinned, bytes), "pinned host memory")) return NULL;
+        ex->pinned_bytes = bytes;
     }
-    if (ex->pinned_bytes >= bytes) {
-        tela_cuda_check(ex, cudaMemcpyAsync(ex->pinned, src, bytes, cudaMemcpyDeviceToHost, ex->stream), "download");
+    return ex->pinned;
+}
+
+static tela_status cuda_download(tela_exec *e, void *dst, const void *src, size_t bytes) {
+    cuda_exec *ex = as_ex(e);
+    ex->after_copy = true;
+    void *land = download_landing(ex, dst, bytes);
+    if (land) {
+        tela_cuda_check(ex, cudaMemcpyAsync(land, src, bytes, cudaMemcpyDeviceToHost, ex->stream), "download");
         tela_cuda_check(ex, cudaStreamSynchronize(ex->stream), "download");
         ex->ring_used = 0;
-        if (ex->failed == TELA_OK) memcpy(dst, ex->pinned, bytes);
+        if (land != dst && ex->failed == TELA_OK) memcpy(dst, land, bytes);
     }
     return take_failure(ex);
 }
