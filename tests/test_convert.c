@@ -219,6 +219,10 @@ static void test_llama_d1(const char *shared) {
     /* the directory name gives general.name ("Llama D1") as in llama.cpp */
     snprintf(dir, sizeof dir, "%s/llama-d1", g_tmp);
     snprintf(out, sizeof out, "%s/llama-d1-f16.gguf", g_tmp);
+    if (access(tgz, R_OK) != 0) { /* (a partial copy of ../shared: a GPU machine's gets the GGUF fixtures only) */
+        printf("note: no %s, the conversion of the Llama d1 checkpoint not compared\n", tgz);
+        return;
+    }
     mkdir(dir, 0755);
     snprintf(cmd, sizeof cmd, "tar xzf '%s' -C '%s'", tgz, dir);
     CHECK_EQ_INT(system(cmd), 0);

@@ -164,10 +164,15 @@ static void test_shared(void) {
     tela_gguf_close(g);
 
     /* transformers-4 style config.json == transformers-5 style */
+    snprintf(p, sizeof p, "%s/reference/fixtures/llama-d1-hf.tgz", shared);
+    if (access(p, R_OK) != 0) { /* (a partial copy of ../shared: a GPU machine's gets the GGUF fixtures only) */
+        printf("note: no %s, config.json styles not compared\n", p);
+        return;
+    }
     char dir[] = "/tmp/tela_llama_load_XXXXXX";
     if (!mkdtemp(dir)) return;
     char cmd[2400], cfg[1200];
-    snprintf(cmd, sizeof cmd, "tar xzf '%s/reference/fixtures/llama-d1-hf.tgz' -C '%s'", shared, dir);
+    snprintf(cmd, sizeof cmd, "tar xzf '%s' -C '%s'", p, dir);
     CHECK_EQ_INT(system(cmd), 0);
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     char *text = read_text(cfg);

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
-#include "backend/cpu/threadpool.h"
+#include "util/threadpool.h"
 #include "quant/quant.h"
 #include "test.h"
 #include "util/fp16.h"

@@ -27,7 +27,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qdot.h"
-#include "backend/cpu/threadpool.h"
+#include "util/threadpool.h"
 #include "test.h"
 #include "util/fp16.h"
 

@@ -29,7 +29,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qdot.h"
-#include "backend/cpu/threadpool.h"
+#include "util/threadpool.h"
 #include "quant/quant.h"
 #include "test.h"
 #include "util/fp16.h"

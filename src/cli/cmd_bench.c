@@ -10,7 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/qdot.h"
-#include "backend/cpu/threadpool.h"
+#include "util/threadpool.h"
 #include "cli/cli_bench.h"
 #include "tela/tela.h"
 

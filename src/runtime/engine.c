@@ -47,6 +47,7 @@
 #include "runtime/spec.h"
 #include "runtime/text_stream.h"
 #include "util/error.h"
+#include "util/threadpool.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -108,8 +109,9 @@ struct tela_engine {
     int32_t logit_rows;
     bool device_picks;           /* the logits live on a device: plain greedy sequences take only their picks */
     int sample_threads;          /* threads that sample a step's rows on the host (1: the scheduler alone) */
-    void **scratch;              /* [n_scratch]: each sampling thread's candidates (tela_sampler_scratch_bytes) */
-    int n_scratch;
+    tela_threadpool *sample_pool; /* those threads, kept across steps, each with its sampler's candidates
+                                     (scratch); NULL until a step samples */
+    bool sample_pool_failed;     /* (then the scheduler samples alone, the sampler allocating its candidates) */
     struct sample_job *jobs;     /* [n_parallel] */
     bool rewinds;                /* the model rolls back by slot_rewind (recurrent state) */
     bool mtp;                    /* the model's MTP block is loaded: MTP drafting, and no block shared up to
@@ -611,59 +613,41 @@ static void req_sample(tela_engine *e, eng_req *r, float *row, int32_t pick) {
     sample_job_emit(&j);
 }
 
-typedef struct sample_share {
+typedef struct sample_step {
     sample_job *jobs;
-    int n, stride, first;
-    void *scratch;               /* this share's sampler candidates */
-} sample_share;
+    tela_threadpool *pool;       /* NULL: no pool, no scratch */
+} sample_step;
 
-static void *sample_worker(void *arg) {
-    const sample_share *sh = arg;
-    for (int i = sh->first; i < sh->n; i += sh->stride) {
-        sh->jobs[i].scratch = sh->scratch;
-        sample_job_run(&sh->jobs[i]);
-    }
-    return NULL;
+static void sample_chunk(void *arg, int i, int ith) {
+    const sample_step *st = arg;
+    st->jobs[i].scratch = st->pool ? tela_threadpool_scratch(st->pool, ith) : NULL;
+    sample_job_run(&st->jobs[i]);
 }
 
-/* Runs jobs[0..n) on up to e->sample_threads threads (the scheduler's one
+/* Runs jobs[0..n) on up to e->sample_threads threads (the scheduler one
  * of them): a vocabulary's softmax and draw cost a host core about a
  * millisecond a row (128k tokens), so a step of many sampled sequences
- * would otherwise wait on one core. */
+ * would otherwise wait on one core. The threads are made once, at the
+ * first such step, and sleep between steps (no spinning: on the CPU a
+ * forward pass needs the cores). */
 static void sample_jobs_run(tela_engine *e, sample_job *jobs, int n) {
-    enum { MIN_PER_THREAD = 2, MAX_THREADS = 32 };
-    int nt = n / MIN_PER_THREAD;
-    if (nt > e->sample_threads) nt = e->sample_threads;
-    if (nt > MAX_THREADS) nt = MAX_THREADS;
-    if (nt < 1) nt = 1;
-    if (nt > e->n_scratch) { /* the candidates' buffers, kept from step to step */
-        void **ns = realloc(e->scratch, (size_t)nt * sizeof *ns);
-        if (ns) {
-            e->scratch = ns;
-            for (; e->n_scratch < nt; e->n_scratch++)
-                if (!(e->scratch[e->n_scratch] = malloc(tela_sampler_scratch_bytes(e->n_vocab)))) break;
+    enum { MAX_THREADS = 32 };
+    if (!e->sample_pool && !e->sample_pool_failed) {
+        const int nt = e->sample_threads < 1 ? 1 : e->sample_threads > MAX_THREADS ? MAX_THREADS : e->sample_threads;
+        const size_t floats = (tela_sampler_scratch_bytes(e->n_vocab) + sizeof(float) - 1) / sizeof(float);
+        if (tela_threadpool_create(nt, &e->sample_pool) == TELA_OK) {
+            tela_threadpool_set_spin(e->sample_pool, 0);
+            if (tela_threadpool_reserve(e->sample_pool, floats) != TELA_OK) {
+                tela_threadpool_free(e->sample_pool);
+                e->sample_pool = NULL;
+            }
         }
-        if (nt > e->n_scratch) nt = e->n_scratch > 0 ? e->n_scratch : 1;
+        e->sample_pool_failed = !e->sample_pool;
     }
-    void *scratch0 = e->n_scratch > 0 ? e->scratch[0] : NULL;
-    if (nt <= 1) {
-        const sample_share one = {jobs, n, 1, 0, scratch0};
-        sample_worker((void *)&one);
-        return;
-    }
-    pthread_t th[MAX_THREADS];
-    sample_share sh[MAX_THREADS];
-    bool started[MAX_THREADS] = {false};
-    for (int t = 1; t < nt; t++) {
-        sh[t] = (sample_share){jobs, n, nt, t, e->scratch[t]};
-        started[t] = pthread_create(&th[t], NULL, sample_worker, &sh[t]) == 0;
-    }
-    sh[0] = (sample_share){jobs, n, nt, 0, scratch0};
-    sample_worker(&sh[0]);
-    for (int t = 1; t < nt; t++) {
-        if (started[t]) pthread_join(th[t], NULL);
-        else sample_worker(&sh[t]); /* no thread to be had: the scheduler does its share */
-    }
+    sample_step st = {jobs, e->sample_pool};
+    if (e->sample_pool) tela_threadpool_run_chunks(e->sample_pool, sample_chunk, &st, n);
+    else
+        for (int i = 0; i < n; i++) sample_chunk(&st, i, 0);
 }
 
 /* Up to how many drafts r brings to this step (prompt lookup over its
@@ -1129,8 +1113,7 @@ void tela_engine_free(tela_engine *e) {
     if (e->logits) tela_backend_host_free(e->model->be, e->logits);
     free(e->picks);
     free(e->jobs);
-    for (int i = 0; i < e->n_scratch; i++) free(e->scratch[i]);
-    free(e->scratch);
+    tela_threadpool_free(e->sample_pool);
     free(e->mtp_picks);
     tela_spec_verifier_free(&e->ver);
     free(e->mtp_q);

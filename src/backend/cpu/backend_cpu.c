@@ -8,7 +8,7 @@
 #include "backend/cpu/ops.h"
 #include "util/fp16.h"
 #include "backend/cpu/qdot.h"
-#include "backend/cpu/threadpool.h"
+#include "util/threadpool.h"
 #include "quant/quant.h"
 #include "util/bigalloc.h"
 #include "util/error.h"

@@ -5,7 +5,7 @@
 #define TELA_BACKEND_CPU_BACKEND_CPU_H
 
 #include "backend/backend.h"
-#include "backend/cpu/threadpool.h"
+#include "util/threadpool.h"
 
 /* The thread pool of a CPU exec (the exec must be the CPU backend's). */
 tela_threadpool *tela_exec_cpu_pool(tela_exec *ex);

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "backend/cpu/threadpool.h"
+#include "util/threadpool.h"
 #include "backend/backend.h"
 #include "format/tensor.h"
 

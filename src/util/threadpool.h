@@ -1,4 +1,5 @@
-/* threadpool.h: a persistent pool of worker threads for the CPU backend.
+/* threadpool.h: a persistent pool of worker threads (the CPU backend's
+ * operations, the engine's host sampling).
  *
  * The calling thread is worker 0 and the pool owns workers 1..n-1, created
  * once and parked between jobs (a short spin, then a condition variable), so
@@ -13,8 +14,8 @@
  * one shared buffer for data a whole job reads (quantized activations).
  *
  * A pool is used by one thread at a time (a session owns its pool). */
-#ifndef TELA_BACKEND_CPU_THREADPOOL_H
-#define TELA_BACKEND_CPU_THREADPOOL_H
+#ifndef TELA_UTIL_THREADPOOL_H
+#define TELA_UTIL_THREADPOOL_H
 
 #include <stddef.h>
 #include "tela/tela.h"
@@ -27,6 +28,13 @@ typedef void (*tela_task_fn)(void *ctx, int ith, int nth);
 tela_status tela_threadpool_create(int n_threads, tela_threadpool **out);
 void tela_threadpool_free(tela_threadpool *pool);
 int tela_threadpool_n_threads(const tela_threadpool *pool);
+
+/* How long a worker busy-waits for the next job before it sleeps (in
+ * pause instructions; default 20000, a few hundred microseconds to a few
+ * milliseconds). 0: workers sleep at once, for pools whose jobs come far
+ * apart and whose spinning would take cores from other work (the engine's
+ * sampling beside a CPU forward pass). */
+void tela_threadpool_set_spin(tela_threadpool *pool, int iters);
 
 /* Calls fn(ctx, ith, nth) for ith = 0..nth-1 (nth = the thread count) and
  * returns when all have finished. Each call is a chunk: it may run on any

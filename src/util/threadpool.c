@@ -13,7 +13,7 @@
  * when the done count reaches n_chunks (spinning briefly, then sleeping on
  * a second condition variable that the worker finishing the last chunk
  * signals); it never waits for a worker that has claimed nothing. */
-#include "backend/cpu/threadpool.h"
+#include "util/threadpool.h"
 #include "util/error.h"
 
 #include <pthread.h>
@@ -58,6 +58,7 @@ struct tela_threadpool {
     atomic_int n_sleeping;
     atomic_bool caller_waiting;
     atomic_bool stop;
+    atomic_int spin_iters; /* a worker's busy-wait after a job (tela_threadpool_set_spin) */
     uint32_t generation;   /* the caller's copy */
 
     float **scratch;       /* [n_threads] */
@@ -97,7 +98,8 @@ static void *worker_main(void *arg) {
     uint32_t seen = 0;
     for (;;) {
         uint32_t gen = (uint32_t)(atomic_load(&pool->state) >> 32);
-        for (int i = 0; i < TELA_SPIN_ITERS && gen == seen && !atomic_load(&pool->stop); i++) {
+        const int spin = atomic_load_explicit(&pool->spin_iters, memory_order_relaxed);
+        for (int i = 0; i < spin && gen == seen && !atomic_load(&pool->stop); i++) {
             TELA_CPU_RELAX();
             gen = (uint32_t)(atomic_load(&pool->state) >> 32);
         }
@@ -139,6 +141,7 @@ tela_status tela_threadpool_create(int n_threads, tela_threadpool **out) {
     atomic_init(&pool->n_sleeping, 0);
     atomic_init(&pool->caller_waiting, false);
     atomic_init(&pool->stop, false);
+    atomic_init(&pool->spin_iters, TELA_SPIN_ITERS);
     pool->n_started = 1;
     for (int i = 1; i < n_threads; i++) {
         pool->workers[i].pool = pool;
@@ -173,6 +176,10 @@ void tela_threadpool_free(tela_threadpool *pool) {
 }
 
 int tela_threadpool_n_threads(const tela_threadpool *pool) { return pool ? pool->n_threads : 1; }
+
+void tela_threadpool_set_spin(tela_threadpool *pool, int iters) {
+    atomic_store_explicit(&pool->spin_iters, iters > 0 ? iters : 0, memory_order_relaxed);
+}
 
 /* More chunks than the state word can count run as groups of chunks. */
 #define TELA_MAX_CHUNKS 0xffff
