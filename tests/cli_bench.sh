@@ -5,8 +5,9 @@
 # with the fields llama-bench's JSON has (test, n_prompt, n_gen, avg_ts,
 # stddev_ts, threads, model_type, model_size) and the values asked for;
 # --tensor-parallel splits the F32 fixture over 2 ranks (and is refused,
-# with the counts, where the KV heads do not split); --help and bad
-# options behave. Speed itself is not checked.
+# with the counts, where the KV heads do not split); -np gives its
+# batched row, greedy and with --temp sampled; --help and bad options
+# behave. Speed itself is not checked.
 set -u
 TELA=${TELA_BIN:?TELA_BIN is not set}
 M=${TELA_SOURCE_DIR:?TELA_SOURCE_DIR is not set}/tests/fixtures/llama/llama-gqa-q8_0.gguf
@@ -64,6 +65,18 @@ if "$TELA" bench -m "$F32" --tensor-parallel 3 -p 8 -n 4 -r 1 --device cpu >/dev
 else
     grep -q '2 KV heads do not split over 3 ranks' "$tmp/err.txt" && ok "--tensor-parallel 3 refused" || bad "--tensor-parallel 3 message: $(cat "$tmp/err.txt")"
 fi
+
+# the batched rows, greedy and sampled (--temp: drawn on the host)
+for temp in 0 0.8; do
+    want="tg4 x 2"; [ "$temp" = 0 ] || want="tg4 x 2, temp $temp"
+    if "$TELA" bench -m "$M" -p 0 -n 4 -np 2 --temp "$temp" -r 1 -t 2 >"$tmp/np.txt" 2>"$tmp/err.txt"; then
+        grep -Eq "\| +$want \| +[0-9.]+ ± [0-9.]+ \|\$" "$tmp/np.txt" && ok "$want row" || bad "no $want row: $(cat "$tmp/np.txt")"
+    else
+        bad "tela bench -np 2 --temp $temp failed: $(cat "$tmp/err.txt")"
+    fi
+done
+if "$TELA" bench -m "$M" -np 2 --temp -1 2>"$tmp/err.txt"; then bad "--temp -1 accepted"; else
+    grep -q 'out of range' "$tmp/err.txt" && ok "--temp -1 rejected" || bad "--temp -1 message: $(cat "$tmp/err.txt")"; fi
 
 "$TELA" bench --help | grep -q 'usage: tela bench' && ok "--help" || bad "--help"
 if "$TELA" bench -m "$M" -p x 2>"$tmp/err.txt"; then bad "-p x accepted"; else ok "-p x rejected"; fi

@@ -1,7 +1,8 @@
 /* bench_parallel.c: 'tela bench --parallel P': decoding throughput of P
  * sequences at once through the batching engine (llama-batched-bench's
  * aggregate tg speed). Each of P requests gets its own 32-token prompt and
- * decodes N tokens (greedy, end-of-generation ignored, no prefix cache);
+ * decodes N tokens (greedy, or sampled at --temp with the sampler's other
+ * defaults and a fixed seed; end-of-generation ignored, no prefix cache);
  * the time runs from the moment every request has its first token to the
  * last one's end, so prompt processing is not counted. With --spec ngram
  * or mtp, every request continues the speculative tests' prompt instead,
@@ -52,14 +53,14 @@ static int on_event(void *user, const tela_engine_event *ev) {
 /* One run: seconds of decoding for P requests of n_gen tokens (each
  * prompt np ids, one after the other in ids; stride 0: the same one), -1
  * on error; the drafts are added to *drafted and *accepted. */
-static double run_once(tela_engine *e, const int32_t *ids, int np, int stride, int P, int n_gen,
+static double run_once(tela_engine *e, const int32_t *ids, int np, int stride, int P, int n_gen, double temp,
                        const tela_spec_params *spec, long long *drafted, long long *accepted) {
     par_state s;
     memset(&s, 0, sizeof s);
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
     tela_request_params rp = tela_request_default_params();
-    rp.sampler.temperature = 0.0f;
+    rp.sampler.temperature = (float)temp;
     rp.max_tokens = n_gen;
     rp.ignore_eos = 1;
     rp.callback = on_event;
@@ -113,7 +114,7 @@ static int parallel_rows(tela_model *m, tela_model *draft, const cli_bench_opts 
         long long drafted = 0, accepted = 0;
         for (long long r = -1; r < o->reps; r++) { /* r = -1: warm-up */
             long long d = 0, a = 0;
-            const double sec = run_once(e, ids, np, stride, P, N, spec ? &sp : NULL, &d, &a);
+            const double sec = run_once(e, ids, np, stride, P, N, o->temp, spec ? &sp : NULL, &d, &a);
             if (sec < 0) {
                 rc = 1;
                 break;
@@ -129,6 +130,7 @@ static int parallel_rows(tela_model *m, tela_model *draft, const cli_bench_opts 
         if (rc) break;
         char name[64];
         if (spec) snprintf(name, sizeof name, "tg%d x %d, %s k=%d", N, P, cli_spec_method_name(sp.method), sp.draft_max);
+        else if (o->temp > 0) snprintf(name, sizeof name, "tg%d x %d, temp %g", N, P, o->temp);
         else snprintf(name, sizeof name, "tg%d x %d", N, P);
         cli_bench_row(t, name, np, N, 0, P, sum, sum2, o->reps);
         if (spec && !t->json)

@@ -11,6 +11,7 @@ typedef struct cli_bench_opts {
     int n_gen_n;
     long long parallel[8];       /* --parallel: sequences decoding at once */
     int n_parallel;              /* 0: no batched tests */
+    double temp;                 /* --temp: the batched tests' sampling temperature (0: greedy) */
     long long reps;
     int n_threads;
     tela_kv_type kv_type;

@@ -41,6 +41,9 @@ static void usage(FILE *f) {
             "      --profile[=json] time every phase over all the tests; a table (or JSON) on stderr\n"
             "  -np, --parallel P,.. also decode with P sequences at once through the batching engine:\n"
             "                       tgN x P = aggregate tokens/s of P sequences decoding N tokens each\n"
+            "      --temp T         the -np tests sample at temperature T (default 0: greedy, picked\n"
+            "                       on the device); T > 0 draws each token on the host, as a server's\n"
+            "                       sampled requests do (the other sampler settings: their defaults)\n"
             "      --spec ngram|draft|mtp  also measure speculative decoding: greedy tgN (the first -n) after a\n"
             "                       text prompt, plain and for each --draft-max k: tokens/s, the share of\n"
             "                       drafts accepted, tokens per verification step, the speedup, whether\n"
@@ -215,6 +218,13 @@ int tela_cmd_bench(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
             if (parse_list(a, val, 1, 1024, bo.parallel, 8, &bo.n_parallel)) return 2;
+            i++;
+        } else if (!strcmp(a, "--temp")) {
+            if (cli_parse_float(a, val, &bo.temp)) return 2;
+            if (bo.temp < 0 || bo.temp > 100) {
+                fprintf(stderr, "tela bench: --temp %s is out of range (0 to 100)\n", val);
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--json")) {
             json = 1;
