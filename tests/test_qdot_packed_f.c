@@ -29,6 +29,7 @@
 #include "backend/cpu/qdot.h"
 #include "util/threadpool.h"
 #include "test.h"
+#include "test_matmul_ways.h"
 #include "util/fp16.h"
 
 
@@ -300,24 +301,7 @@ static void test_matmul(const wkind *kd) {
     }
     CHECK(pbytes == q->packing.group_bytes(n) * (size_t)((n_rows + 15) / 16));
     void *pbuf = xalloc(pbytes);
-    for (int k = 0; k < 4; k++) {
-        y[k] = malloc(sizeof(float) * (size_t)(n_rows * n_tok));
-        if (!y[k]) abort();
-        const int nt = k < 3 ? k + 1 : 2;
-        tela_threadpool *pool = NULL;
-        CHECK_OK(tela_threadpool_create(nt, &pool));
-        if (!pool) abort();
-        CHECK_OK(tela_threadpool_reserve(pool, tela_op_matmul_scratch(n)));
-        if (k == 0) {
-            tela_op_pack(pool, &m, pbuf);
-            CHECK(m.packed == pbuf);
-        }
-        if (k == 3) m.packed = NULL; /* the unpacked kernels */
-        tela_op_matmul(pool, &m, x, n, y[k], n_rows, n_tok);
-        tela_threadpool_free(pool);
-    }
-    CHECK(memcmp(y[0], y[1], sizeof(float) * (size_t)(n_rows * n_tok)) == 0);
-    CHECK(memcmp(y[0], y[2], sizeof(float) * (size_t)(n_rows * n_tok)) == 0);
+    matmul_four_ways(&m, pbuf, x, n, n_rows, n_tok, y);
     int bad = 0, far = 0;
     for (int t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < n_rows; r++) {
