@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cpu/ops.h"
 #include "util/threadpool.h"
@@ -49,6 +50,28 @@ static void count_task(void *p, int ith, int nth) {
     __atomic_fetch_add(&j->sum, s, __ATOMIC_RELAXED);
 }
 
+static void count_chunk(void *p, int chunk, int ith) {
+    int *hits = p;
+    (void)ith;
+    __atomic_fetch_add(&hits[chunk], 1, __ATOMIC_RELAXED);
+}
+
+/* A pool whose workers sleep at once after each job (spin 0, the engine's
+ * sampling pool): every chunk still runs exactly once a job, also when
+ * the workers are asleep as a job starts. */
+static void check_pool_asleep(tela_threadpool *pool) {
+    enum { JOBS = 40, CHUNKS = 37 };
+    int hits[CHUNKS] = {0};
+    tela_threadpool_set_spin(pool, 0);
+    for (int r = 0; r < JOBS; r++) {
+        tela_threadpool_run_chunks(pool, count_chunk, hits, CHUNKS);
+        if (r % 4 == 0) usleep(300); /* long enough for the workers to be on the condition variable */
+    }
+    int ok = 1;
+    for (int c = 0; c < CHUNKS; c++) ok &= hits[c] == JOBS;
+    CHECK_MSG(ok, "a pool that does not spin ran some chunk other than %d times", JOBS);
+}
+
 static void test_threadpool(void) {
     for (int nt = 1; nt <= 4; nt++) {
         tela_threadpool *pool;
@@ -72,6 +95,7 @@ static void test_threadpool(void) {
             s[999] = 2.0f;
             CHECK(((uintptr_t)s & 63) == 0);
         }
+        check_pool_asleep(pool);
         tela_threadpool_free(pool);
     }
 }

@@ -1110,7 +1110,7 @@ void tela_engine_free(tela_engine *e) {
     if (e->ex) tela_exec_free(e->ex);
     tela_kv_pool_free(e->pool);
     free(e->image);
-    if (e->logits) tela_backend_host_free(e->model->be, e->logits);
+    tela_backend_host_free(e->model->be, e->logits);
     free(e->picks);
     free(e->jobs);
     tela_threadpool_free(e->sample_pool);
