@@ -316,6 +316,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
         ex->gemv_fx_nw = ex->gemv_fx_wpr = ex->gemv_fx_u = 0;
     const char *gd = getenv("TELA_CUDA_GEMV_DEPTH");
     ex->gemv_depth = gd && (!strcmp(gd, "1") || !strcmp(gd, "2")) ? atoi(gd) : 0;
+    const char *g4 = getenv("TELA_CUDA_GEMV_D4");
+    ex->gemv_d4 = g4 && (!strcmp(g4, "0") || !strcmp(g4, "2")) ? atoi(g4) : 1;
     const char *gsp = getenv("TELA_CUDA_GEMV_SPLIT");
     ex->gemv_split = gsp && (!strcmp(gsp, "1") || !strcmp(gsp, "2")) ? atoi(gsp) : 0;
     const char *fm = getenv("TELA_CUDA_GEMV_FM");

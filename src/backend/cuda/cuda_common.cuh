@@ -116,6 +116,8 @@ typedef struct cuda_exec {
     bool gemv_split_waves;       /* TELA_CUDA_GEMV_SPLIT_WAVES=1: the products' split by round 11's count of waves */
     int gemv_order;              /* TELA_CUDA_GEMV_ORDER: early loads' order against the PDL wait (cuda_matvec.cu) */
     int gemv_depth;              /* TELA_CUDA_GEMV_DEPTH=1|2: rounds of loads in flight of the quantized ones, 0 auto */
+    int gemv_d4;                 /* four rounds of loads in flight where a warp's row takes 3 or more (gemv3_depth):
+                                    1 where the grid fits one wave (default), TELA_CUDA_GEMV_D4=2 wherever, =0 never */
     int gemv_split;              /* TELA_CUDA_GEMV_SPLIT=1|2: warps a row of the quantized ones with early loads, 0 auto */
     int gemv_wpr;                /* TELA_CUDA_GEMV_WPR=1|2|4: warps a row of gemv_fs_kernel (TELA_CUDA_GEMV_FX=0), 0 auto */
     int gemv_fx_nw, gemv_fx_wpr, gemv_fx_u; /* one-token float products with x staged in shared memory

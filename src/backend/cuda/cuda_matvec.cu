@@ -1735,7 +1735,7 @@ static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, co
  * lane's loads in flight through the arithmetic, where with D = 1 each
  * round waits the whole DRAM latency after the last. */
 template <int TYPE, int R, bool SW, int D, int NT, int S = 1>
-static __global__ void __launch_bounds__(128, NT == 1 ? 6 : 4)
+static __global__ void __launch_bounds__(128, NT == 1 && D < 4 ? 6 : 4)
     gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd, const float *xs, const float *nscale) {
     typedef typename qunits<TYPE>::raw raw;
     static_assert(S == 1 || R == 1, "split rows: one row a warp");
@@ -1807,7 +1807,7 @@ static int gemv3_rows_max(tela_type type, bool sw, int D) {
     case TELA_TYPE_Q4_K: r = sw ? 1 : 2; break;
     default: r = 1;
     }
-    return D == 2 && r > 1 ? r / 2 : r;
+    return D >= 2 && r > 1 ? (D == 2 ? r / 2 : 1) : r;
 }
 
 template <int TYPE, int RMAX, int RMAX_SW, int D>
@@ -1820,6 +1820,15 @@ static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int S) {
 }
 
 static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S) {
+    if (D == 4 && R == 1 && !sw) { /* (gemv3_depth: one row a warp, not the pair) */
+        switch (type) {
+        case TELA_TYPE_Q4_K: return S == 2 ? gemv3_q_kernel<TELA_TYPE_Q4_K, 1, false, 4, 1, 2> : gemv3_q_kernel<TELA_TYPE_Q4_K, 1, false, 4, 1>;
+        case TELA_TYPE_Q8_0: return S == 2 ? gemv3_q_kernel<TELA_TYPE_Q8_0, 1, false, 4, 1, 2> : gemv3_q_kernel<TELA_TYPE_Q8_0, 1, false, 4, 1>;
+        case TELA_TYPE_Q4_0: return S == 2 ? gemv3_q_kernel<TELA_TYPE_Q4_0, 1, false, 4, 1, 2> : gemv3_q_kernel<TELA_TYPE_Q4_0, 1, false, 4, 1>;
+        default: break;
+        }
+        D = 2;
+    }
     if (D == 2) {
         switch (type) {
         case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw, S);
@@ -1872,14 +1881,28 @@ static gemv3_kernel_fn gemv3_pick_nt(tela_type type, int nt_tile, bool sw, int D
 /* Rounds of units a lane in flight: two for rows of more than one round
  * (TELA_CUDA_GEMV_DEPTH=1|2 sets it), one for the SwiGLU pair (its two
  * matrices' units are already two in flight; with two rounds of them the
- * K-quant kernels spill 200-600 bytes a thread). */
+ * K-quant kernels spill 200-600 bytes a thread); four for 4- and 8-bit
+ * units where a warp's row takes three or more rounds and the grid fits
+ * one wave at the four blocks an SM that Q4_K's registers allow then
+ * (the 1B's and 2B's down products: the second pair of rounds no longer
+ * waits for the first; +1.5% on their Q8_0 files, +0.3-0.4% Q4_K_M, H100,
+ * docs/PERF-NOTES.md round 24). Every lane adds its units in the same
+ * order whatever the depth, so the bits do not change. */
 static int64_t gemv3_units(tela_type type, int64_t K) {
     return type == TELA_TYPE_Q8_0 || type == TELA_TYPE_Q4_0 ? K / 32 : K / 64;
 }
 
-static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw, int S) {
+static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw, int S, int64_t rows) {
     if (sw) return 1;
     if (ex->gemv_depth > 0) return ex->gemv_depth;
+    const int64_t rounds = (gemv3_units(type, K) / S + 31) / 32;
+    /* four rounds in flight (TELA_CUDA_GEMV_D4=1: where the grid fits one
+     * wave at the four blocks an SM that its registers allow; =2: wherever
+     * a row takes three or more rounds): for the 4- and 8-bit units */
+    const bool d4_type = type == TELA_TYPE_Q4_K || type == TELA_TYPE_Q8_0 || type == TELA_TYPE_Q4_0;
+    if (ex->gemv_d4 && d4_type && rounds >= 3 &&
+        (ex->gemv_d4 == 2 || rows * S <= (int64_t)ex->be->sm_count * 16))
+        return 4;
     return gemv3_units(type, K) / S > 32 ? 2 : 1;
 }
 
@@ -2031,7 +2054,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
     for (int i = 0; i < n_w; i++) rows += w[i]->n_rows;
     const int64_t K = w[0]->n_cols;
     const int S3 = gemv3_split(ex, w[0]->type, K, rows, w_up != NULL);
-    const int D3 = gemv3_depth(ex, w[0]->type, K, w_up != NULL, S3);
+    const int D3 = gemv3_depth(ex, w[0]->type, K, w_up != NULL, S3, rows);
     const int R3 = n_tok == 1 && ex->gemv_early ? (S3 > 1 ? 1 : gemv3_rows(ex, w[0]->type, rows, w_up != NULL, D3)) : 0;
     gemv_params p;
     int8_t *xq;
@@ -2057,7 +2080,7 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
         /* several tokens, with early loads: one row a warp */
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 / S3);
         p.order = ex->gemv_order;
-        tela_cuda_launch(ex, gemv3_pick_nt(w[0]->type, nt_tile, w_up != NULL, D3, S3), blocks, 128, 0, p, xq, xd, xs,
+        tela_cuda_launch(ex, gemv3_pick_nt(w[0]->type, nt_tile, w_up != NULL, D3 > 2 ? 2 : D3, S3), blocks, 128, 0, p, xq, xd, xs,
                          norm_w ? ns : NULL);
         gemv_launched_early(ex, p, "gemv (quantized, several tokens, early loads)");
         return true;
