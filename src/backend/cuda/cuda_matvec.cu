@@ -1885,7 +1885,7 @@ static gemv3_kernel_fn gemv3_pick_nt(tela_type type, int nt_tile, bool sw, int D
  * units where a warp's row takes three or more rounds and the grid fits
  * one wave at the four blocks an SM that Q4_K's registers allow then
  * (the 1B's and 2B's down products: the second pair of rounds no longer
- * waits for the first; +1.5% on their Q8_0 files, +0.3-0.4% Q4_K_M, H100,
+ * waits for the first; +0.7-1.9% on their Q8_0 files, +0.3-0.9% Q4_K_M, H100,
  * docs/PERF-NOTES.md round 24). Every lane adds its units in the same
  * order whatever the depth, so the bits do not change. */
 static int64_t gemv3_units(tela_type type, int64_t K) {
