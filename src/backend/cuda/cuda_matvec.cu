@@ -1819,12 +1819,18 @@ static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int S) {
     return gemv3_q_kernel<TYPE, 1, false, D, 1>;
 }
 
+/* Four rounds in flight (gemv3_depth): one row a warp, not the pair. */
+template <int TYPE>
+static gemv3_kernel_fn gemv3_pick_d4(int S) {
+    return S == 2 ? gemv3_q_kernel<TYPE, 1, false, 4, 1, 2> : gemv3_q_kernel<TYPE, 1, false, 4, 1>;
+}
+
 static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S) {
-    if (D == 4 && R == 1 && !sw) { /* (gemv3_depth: one row a warp, not the pair) */
+    if (D == 4 && R == 1 && !sw) {
         switch (type) {
-        case TELA_TYPE_Q4_K: return S == 2 ? gemv3_q_kernel<TELA_TYPE_Q4_K, 1, false, 4, 1, 2> : gemv3_q_kernel<TELA_TYPE_Q4_K, 1, false, 4, 1>;
-        case TELA_TYPE_Q8_0: return S == 2 ? gemv3_q_kernel<TELA_TYPE_Q8_0, 1, false, 4, 1, 2> : gemv3_q_kernel<TELA_TYPE_Q8_0, 1, false, 4, 1>;
-        case TELA_TYPE_Q4_0: return S == 2 ? gemv3_q_kernel<TELA_TYPE_Q4_0, 1, false, 4, 1, 2> : gemv3_q_kernel<TELA_TYPE_Q4_0, 1, false, 4, 1>;
+        case TELA_TYPE_Q4_K: return gemv3_pick_d4<TELA_TYPE_Q4_K>(S);
+        case TELA_TYPE_Q8_0: return gemv3_pick_d4<TELA_TYPE_Q8_0>(S);
+        case TELA_TYPE_Q4_0: return gemv3_pick_d4<TELA_TYPE_Q4_0>(S);
         default: break;
         }
         D = 2;
