@@ -1821,20 +1821,26 @@ static gemv3_kernel_fn gemv3_pick_type(int R, bool sw, int S) {
 
 /* Four rounds in flight (gemv3_depth): one row a warp, not the pair. */
 template <int TYPE>
-static gemv3_kernel_fn gemv3_pick_d4(int S) {
+static gemv3_kernel_fn gemv3_pick_d4_of(int S) {
     return S == 2 ? gemv3_q_kernel<TYPE, 1, false, 4, 1, 2> : gemv3_q_kernel<TYPE, 1, false, 4, 1>;
 }
 
-static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S) {
-    if (D == 4 && R == 1 && !sw) {
-        switch (type) {
-        case TELA_TYPE_Q4_K: return gemv3_pick_d4<TELA_TYPE_Q4_K>(S);
-        case TELA_TYPE_Q8_0: return gemv3_pick_d4<TELA_TYPE_Q8_0>(S);
-        case TELA_TYPE_Q4_0: return gemv3_pick_d4<TELA_TYPE_Q4_0>(S);
-        default: break;
-        }
-        D = 2;
+/* The four-round kernel of a type, NULL for the types that have none (the
+ * 5- and 6-bit units, whose registers it would exceed): the one list of
+ * them, which gemv3_depth asks too. */
+static gemv3_kernel_fn gemv3_pick_d4(tela_type type, int S) {
+    switch (type) {
+    case TELA_TYPE_Q4_K: return gemv3_pick_d4_of<TELA_TYPE_Q4_K>(S);
+    case TELA_TYPE_Q8_0: return gemv3_pick_d4_of<TELA_TYPE_Q8_0>(S);
+    case TELA_TYPE_Q4_0: return gemv3_pick_d4_of<TELA_TYPE_Q4_0>(S);
+    default: return NULL;
     }
+}
+
+/* D = 4 comes only from gemv3_depth, for a type gemv3_pick_d4 has and
+ * never for the pair; gemv3_rows_max gives one row a warp at it. */
+static gemv3_kernel_fn gemv3_pick(tela_type type, int R, bool sw, int D, int S) {
+    if (D == 4) return gemv3_pick_d4(type, S);
     if (D == 2) {
         switch (type) {
         case TELA_TYPE_Q4_K: return gemv3_pick_type<TELA_TYPE_Q4_K, 1, 1, 2>(R, sw, S);
@@ -1905,8 +1911,7 @@ static int gemv3_depth(const cuda_exec *ex, tela_type type, int64_t K, bool sw, 
     /* four rounds in flight (TELA_CUDA_GEMV_D4=1: where the grid fits one
      * wave at the four blocks an SM that its registers allow; =2: wherever
      * a row takes three or more rounds): for the 4- and 8-bit units */
-    const bool d4_type = type == TELA_TYPE_Q4_K || type == TELA_TYPE_Q8_0 || type == TELA_TYPE_Q4_0;
-    if (ex->gemv_d4 && d4_type && rounds >= 3 &&
+    if (ex->gemv_d4 && rounds >= 3 && gemv3_pick_d4(type, S) &&
         (ex->gemv_d4 == 2 || rows * S <= (int64_t)ex->be->sm_count * 16))
         return 4;
     return gemv3_units(type, K) / S > 32 ? 2 : 1;
