@@ -137,6 +137,19 @@ static int64_t panel_cols(size_t x_row) {
 #define PF_HINT _MM_HINT_T0
 #endif
 
+/* 1: the tiles prefetch the level vectors of the super-block PF_SB ahead
+ * one at a time as they go (with each weight vector they load), 0: all its
+ * lines at the start of each super-block. A burst of 37-53 prefetches
+ * holds the L1's fill buffers while the tile computes; spread, the 8-column
+ * tiles' stream overlaps their products: on the lent machines' host Xeons
+ * (2 threads), 8 sequences of the 1B Q4_K_M 98-143 tok/s against 83-115
+ * with the burst, six pairs, each faster; the 2B 62-72 against 54-60
+ * (docs/PERF-NOTES.md, "CPU, batched decode round 3"). A build-time knob,
+ * as PF_SB. */
+#ifndef PF_SPREAD
+#define PF_SPREAD 1
+#endif
+
 /* Prefetches bytes [0, n) of p, a line at a time. */
 INL void prefetch_lines(const uint8_t *p, int n) {
     for (int o = 0; o < n; o += 64) _mm_prefetch((const char *)(p + o), PF_HINT);
@@ -179,13 +192,14 @@ INL void q4_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
     UNROLL for (int c = 0; c < C; c++) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *wb = w + (size_t)b * Q4K_SB, *xb = x + (size_t)b * X_BYTES;
-        if (PF_SB) prefetch_lines(wb + PF_SB * Q4K_SB, Q4K_SB);
+        if (PF_SB) prefetch_lines(wb + PF_SB * Q4K_SB, PF_SPREAD ? Q4K_Q : Q4K_SB);
         __m512i tot[MAX_COLS], acc[MAX_COLS];
         UNROLL for (int c = 0; c < C; c++) tot[c] = _mm512_setzero_si512();
         for (int c4 = 0; c4 < 4; c4++) {
             UNROLL for (int hi = 0; hi < 2; hi++) {
                 UNROLL for (int c = 0; c < C; c++) acc[c] = zero_idiom();
                 UNROLL for (int s = 0; s < 8; s++) {
+                    if (PF_SB && PF_SPREAD && !hi) prefetch_lines(wb + PF_SB * Q4K_SB + Q4K_Q + (c4 * 8 + s) * 64, 64);
                     const __m512i v = _mm512_loadu_si512(wb + Q4K_Q + (c4 * 8 + s) * 64);
                     const __m512i wv = _mm512_and_si512(hi ? _mm512_srli_epi16(v, 4) : v, m4);
                     UNROLL for (int c = 0; c < C; c++)
@@ -314,7 +328,7 @@ INL void q6_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
     UNROLL for (int c = 0; c < C; c++) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *wb = w + (size_t)b * Q6K_SB, *xb = x + (size_t)b * X_BYTES;
-        if (PF_SB && !lv) prefetch_lines(wb + PF_SB * Q6K_SB, Q6K_SB); /* (one column without lv: q6_K_dec) */
+        if (PF_SB && !lv) prefetch_lines(wb + PF_SB * Q6K_SB, PF_SPREAD ? Q6K_Q : Q6K_SB); /* (one column: q6_K_dec) */
         __m512i tot[MAX_COLS], acc[MAX_COLS];
         UNROLL for (int c = 0; c < C; c++) tot[c] = _mm512_setzero_si512();
         for (int hh = 0; hh < 2; hh++) {
@@ -324,6 +338,8 @@ INL void q6_K_tile(const uint8_t *w, const uint8_t *x, size_t xs, const int C, i
                     UNROLL for (int c = 0; c < C; c++) acc[c] = zero_idiom();
                     UNROLL for (int s4 = 0; s4 < 4; s4++) {
                         const int s = 4 * half + s4;
+                        if (PF_SB && PF_SPREAD && !lv && gq == 0) /* the step's 3 vectors */
+                            prefetch_lines(wb + PF_SB * Q6K_SB + Q6K_VEC(hh, s, 0), 3 * 64);
                         const __m512i wv = lv ? _mm512_load_si512(lv + ((b * 2 + hh) * 4 + gq) * 512 + s * 64)
                                               : tela_pk_q6_levels(wb, hh, gq, s, m0f, m30);
                         UNROLL for (int c = 0; c < C; c++)

@@ -33,9 +33,16 @@ int tela_backend_cuda_count(void) {
 
 /* ------------------------------------------------------------ backend */
 
+#ifdef TELA_CUDA_TIMELINE
+extern "C" void tela_cuda_timeline_dump(void);
+#endif
+
 static void cuda_destroy(tela_backend *be) {
     cuda_backend *b = as_be(be);
     cudaSetDevice(b->device);
+#ifdef TELA_CUDA_TIMELINE
+    tela_cuda_timeline_dump();
+#endif
     for (size_t i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
     free(b->allocs);
     free(b);

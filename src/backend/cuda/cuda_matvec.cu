@@ -25,6 +25,8 @@
 #include "backend/cuda/cuda_act.cuh"
 #include "quant/quant.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- layouts */
@@ -1734,6 +1736,32 @@ static __device__ __forceinline__ void gemv_split_write(const gemv_params &p, co
  * rounds (K > 32 units: the 8B's products, every down product) keeps its
  * lane's loads in flight through the arithmetic, where with D = 1 each
  * round waits the whole DRAM latency after the last. */
+#ifdef TELA_CUDA_TIMELINE
+/* A diagnostic build only (-DTELA_CUDA_TIMELINE, scripts/timeline-gpu.sh):
+ * each warp of the one-token products whose rows are TL_K inputs long (the
+ * 8B's down product unless -DTELA_CUDA_TIMELINE_K says otherwise) stamps
+ * the global timer at entry, after its PDL wait, after its last round and
+ * after its write; the last launch of each of Q4_K (slot 0) and Q6_K (slot
+ * 1) stays in tl_buf, which tela_cuda_timeline_dump writes out at the
+ * backend's end. Nsight Compute times kernels alone, without the launch
+ * overlap of the captured step; these stamps are taken inside it. */
+#ifdef TELA_CUDA_TIMELINE_K
+#define TL_K TELA_CUDA_TIMELINE_K
+#else
+#define TL_K 14336
+#endif
+#define TL_WARPS 16384
+__device__ unsigned long long tl_buf[2][TL_WARPS][6];
+static __device__ __forceinline__ unsigned long long tl_now(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define TL_STAMP(v) const unsigned long long v = tl_now()
+#else
+#define TL_STAMP(v) ((void)0)
+#endif
+
 template <int TYPE, int R, bool SW, int D, int NT, int S = 1>
 static __global__ void __launch_bounds__(128, NT == 1 && D < 4 ? 6 : 4)
     gemv3_q_kernel(const gemv_params p, const int8_t *xq, const float *xd, const float *xs, const float *nscale) {
@@ -1749,6 +1777,7 @@ static __global__ void __launch_bounds__(128, NT == 1 && D < 4 ? 6 : 4)
     const int lane = threadIdx.x & 31, n_units = qunits<TYPE>::count(K);
     /* a lane's units: lane + 32 * (part + S * k), k = 0, 1, ... */
     const int u_first = lane + 32 * part, u_step = 32 * S;
+    TL_STAMP(tl_entry);
     raw a[D][R], b[D][SW ? R : 1];
     auto load_all = [&](int s, int u) {
 #pragma unroll
@@ -1763,6 +1792,7 @@ static __global__ void __launch_bounds__(128, NT == 1 && D < 4 ? 6 : 4)
     for (int s = 0; s < D; s++)
         if (u_first + u_step * s < n_units) load_all(s, u_first + u_step * s);
     early_end(p);
+    TL_STAMP(tl_waited);
     const int n_tok = NT == 1 ? 1 : p.n_tok;
     float scale[NT];
 #pragma unroll
@@ -1786,6 +1816,7 @@ static __global__ void __launch_bounds__(128, NT == 1 && D < 4 ? 6 : 4)
             if (u + u_step * D < n_units) load_all(s, u + u_step * D);
         }
     }
+    TL_STAMP(tl_rounds);
     if (S == 1) {
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -1793,9 +1824,38 @@ static __global__ void __launch_bounds__(128, NT == 1 && D < 4 ? 6 : 4)
     } else {
         gemv_split_write<NT, S, SW>(p, tg, row0, live, acc[0], up[0], scale, n_tok);
     }
+#ifdef TELA_CUDA_TIMELINE
+    TL_STAMP(tl_written);
+    const int64_t gw = (int64_t)blockIdx.x * 4 + warp;
+    if (NT == 1 && !SW && K == TL_K && lane == 0 && gw < TL_WARPS && (TYPE == TELA_TYPE_Q4_K || TYPE == TELA_TYPE_Q6_K)) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        unsigned long long *o = tl_buf[TYPE == TELA_TYPE_Q6_K][gw];
+        o[0] = tl_entry;
+        o[1] = tl_waited;
+        o[2] = tl_rounds;
+        o[3] = tl_written;
+        o[4] = smid;
+        o[5] = ((unsigned long long)D << 48) | ((unsigned long long)S << 40) | (unsigned long long)blockIdx.x;
+    }
+#endif
 }
 
 typedef void (*gemv3_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
+
+#ifdef TELA_CUDA_TIMELINE
+/* Writes tl_buf to the file TELA_CUDA_TIMELINE names (a diagnostic build). */
+extern "C" void tela_cuda_timeline_dump(void) {
+    const char *path = getenv("TELA_CUDA_TIMELINE");
+    if (!path) return;
+    static unsigned long long h[2][TL_WARPS][6];
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, tl_buf, sizeof h) != cudaSuccess) return;
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(h, sizeof h, 1, f);
+    fclose(f);
+}
+#endif
 
 /* Rows a warp that fit the registers without spilling (ptxas at 85 a
  * thread): the 4- and 8-bit units are 20-48 bytes, the 5- and 6-bit ones
