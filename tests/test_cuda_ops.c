@@ -432,6 +432,13 @@ static void test_matmul(void) {
     /* one token on a taller matrix, whose last block of rows is partial */
     const int one[] = {1};
     test_matmul_shape(1000, 2048, one, 1);
+    /* more rows than a wave of warps holds on a 132-SM GPU (3,168): the
+     * quantized products of one token split each row over two warps and
+     * take 2.1 waves of them, or rows in turns (TELA_CUDA_GEMV_PERSIST=1:
+     * three turns of 1,100 slots), and must give the bits of a product of
+     * several tokens */
+    const int tall[] = {1, 3};
+    test_matmul_shape(3300, 4096, tall, sizeof tall / sizeof tall[0]);
     test_matmul_chain();
 }
 

@@ -311,6 +311,8 @@ static tela_status cuda_exec_create(tela_backend *be, int n_threads, tela_exec *
     ex->gemv_split_sw = gss && !strcmp(gss, "1");
     const char *gsw = getenv("TELA_CUDA_GEMV_SPLIT_WAVES");
     ex->gemv_split_waves = gsw && !strcmp(gsw, "1");
+    const char *gpe = getenv("TELA_CUDA_GEMV_PERSIST");
+    ex->gemv_persist = gpe && !strcmp(gpe, "1");
     const char *go = getenv("TELA_CUDA_GEMV_ORDER");
     ex->gemv_order = go && (!strcmp(go, "0") || !strcmp(go, "2")) ? atoi(go) : 1;
     const char *gw = getenv("TELA_CUDA_GEMV_WPR");

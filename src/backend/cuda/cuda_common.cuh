@@ -114,6 +114,8 @@ typedef struct cuda_exec {
     bool gemv_split_sw;          /* the SwiGLU pair's rows of two or more rounds over two warps
                                     (TELA_CUDA_GEMV_SPLIT_SW=1; cuda_matvec.cu gemv3_split) */
     bool gemv_split_waves;       /* TELA_CUDA_GEMV_SPLIT_WAVES=1: the products' split by round 11's count of waves */
+    bool gemv_persist;           /* TELA_CUDA_GEMV_PERSIST=1: one-token products of more rows than a wave holds
+                                    in resident warps that take rows in turns (gemv3p_q_kernel) */
     int gemv_order;              /* TELA_CUDA_GEMV_ORDER: early loads' order against the PDL wait (cuda_matvec.cu) */
     int gemv_depth;              /* TELA_CUDA_GEMV_DEPTH=1|2: rounds of loads in flight of the quantized ones, 0 auto */
     int gemv_d4;                 /* four rounds of loads in flight where a warp's row takes 3 or more (gemv3_depth):

@@ -1841,6 +1841,113 @@ static __global__ void __launch_bounds__(128, NT == 1 && D < 4 ? 6 : 4)
 #endif
 }
 
+/* One token, one matrix of more rows than a wave of warps holds (the 8B's
+ * down and wo products; TELA_CUDA_GEMV_PERSIST=1, an experiment): the grid
+ * is one wave of resident warps, and each group of S warps (a row's
+ * parts, as in gemv3_q_kernel) takes rows slot, slot + n_slots, ... in
+ * turns, with the next row's first D rounds of loads issued before the
+ * current row's sums are merged and written. gemv3_q_kernel's blocks exit
+ * after one row, and a timeline of the 8B's down (docs/PERF-NOTES.md,
+ * round 26) showed the loads stopping for 1-1.5 us between its waves and a
+ * last wave 59% full; here no block exits between rows, and the host
+ * picks the number of slots so that every slot has the same number of
+ * rows (or one fewer). Each row is summed exactly as gemv3_q_kernel does
+ * (a lane's units in order, the warp's sum, then the parts in order, then
+ * the norm's factor), so the bits are a decode step's of any token count.
+ * The S warps of a slot meet at a named barrier of their own, not the
+ * block's; their sums go through two shared buffers used in turn, so one
+ * barrier a row suffices (the partner cannot write a buffer again before
+ * both have passed the next row's barrier, after part 0 has read it). */
+template <int TYPE, int D, int S>
+static __global__ void __launch_bounds__(128, 6)
+    gemv3p_q_kernel(const gemv_params p, const int8_t *xq, const float *xd, const float *xs, const float *nscale) {
+    typedef typename qunits<TYPE>::raw raw;
+    static_assert(S == 1 || S == 2, "one or two warps a row");
+    const gemv_target &tg = p.t[0];
+    const int K = (int)tg.w.n_cols;
+    const int warp = threadIdx.x / 32, part = warp % S, lane = threadIdx.x & 31;
+    const int64_t n_slots = (int64_t)gridDim.x * (4 / S);
+    const int64_t slot = (int64_t)blockIdx.x * (4 / S) + warp / S;
+    const int64_t n_rows = tg.w.n_rows;
+    const int n_units = qunits<TYPE>::count(K);
+    const int u_first = lane + 32 * part, u_step = 32 * S;
+    /* rounds of a row for this warp's part (the same for all its lanes) */
+    const int rpr = (n_units - 32 * part + u_step - 1) / u_step;
+    const int n_mine = slot < n_rows ? (int)((n_rows - 1 - slot) / n_slots + 1) : 0;
+    const int J = rpr > 0 ? n_mine * rpr : 0; /* this warp's rounds over all its rows */
+    raw a[D];
+    auto load_j = [&](int s, int j) {
+        const int64_t row = slot + (int64_t)(j / rpr) * n_slots;
+        const int u = u_first + u_step * (j % rpr);
+        if (u < n_units) a[s] = qunits<TYPE>::load(tg.w, row, u);
+    };
+    early_begin(p);
+#pragma unroll
+    for (int s = 0; s < D; s++)
+        if (s < J) load_j(s, s);
+    early_end(p);
+    const float scale = nscale ? nscale[0] : 1.0f;
+    __shared__ float part_sum[2][4];
+    float acc[1] = {0.0f};
+    int buf = 0;
+    for (int j0 = 0; j0 < J; j0 += D) {
+#pragma unroll
+        for (int s = 0; s < D; s++) {
+            const int j = j0 + s;
+            if (j >= J) break;
+            const int k = j % rpr, u = u_first + u_step * k;
+            if (u < n_units) qunits<TYPE>::template dot_raw<1, TYPE>(a[s], u, xq, xd, xs, K, 1, acc);
+            if (j + D < J) load_j(s, j + D);
+            if (k == rpr - 1) { /* the row's last round: its sums merged and written */
+                const int64_t row = slot + (int64_t)(j / rpr) * n_slots;
+                const float v = warp_sum(acc[0]);
+                acc[0] = 0.0f;
+                if (S == 1) {
+                    if (lane == 0) {
+                        float *yp = tg.y + row;
+                        const float o = v * scale;
+                        *yp = p.accumulate ? *yp + o : o;
+                    }
+                } else {
+                    if (lane == 0) part_sum[buf][warp] = v;
+                    asm volatile("bar.sync %0, 64;" ::"r"(1 + warp / 2) : "memory");
+                    if (part == 0 && lane == 0) {
+                        float o = part_sum[buf][warp];
+#pragma unroll
+                        for (int i = 1; i < S; i++) o += part_sum[buf][warp + i];
+                        o *= scale;
+                        float *yp = tg.y + row;
+                        *yp = p.accumulate ? *yp + o : o;
+                    }
+                    buf ^= 1;
+                }
+            }
+        }
+    }
+}
+
+typedef void (*gemv3p_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
+
+/* The kernel above for rows split over two warps (the split rule's choice
+ * wherever a one-matrix product takes more than a wave; S = 1 is left to
+ * gemv3_q_kernel), D = 1 or 2 rounds in flight; NULL for other shapes. */
+template <int TYPE>
+static gemv3p_kernel_fn gemv3p_pick_type(int D) {
+    return D == 2 ? gemv3p_q_kernel<TYPE, 2, 2> : gemv3p_q_kernel<TYPE, 1, 2>;
+}
+
+static gemv3p_kernel_fn gemv3p_pick(tela_type type, int D, int S) {
+    if (D > 2 || S != 2) return NULL;
+    switch (type) {
+    case TELA_TYPE_Q4_K: return gemv3p_pick_type<TELA_TYPE_Q4_K>(D);
+    case TELA_TYPE_Q5_K: return gemv3p_pick_type<TELA_TYPE_Q5_K>(D);
+    case TELA_TYPE_Q6_K: return gemv3p_pick_type<TELA_TYPE_Q6_K>(D);
+    case TELA_TYPE_Q8_0: return gemv3p_pick_type<TELA_TYPE_Q8_0>(D);
+    case TELA_TYPE_Q4_0: return gemv3p_pick_type<TELA_TYPE_Q4_0>(D);
+    default: return NULL;
+    }
+}
+
 typedef void (*gemv3_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
 
 #ifdef TELA_CUDA_TIMELINE
@@ -2138,6 +2245,24 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
         tela_cuda_launch(ex, quantize_act_for(w[0]->type), (unsigned)n_tok, 512, 0, x, x_stride, (int)K, norm_w, eps,
                          xq, xd, xs, ns);
         if (!tela_cuda_launched(ex, "quantize activations")) return true;
+    }
+    if (R3 == 1 && ex->gemv_persist && n_w == 1 && !w_up && n_tok == 1) {
+        /* rows in turns (gemv3p_q_kernel) where they take more than one
+         * wave of 24 warps an SM: the fewest slots that give every slot
+         * the same number of turns */
+        const int64_t wave_slots = (int64_t)ex->be->sm_count * 24 / S3, n_rows = w[0]->n_rows;
+        const int64_t turns = (n_rows + wave_slots - 1) / wave_slots;
+        gemv3p_kernel_fn pk = gemv3p_pick(w[0]->type, D3, S3);
+        if (turns > 1 && pk) {
+            const int64_t slots = (n_rows + turns - 1) / turns;
+            const int64_t per_block = 4 / S3;
+            gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 / S3);
+            p.order = ex->gemv_order;
+            tela_cuda_launch(ex, pk, (unsigned)((slots + per_block - 1) / per_block), 128, 0, p, xq, xd, xs,
+                             norm_w ? ns : NULL);
+            gemv_launched_early(ex, p, "gemv (quantized, rows in turns)");
+            return true;
+        }
     }
     if (R3 > 0) {
         const unsigned blocks = gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 * R3 / S3);
