@@ -1910,6 +1910,7 @@ static __global__ void __launch_bounds__(128, 6)
                     }
                 } else {
                     if (lane == 0) part_sum[buf][warp] = v;
+                    __syncwarp();
                     asm volatile("bar.sync %0, 64;" ::"r"(1 + warp / 2) : "memory");
                     if (part == 0 && lane == 0) {
                         float o = part_sum[buf][warp];
@@ -2253,7 +2254,10 @@ static bool gemv2(cuda_exec *ex, const tela_mat *const *w, float *const *y, cons
         const int64_t wave_slots = (int64_t)ex->be->sm_count * 24 / S3, n_rows = w[0]->n_rows;
         const int64_t turns = (n_rows + wave_slots - 1) / wave_slots;
         gemv3p_kernel_fn pk = gemv3p_pick(w[0]->type, D3, S3);
-        if (turns > 1 && pk) {
+        /* both warps of a pair need a round a row (they meet at a barrier
+         * each row): not so for rows of 32 units or fewer, which only
+         * TELA_CUDA_GEMV_SPLIT=2 splits */
+        if (turns > 1 && pk && gemv3_units(w[0]->type, K) > 32) {
             const int64_t slots = (n_rows + turns - 1) / turns;
             const int64_t per_block = 4 / S3;
             gemv_fill(&p, w, y, y_stride, n_w, w_up, x, x_stride, n_tok, accumulate, 4 / S3);
