@@ -8,6 +8,8 @@
 # wait passed, how long the rounds and the write took, the warps alive and
 # loading over time (the waves and the gaps between them) and each SM's
 # share. K defaults to 14,336 (Llama-3.1-8B's down product, ROWS 4,096).
+# With TELA_CUDA_GEMV_PERSIST=1 in the environment the rows-in-turns kernel
+# is stamped instead (its "rounds" end when a warp's first row is written).
 # Writes $OUT/timeline.bin when OUT is set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,10 +42,12 @@ for slot, name, bpb in ((0, 'Q4_K', 144), (1, 'Q6_K', 210)):
     e = [(us(r[0]), us(r[1]), us(r[2]), us(r[3]), r[4]) for r in rows]
     n = len(e)
     D, S = (rows[0][5] >> 48) & 0xff, (rows[0][5] >> 40) & 0xff
+    turns = (rows[0][5] >> 56) & 1  # gemv3p_q_kernel: "rounds" end at its first row written
     waits = sorted(x[1] for x in e)
     end = max(x[3] for x in e)
     mb = ROWS * K / 256 * bpb / 1e6
-    print('== %s: %d warps (D = %d rounds in flight, S = %d warps a row), %.1f MB of weights' % (name, n, D, S, mb))
+    print('== %s: %d warps (D = %d rounds in flight, S = %d warps a row%s), %.1f MB of weights'
+          % (name, n, D, S, ', rows in turns: "rounds" end at the first row written' if turns else '', mb))
     print('  first entry 0, first wait passed %.2f us, last write %.2f: %.2f us after the wait, %.2f TB/s'
           % (waits[0], end, end - waits[0], mb / (end - waits[0])))
     print('  entered before the first wait passed: %d warps' % sum(1 for x in e if x[0] < waits[0]))

@@ -1875,6 +1875,7 @@ static __global__ void __launch_bounds__(128, 6)
     const int rpr = (n_units - 32 * part + u_step - 1) / u_step;
     const int n_mine = slot < n_rows ? (int)((n_rows - 1 - slot) / n_slots + 1) : 0;
     const int J = rpr > 0 ? n_mine * rpr : 0; /* this warp's rounds over all its rows */
+    TL_STAMP(tl_entry);
     raw a[D];
     auto load_j = [&](int s, int j) {
         const int64_t row = slot + (int64_t)(j / rpr) * n_slots;
@@ -1886,6 +1887,10 @@ static __global__ void __launch_bounds__(128, 6)
     for (int s = 0; s < D; s++)
         if (s < J) load_j(s, s);
     early_end(p);
+    TL_STAMP(tl_waited);
+#ifdef TELA_CUDA_TIMELINE
+    unsigned long long tl_first = 0;
+#endif
     const float scale = nscale ? nscale[0] : 1.0f;
     __shared__ float part_sum[2][4];
     float acc[1] = {0.0f};
@@ -1922,9 +1927,29 @@ static __global__ void __launch_bounds__(128, 6)
                     }
                     buf ^= 1;
                 }
+#ifdef TELA_CUDA_TIMELINE
+                if (!tl_first) tl_first = tl_now();
+#endif
             }
         }
     }
+#ifdef TELA_CUDA_TIMELINE
+    /* the stamps of gemv3_q_kernel's timeline, with "last round" read as
+     * "first row written" and bit 56 of the last word set */
+    TL_STAMP(tl_written);
+    const int64_t gw = (int64_t)blockIdx.x * 4 + warp;
+    if (K == TL_K && lane == 0 && gw < TL_WARPS && J > 0 && (TYPE == TELA_TYPE_Q4_K || TYPE == TELA_TYPE_Q6_K)) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        unsigned long long *o = tl_buf[TYPE == TELA_TYPE_Q6_K][gw];
+        o[0] = tl_entry;
+        o[1] = tl_waited;
+        o[2] = tl_first;
+        o[3] = tl_written;
+        o[4] = smid;
+        o[5] = (1ull << 56) | ((unsigned long long)D << 48) | ((unsigned long long)S << 40) | (unsigned long long)blockIdx.x;
+    }
+#endif
 }
 
 typedef void (*gemv3p_kernel_fn)(const gemv_params, const int8_t *, const float *, const float *, const float *);
