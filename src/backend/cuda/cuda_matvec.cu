@@ -1758,6 +1758,24 @@ static __device__ __forceinline__ unsigned long long tl_now(void) {
     return t;
 }
 #define TL_STAMP(v) const unsigned long long v = tl_now()
+/* Lane 0 of a warp of a stamped launch (rows TL_K long, Q4_K or Q6_K)
+ * writes its four stamps, its SM and tag (the kernel's shape) to tl_buf. */
+template <int TYPE>
+static __device__ void tl_record(int K, int warp, unsigned long long entry, unsigned long long waited,
+                                 unsigned long long mid, unsigned long long written, unsigned long long tag) {
+    const int64_t gw = (int64_t)blockIdx.x * 4 + warp;
+    if (K != TL_K || (threadIdx.x & 31) != 0 || gw >= TL_WARPS || (TYPE != TELA_TYPE_Q4_K && TYPE != TELA_TYPE_Q6_K))
+        return;
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    unsigned long long *o = tl_buf[TYPE == TELA_TYPE_Q6_K][gw];
+    o[0] = entry;
+    o[1] = waited;
+    o[2] = mid;
+    o[3] = written;
+    o[4] = smid;
+    o[5] = tag | blockIdx.x;
+}
 #else
 #define TL_STAMP(v) ((void)0)
 #endif
@@ -1826,18 +1844,9 @@ static __global__ void __launch_bounds__(128, NT == 1 && D < 4 ? 6 : 4)
     }
 #ifdef TELA_CUDA_TIMELINE
     TL_STAMP(tl_written);
-    const int64_t gw = (int64_t)blockIdx.x * 4 + warp;
-    if (NT == 1 && !SW && K == TL_K && lane == 0 && gw < TL_WARPS && (TYPE == TELA_TYPE_Q4_K || TYPE == TELA_TYPE_Q6_K)) {
-        unsigned smid;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        unsigned long long *o = tl_buf[TYPE == TELA_TYPE_Q6_K][gw];
-        o[0] = tl_entry;
-        o[1] = tl_waited;
-        o[2] = tl_rounds;
-        o[3] = tl_written;
-        o[4] = smid;
-        o[5] = ((unsigned long long)D << 48) | ((unsigned long long)S << 40) | (unsigned long long)blockIdx.x;
-    }
+    if (NT == 1 && !SW)
+        tl_record<TYPE>(K, warp, tl_entry, tl_waited, tl_rounds, tl_written,
+                        ((unsigned long long)D << 48) | ((unsigned long long)S << 40));
 #endif
 }
 
@@ -1937,18 +1946,9 @@ static __global__ void __launch_bounds__(128, 6)
     /* the stamps of gemv3_q_kernel's timeline, with "last round" read as
      * "first row written" and bit 56 of the last word set */
     TL_STAMP(tl_written);
-    const int64_t gw = (int64_t)blockIdx.x * 4 + warp;
-    if (K == TL_K && lane == 0 && gw < TL_WARPS && J > 0 && (TYPE == TELA_TYPE_Q4_K || TYPE == TELA_TYPE_Q6_K)) {
-        unsigned smid;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        unsigned long long *o = tl_buf[TYPE == TELA_TYPE_Q6_K][gw];
-        o[0] = tl_entry;
-        o[1] = tl_waited;
-        o[2] = tl_first;
-        o[3] = tl_written;
-        o[4] = smid;
-        o[5] = (1ull << 56) | ((unsigned long long)D << 48) | ((unsigned long long)S << 40) | (unsigned long long)blockIdx.x;
-    }
+    if (J > 0)
+        tl_record<TYPE>(K, warp, tl_entry, tl_waited, tl_first, tl_written,
+                        (1ull << 56) | ((unsigned long long)D << 48) | ((unsigned long long)S << 40));
 #endif
 }
 
