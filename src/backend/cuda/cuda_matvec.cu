@@ -1925,7 +1925,11 @@ static __global__ void __launch_bounds__(128, 6)
                 } else {
                     if (lane == 0) part_sum[buf][warp] = v;
                     __syncwarp();
-                    asm volatile("bar.sync %0, 64;" ::"r"(1 + warp / 2) : "memory");
+                    /* barrier ids as immediates: with an id in a register
+                     * the compiler reserves all 16 of the block's barriers,
+                     * and that capped the residency at 4 blocks an SM */
+                    if (warp < 2) asm volatile("bar.sync 1, 64;" ::: "memory");
+                    else asm volatile("bar.sync 2, 64;" ::: "memory");
                     if (part == 0 && lane == 0) {
                         float o = part_sum[buf][warp];
 #pragma unroll
