@@ -252,7 +252,29 @@ static PQ_TGT void pq_build_table(const uint8_t *x, size_t xs, int64_t cols, int
 typedef struct {
     const uint8_t *sc, *lv;
     size_t sstride, lstride;
+    /* bytes [0, pf_len) at pf to prefetch into L2 during the tile, pf_per
+     * of them with each block (the next pair of groups' slice; see
+     * PQ_PF_SPREAD) */
+    const uint8_t *pf;
+    size_t pf_len, pf_per;
 } pq_wview;
+
+/* 1: a tile's share of the next pair of groups is prefetched into L2 a
+ * few lines with each of its blocks; 0: all of it before the tile starts.
+ * The burst (~540 lines for 8 columns of a 2,048-wide row) fills the
+ * core's queue of L2 misses while the tile computes nothing, the pattern
+ * that round 3 removed from the K-quant tiles: spread, the 8-column gemm
+ * of an 8,192 x 2,048 Q8_0 matrix went from 58-66 to 76-84 GMAC/s on one
+ * thread of an Ice Lake Xeon (docs/PERF-NOTES.md, "CPU, batched decode
+ * round 4"). A build-time knob. */
+#ifndef PQ_PF_SPREAD
+#define PQ_PF_SPREAD 1
+#endif
+/* ... where a tile's share is at least this many bytes (a few tiles of
+ * columns: batched decode). Prefill's shares are a few lines a tile and
+ * stay a burst (spread, pp512 measured no better: 99-110 against 98-120
+ * tok/s, the noise of the VM). */
+#define PQ_PF_SPREAD_MIN 4096
 
 /* One tile: G consecutive groups x C columns (at x, xs bytes apart; their
  * table entries at tab). nib: the levels are packed nibbles (else bytes:
@@ -269,6 +291,10 @@ PQ_INL void pq_tile(const pq_wview *wv, int64_t nb, const uint8_t *x, size_t xs,
     for (int64_t b = 0; b < nb; b++, lv += lb, sc += 32) {
         const size_t xo = (size_t)b * PQ_Q8_SIZE;
         const uint32_t *te = tab + (b >> 3) * 16 * C + (b & 7); /* this block's table entries */
+        if (PQ_PF_SPREAD && wv->pf_len > (size_t)b * wv->pf_per) {
+            const size_t s0 = (size_t)b * wv->pf_per, e = s0 + wv->pf_per < wv->pf_len ? s0 + wv->pf_per : wv->pf_len;
+            for (size_t o = s0; o < e; o += 64) _mm_prefetch((const char *)wv->pf + o, _MM_HINT_T1);
+        }
         PQ_UNROLL for (int gi = 0; gi < G; gi++)
             PQ_UNROLL for (size_t o = 0; o < lb; o += 64)
                 _mm_prefetch((const char *)lv + gi * ls + PQ_PREFETCH_BLOCKS * lb + o, _MM_HINT_T0);
@@ -444,7 +470,7 @@ static void pq_gemm(const void *vpacked, int64_t n_rows, int64_t g0, int64_t g1,
             for (; g + 4 <= g1 && (g + 4) * PQ_ROWS <= n_rows; g += 4) {
                 const __mmask16 m[4] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
                 const uint8_t *grp = packed + (size_t)g * gb;
-                const pq_wview wv = {grp, grp + sb, gb, gb};
+                const pq_wview wv = {grp, grp + sb, gb, gb, NULL, 0, 0};
                 (q4 ? pq4_4x1 : pq8_4x1)(&wv, nb, xp, xs, tab, out + c0 * os + g * PQ_ROWS, os, m);
             }
         }
@@ -453,7 +479,7 @@ static void pq_gemm(const void *vpacked, int64_t n_rows, int64_t g0, int64_t g1,
             __mmask16 m[PQ_TILE_GROUPS];
             for (int i = 0; i < G; i++) m[i] = pq_row_mask(n_rows, g + i);
             const uint8_t *grp = packed + (size_t)g * gb;
-            pq_wview wv = {grp, grp + sb, gb, gb};
+            pq_wview wv = {grp, grp + sb, gb, gb, NULL, 0, 0};
             if (unpacked) {
                 pq_unpack_q4(grp + sb, gb, G, nb, unpacked);
                 wv.lv = unpacked;
@@ -468,8 +494,16 @@ static void pq_gemm(const void *vpacked, int64_t n_rows, int64_t g0, int64_t g1,
             size_t pf = 0;
             for (int64_t t0 = 0; t0 < cols; t0 += PQ_TILE_COLS) {
                 const int64_t C = cols - t0 < PQ_TILE_COLS ? cols - t0 : PQ_TILE_COLS;
-                for (size_t e = pf + slice < next_end ? pf + slice : next_end; pf < e; pf += 64)
-                    _mm_prefetch((const char *)next + pf, _MM_HINT_T1);
+                const size_t e = pf + slice < next_end ? pf + slice : next_end;
+                if (PQ_PF_SPREAD && slice >= PQ_PF_SPREAD_MIN) {
+                    wv.pf = next + pf;
+                    wv.pf_len = e > pf ? e - pf : 0;
+                    wv.pf_per = ((wv.pf_len + (size_t)nb - 1) / (size_t)nb + 63) / 64 * 64;
+                    pf = e > pf ? e : pf;
+                } else {
+                    wv.pf_len = 0;
+                    for (; pf < e; pf += 64) _mm_prefetch((const char *)next + pf, _MM_HINT_T1);
+                }
                 tiles[G][C](&wv, nb, xp + (size_t)t0 * xs, xs, tab + 16 * t0 * pq_octets(nb),
                             out + (c0 + t0) * os + g * PQ_ROWS, os, m);
             }
