@@ -275,6 +275,12 @@ static inline __attribute__((always_inline)) void transpose16x16(__m512 *r) {
 #if defined(__AVX512F__)
 /* Keys ahead of the score pass that it prefetches. */
 #define KEY_PREFETCH 32
+/* Value rows ahead of the value pass that it prefetches. On the AMD EPYC
+ * VM this was no faster (session 22); on an Ice Lake Xeon the whole call
+ * at 8,192 positions went from 35.9-38.5 to 32.2-34.3 ms a token on one
+ * thread and 18.6-19.0 to 16.4-18.4 on two (Llama-3.2-1B shape, f16
+ * cache; docs/PERF-NOTES.md, "CPU, batched decode round 4"). */
+#define VALUE_PREFETCH 16
 
 /* load16_at as an __m512. */
 static inline __m512 load16_kv(const tela_attn_args *a, const void *base, int64_t off) {
@@ -352,6 +358,11 @@ static inline __attribute__((always_inline)) void attention_few_rows(const int n
             const int64_t end = p - p % run + run < n_keys ? p - p % run + run : n_keys;
             int64_t off = attn_row(a, p) * a->v_stride + d0;
             for (; p < end; p++, off += a->v_stride) {
+                if (p + VALUE_PREFETCH < end) { /* the same 64 values of a row VALUE_PREFETCH ahead */
+                    const int64_t e = off + VALUE_PREFETCH * a->v_stride;
+                    const char *row = kv_elem(a, vbase, e), *row_end = kv_elem(a, vbase, e + 64);
+                    for (; row < row_end; row += 64) _mm_prefetch(row, _MM_HINT_T0);
+                }
                 const __m512 v0 = load16_kv(a, vbase, off), v1 = load16_kv(a, vbase, off + 16),
                              v2 = load16_kv(a, vbase, off + 32), v3 = load16_kv(a, vbase, off + 48);
                 if (d0 == 0) ATT_UNROLL for (int r = 0; r < 4; r++) if (r < n_rows) sum[r] += s[r * n_pad + p];
